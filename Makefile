@@ -1,0 +1,72 @@
+# Storage fabric: ZFS + LIO iSCSI for GPU clusters.  `make help` lists the targets.
+#
+# The two set-up commands of the README:
+#   make demo   boot the lab and run the fabric on it
+#   make test   all tests (unit, then integration on the lab)
+# Both install what they need themselves (Debian packages, a virtualenv, pinned pip packages).
+
+SHELL        := /bin/bash
+.SHELLFLAGS  := -eu -o pipefail -c
+PYTHON       ?= python3
+VENV         ?= .venv
+PY           := $(VENV)/bin/python
+LABCTL       := $(PYTHON) lab/labctl.py
+PYTEST       := tests/run-pytest $(PY)
+STORAGE2     ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image lint lock clean
+
+help: ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+demo: venv lab-up ## boot the lab and run the fabric smoke on it (pool, read-only iSCSI export, gpu1 login)
+	@echo "== fabric smoke on the lab: a pool on by-id disks, a zvol exported read-only, gpu1 logs in =="
+	FABRIC_LAB_KEEP=1 $(PYTEST) tests/integration/test_lab.py -v -s -p no:cacheprovider
+	@echo "== lab is still up: 'make lab-status', 'python3 lab/labctl.py ssh storage1', 'make lab-down' =="
+
+test: venv ## all tests: unit (seconds, no root), then integration on the lab VMs (root)
+	$(PYTEST) tests/unit -q
+	$(PYTEST) tests/integration -v
+
+unit: venv ## unit tests only
+	$(PYTEST) tests/unit -q
+
+integration: venv ## integration tests only (boots the lab if it is not up)
+	$(PYTEST) tests/integration -v
+
+host-deps:
+	@tests/host-deps.sh
+
+venv: $(VENV)/.installed ## the controller virtualenv (pinned by requirements/constraints.txt)
+
+$(VENV)/.installed: requirements/dev.in requirements/constraints.txt pyproject.toml | host-deps
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c requirements/constraints.txt -r requirements/dev.in
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+lab-up: ## boot the lab (STORAGE2=1 adds storage2); re-running converges a half-up lab
+	$(LABCTL) up $(if $(STORAGE2),--storage2)
+
+lab-down: ## stop the lab: VMs, taps, bridge and namespace
+	$(LABCTL) down
+
+lab-status: ## what is up
+	$(LABCTL) status
+
+lab-image: ## build (or find) the cached guest image only
+	$(LABCTL) image
+
+lint: venv ## ruff over the Python code
+	$(VENV)/bin/ruff check lab fabricctl module_utils library tests
+
+lock: ## re-pin requirements/constraints.txt from requirements/dev.in
+	rm -rf $(VENV).lock && $(PYTHON) -m venv $(VENV).lock
+	$(VENV).lock/bin/pip install -q -r requirements/dev.in
+	{ sed -n '1,2p' requirements/constraints.txt; $(VENV).lock/bin/pip freeze; } > requirements/constraints.txt.new
+	mv requirements/constraints.txt.new requirements/constraints.txt; rm -rf $(VENV).lock
+
+clean: ## remove the virtualenv and caches (not the lab image cache)
+	rm -rf $(VENV) .pytest_cache build *.egg-info

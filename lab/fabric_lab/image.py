@@ -1,0 +1,125 @@
+"""The guest image: a recipe (lab/image/), its hash, and the cache keyed by that hash."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from .errors import LabError
+
+RECIPE_DIR = Path(__file__).resolve().parent.parent / "image"
+IMAGE_FILES = ("disk.raw", "vmlinuz", "initrd.img", "manifest.txt")
+
+
+def recipe_hash(recipe_dir: Path = RECIPE_DIR) -> str:
+    """A stable hash over every file of the recipe (relative path, mode bit x, content)."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in recipe_dir.rglob("*") if p.is_file()):
+        rel = path.relative_to(recipe_dir).as_posix()
+        h.update(rel.encode() + b"\0")
+        h.update(b"x" if os.access(path, os.X_OK) else b"-")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FABRIC_LAB_CACHE", "/var/cache/fabric-lab"))
+
+
+def image_dir(digest: str | None = None) -> Path:
+    return cache_root() / "images" / (digest or recipe_hash())
+
+
+def is_complete(path: Path) -> bool:
+    return all((path / name).is_file() for name in IMAGE_FILES)
+
+
+def parse_debian_mirrors(sources_texts: list[str]) -> tuple[str | None, str | None]:
+    """Find the Debian archive and security mirrors in apt sources (one-line or deb822 form).
+
+    Returns (archive, security); either may be None. The lab uses the host's own mirrors,
+    so that a machine behind a local mirror builds its guests from the same place.
+    """
+    archive = security = None
+    for text in sources_texts:
+        # deb822: paragraphs with URIs: and Suites:
+        for para in re.split(r"\n\s*\n", text):
+            fields = {}
+            for line in para.splitlines():
+                if line.startswith("#") or ":" not in line:
+                    continue
+                key, _, value = line.partition(":")
+                fields[key.strip().lower()] = value.strip()
+            if "uris" in fields and "suites" in fields and "deb" in fields.get("types", "deb").split():
+                uri = fields["uris"].split()[0]
+                suites = fields["suites"].split()
+                if any(s.endswith("-security") for s in suites):
+                    security = security or uri
+                elif "bookworm" in suites:
+                    archive = archive or uri
+        for line in text.splitlines():
+            m = re.match(r"^\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)", line)
+            if not m:
+                continue
+            uri, suite = m.groups()
+            if suite.endswith("-security"):
+                security = security or uri
+            elif suite == "bookworm":
+                archive = archive or uri
+    return archive, security
+
+
+def host_mirrors() -> tuple[str, str | None]:
+    if os.environ.get("FABRIC_LAB_MIRROR"):
+        return os.environ["FABRIC_LAB_MIRROR"], os.environ.get("FABRIC_LAB_SECURITY_MIRROR") or None
+    texts = []
+    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
+        if path.is_file() and path.suffix in ("", ".list", ".sources"):
+            texts.append(path.read_text(errors="replace"))
+    archive, security = parse_debian_mirrors(texts)
+    if not archive:
+        raise LabError(
+            "cannot find a Debian bookworm mirror in /etc/apt/sources.list{,.d/*}",
+            "set FABRIC_LAB_MIRROR to a Debian mirror URL and run again")
+    return archive, security
+
+
+def ensure_image(log) -> Path:
+    """Return the cached image for the current recipe, building it first if needed."""
+    digest = recipe_hash()
+    target = image_dir(digest)
+    if is_complete(target):
+        log(f"image {digest}: cached at {target}")
+        return target
+    archive, security = host_mirrors()
+    building = target.with_name(f"{digest}.building")
+    if building.exists():
+        shutil.rmtree(building)  # a build that was interrupted: start over
+    building.mkdir(parents=True)
+    log(f"image {digest}: building (debootstrap + DKMS, about 5-10 minutes) into {building}")
+    env = dict(os.environ, FABRIC_LAB_MIRROR=archive, FABRIC_LAB_SECURITY_MIRROR=security or "")
+    started = time.monotonic()
+    proc = subprocess.run(["bash", str(RECIPE_DIR / "build.sh"), str(building)], env=env)
+    if proc.returncode != 0:
+        raise LabError(f"image build failed (exit {proc.returncode}); logs are in {building}",
+                       "fix the cause shown above and run `make lab-up` again")
+    if target.exists():
+        shutil.rmtree(target)
+    building.rename(target)
+    (target / "build-seconds").write_text(f"{time.monotonic() - started:.0f}\n")
+    log(f"image {digest}: built in {time.monotonic() - started:.0f} s")
+    prune_old_images(keep=digest, log=log)
+    return target
+
+
+def prune_old_images(keep: str, log) -> None:
+    """Drop images of older recipes from the cache (each is several GiB)."""
+    for path in (cache_root() / "images").iterdir():
+        if path.name != keep and path.is_dir() and not path.name.endswith(".building"):
+            log(f"removing outdated image {path.name}")
+            shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,244 @@
+"""Bring the lab up, down, and report its state. `up` converges: it only adds what is missing."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import host, image, topology
+from .errors import LabError
+from .topology import NETNS, VM
+
+REPO = Path(__file__).resolve().parents[2]
+BOOT_TIMEOUT = float(os.environ.get("FABRIC_LAB_BOOT_TIMEOUT", "600"))
+
+
+def log(msg: str) -> None:
+    print(f"[lab {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Lab:
+    def __init__(self, state_dir: Path | None = None, inventory_dir: Path | None = None):
+        self.state_dir = Path(os.environ.get("FABRIC_LAB_STATE", state_dir or REPO / ".lab")).resolve()
+        self.inventory_dir = inventory_dir or REPO / "inventory" / "lab"
+        self.key = self.state_dir / "id_ed25519"
+        self.known_hosts = self.state_dir / "known_hosts"
+        self.ssh_config_path = self.state_dir / "ssh_config"
+        self.control_dir = host.RUN_DIR / "cm"
+        self.settings_path = self.state_dir / "lab.json"
+
+    # --- state -------------------------------------------------------------------------------
+
+    def settings(self) -> dict:
+        try:
+            return json.loads(self.settings_path.read_text())
+        except FileNotFoundError:
+            return {"storage2": False}
+
+    def vms(self, storage2: bool | None = None) -> tuple[VM, ...]:
+        if storage2 is None:
+            storage2 = self.settings().get("storage2", False)
+        return topology.plan(with_storage2=storage2)
+
+    def vmdir(self, vm: VM) -> Path:
+        return self.state_dir / "vms" / vm.name
+
+    def pid(self, vm: VM) -> int | None:
+        """The QEMU pid of vm if it is running (checked against /proc, not just the pidfile)."""
+        try:
+            pid = int((self.vmdir(vm) / "qemu.pid").read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ValueError, ProcessLookupError):
+            return None
+        return pid if f"-name\0{vm.name}".encode() in b"\0".join(cmdline) else None
+
+    @contextlib.contextmanager
+    def locked(self):
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.state_dir / "lock", "w") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise LabError(f"another lab command is running on {self.state_dir}",
+                               "wait for it to finish") from None
+            yield
+
+    # --- up ----------------------------------------------------------------------------------
+
+    def up(self, storage2: bool = False) -> None:
+        started = time.monotonic()
+        digest = image.recipe_hash()
+        host.preflight(state_dir=self.state_dir, cache_dir=image.cache_root(),
+                       image_cached=image.is_complete(image.image_dir(digest)))
+        with self.locked():
+            storage2 = storage2 or self.settings().get("storage2", False)
+            self.settings_path.write_text(json.dumps({"storage2": storage2}) + "\n")
+            host.ensure_packages(log)
+            img = image.ensure_image(log)
+            accel = host.probe_kvm(img, image.cache_root(), log)
+            self.ensure_key()
+            host.ensure_netns(self.state_dir, log)
+            vms = self.vms(storage2)
+            for vm in vms:
+                if self.pid(vm):
+                    log(f"{vm.name}: already running (pid {self.pid(vm)})")
+                    continue
+                self.start(vm, img, accel)
+            self.wait_for_ssh(vms)
+            self.write_access_files(vms)
+            self.check_identity(vms)
+        log(f"lab is up ({', '.join(vm.name for vm in vms)}) in {time.monotonic() - started:.0f} s; "
+            f"inventory: {self.inventory_dir / 'hosts.yml'}")
+
+    def ensure_key(self) -> None:
+        if not self.key.exists():
+            host.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fabric-lab", "-f", str(self.key)])
+
+    def start(self, vm: VM, img: Path, accel: str) -> None:
+        d = self.vmdir(vm)
+        d.mkdir(parents=True, exist_ok=True)
+        marker = d / "image"
+        if not marker.exists() or marker.read_text().strip() != img.name:
+            # a new VM, or one whose image changed: start from a fresh overlay and blank disks
+            for old in d.glob("*.qcow2"):
+                old.unlink()
+            marker.write_text(img.name + "\n")
+        root = d / "root.qcow2"
+        if not root.exists():
+            host.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(img / "disk.raw"), "-F", "raw", str(root)])
+        for disk in vm.disks:
+            path = d / topology.disk_file(disk)
+            if not path.exists():
+                host.run(["qemu-img", "create", "-q", "-f", "qcow2", str(path), f"{disk.size_gib}G"])
+        (d / "console.log").unlink(missing_ok=True)
+        (d / "qemu.pid").unlink(missing_ok=True)
+        host.ensure_tap(vm.tap)
+        argv = topology.qemu_argv(vm, vmdir=d, image_dir=img, ssh_pubkey=self.key.with_suffix(".pub").read_text(),
+                                  accel=accel)
+        (d / "qemu.argv").write_text("\n".join(argv) + "\n")
+        log(f"{vm.name}: starting ({vm.addr}, {vm.memory_mib} MiB, {vm.cpus} vCPU, {len(vm.disks)} data disks, {accel})")
+        host.run(["ip", "netns", "exec", NETNS, *argv])
+
+    def keyscan(self, vm: VM) -> str:
+        proc = subprocess.run(["ip", "netns", "exec", NETNS, "ssh-keyscan", "-T", "3", "-t", "ed25519", str(vm.addr)],
+                              capture_output=True, text=True)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    def wait_for_ssh(self, vms: tuple[VM, ...]) -> None:
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        pending = {vm.name: vm for vm in vms}
+        self.host_keys: dict[str, str] = {}
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(vms)) as pool:
+            while pending:
+                for name, line in zip(list(pending), pool.map(self.keyscan, list(pending.values()))):
+                    vm = pending[name]
+                    if line:
+                        self.host_keys[name] = line.split(None, 1)[1]
+                        log(f"{name}: ssh up after {time.monotonic() - t0:.0f} s")
+                        del pending[name]
+                    elif not self.pid(vm):
+                        raise LabError(f"{name}: QEMU exited during boot; see {self.vmdir(vm) / 'console.log'}",
+                                       "check the console log, then run `make lab-up` again")
+                if pending and time.monotonic() > deadline:
+                    raise LabError(f"{', '.join(pending)}: no SSH after {BOOT_TIMEOUT:.0f} s; "
+                                   f"consoles in {self.state_dir / 'vms'}",
+                                   "check the console logs; raise FABRIC_LAB_BOOT_TIMEOUT on a slow machine")
+                if pending:
+                    time.sleep(3)
+
+    def write_access_files(self, vms: tuple[VM, ...]) -> None:
+        self.known_hosts.write_text("".join(f"{name} {key}\n" for name, key in sorted(self.host_keys.items())))
+        self.control_dir.mkdir(parents=True, exist_ok=True)
+        self.ssh_config_path.write_text(topology.ssh_config(
+            vms, key=self.key, known_hosts=self.known_hosts, control_dir=self.control_dir))
+        self.inventory_dir.mkdir(parents=True, exist_ok=True)
+        inv = topology.inventory(vms, ssh_config_path=self.ssh_config_path)
+        (self.inventory_dir / "hosts.yml").write_text(
+            "# Generated by `make lab-up` (lab/labctl.py): do not edit, it is rewritten on every lab-up.\n"
+            + to_yaml(inv))
+
+    def ssh(self, vm_name: str, *command: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        proc = subprocess.run(["ssh", "-F", str(self.ssh_config_path), vm_name, *command],
+                              capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise LabError(f"{vm_name}: `{' '.join(command)}` failed (exit {proc.returncode}): {proc.stderr.strip()}")
+        return proc
+
+    def check_identity(self, vms: tuple[VM, ...]) -> None:
+        for vm in vms:
+            name = self.ssh(vm.name, "hostname").stdout.strip()
+            if name != vm.name:
+                raise LabError(f"{vm.addr} answers as {name!r}, "
+                               f"expected {vm.name!r}", "run `make lab-down` then `make lab-up`")
+
+    # --- down / status -----------------------------------------------------------------------
+
+    def down(self) -> None:
+        with self.locked():
+            for vm in self.vms(storage2=True):
+                if self.ssh_config_path.exists():
+                    subprocess.run(["ssh", "-F", str(self.ssh_config_path), "-O", "exit", vm.name],
+                                   capture_output=True, timeout=10)
+                pid = self.pid(vm)
+                if pid:
+                    log(f"{vm.name}: stopping (pid {pid})")
+                    os.kill(pid, signal.SIGTERM)
+                    for _ in range(50):
+                        if not self.pid(vm):
+                            break
+                        time.sleep(0.2)
+                    else:
+                        os.kill(pid, signal.SIGKILL)
+            if host.read_owner() in (None, str(self.state_dir)):
+                host.delete_netns(log)
+            else:
+                log(f"namespace {NETNS} belongs to another lab ({host.read_owner()}): left alone")
+            shutil.rmtree(self.state_dir / "vms", ignore_errors=True)
+            for path in (self.ssh_config_path, self.known_hosts, self.settings_path,
+                         self.inventory_dir / "hosts.yml"):
+                path.unlink(missing_ok=True)
+        log("lab is down")
+
+    def status(self) -> dict:
+        vms = self.vms()
+        report = {"netns": NETNS, "netns_present": host.netns_exists(), "owner": host.read_owner(),
+                  "state_dir": str(self.state_dir), "image": image.recipe_hash(),
+                  "image_cached": image.is_complete(image.image_dir()), "vms": []}
+        for vm in vms:
+            pid = self.pid(vm)
+            reachable = False
+            if pid and self.ssh_config_path.exists():
+                try:
+                    reachable = self.ssh(vm.name, "true", check=False, timeout=15).returncode == 0
+                except subprocess.TimeoutExpired:
+                    reachable = False
+            report["vms"].append({"name": vm.name, "role": vm.role, "address": str(vm.addr),
+                                  "pid": pid, "running": bool(pid), "ssh": reachable,
+                                  "disks": [d.by_id for d in vm.disks]})
+        report["up"] = bool(report["vms"]) and all(v["ssh"] for v in report["vms"])
+        return report
+
+
+def to_yaml(data, indent: int = 0) -> str:
+    """A small YAML writer for nested dicts of scalars (the inventory); keeps the lab stdlib-only."""
+    out = []
+    pad = "  " * indent
+    for key, value in data.items():
+        if isinstance(value, dict):
+            if value:
+                out.append(f"{pad}{key}:\n{to_yaml(value, indent + 1)}")
+            else:
+                out.append(f"{pad}{key}: {{}}\n")
+        else:
+            out.append(f"{pad}{key}: {json.dumps(value)}\n")
+    return "".join(out)

@@ -1,0 +1,205 @@
+"""The lab's shape: which VMs exist, their disks, addresses and QEMU command lines.
+
+Everything here is pure (no I/O), so the unit tests can check the plan without root or QEMU.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import ipaddress
+from pathlib import Path
+
+NETNS = "fabriclab"
+BRIDGE = "fabbr0"
+SUBNET = ipaddress.ip_network("10.77.0.0/24")  # private range: used only inside NETNS
+CONTROLLER_ADDR = ipaddress.ip_address("10.77.0.1")  # the bridge's own address
+ISCSI_PORT = 3260
+
+# Memory budget for the whole lab (issue: at most 8 GiB in total, storage2 included).
+MAX_TOTAL_MEMORY_MIB = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class Disk:
+    """One data disk of a VM.
+
+    kind: "hdd" (SATA, rotational), "ssd" (SATA, non-rotational) or "nvme".
+    """
+
+    kind: str
+    serial: str
+    size_gib: int
+    model: str = ""
+    wwn: str = ""
+
+    @property
+    def by_id(self) -> str:
+        """The /dev/disk/by-id name udev gives this disk inside the guest."""
+        if self.kind == "nvme":
+            return f"nvme-QEMU_NVMe_Ctrl_{self.serial}"
+        return f"ata-{self.model.replace(' ', '_')}_{self.serial}"
+
+    @property
+    def rotational(self) -> bool:
+        return self.kind == "hdd"
+
+
+@dataclasses.dataclass(frozen=True)
+class VM:
+    name: str
+    role: str  # "storage" or "gpu"
+    addr: ipaddress.IPv4Address
+    memory_mib: int
+    cpus: int
+    disks: tuple[Disk, ...] = ()
+
+    @property
+    def mac(self) -> str:
+        last = int(self.addr) & 0xFF
+        return f"52:54:00:77:00:{last:02x}"
+
+    @property
+    def tap(self) -> str:
+        return f"fl-{self.name}"[:15]  # IFNAMSIZ - 1
+
+    @property
+    def cidr(self) -> str:
+        return f"{self.addr}/{SUBNET.prefixlen}"
+
+
+def storage_disks(index: int) -> tuple[Disk, ...]:
+    """A realistic storage node: 6 HDD-class, 2 SSD-class and 2 NVMe disks.
+
+    Serials embed the node index so that disks of storage1 and storage2 never share a name.
+    """
+    disks: list[Disk] = []
+    for i in range(6):
+        disks.append(Disk(
+            kind="hdd", serial=f"HDD{index}{i:03d}", size_gib=8, model="LAB HDD 8TB 7200",
+            wwn=f"0x5000c5{index:02x}0077{i:04x}"))
+    for i in range(2):
+        disks.append(Disk(
+            kind="ssd", serial=f"SSD{index}{i:03d}", size_gib=4, model="LAB SSD 960GB",
+            wwn=f"0x55cd2e{index:02x}0077{i:04x}"))
+    for i in range(2):
+        disks.append(Disk(kind="nvme", serial=f"NVME{index}{i:03d}", size_gib=4))
+    return tuple(disks)
+
+
+def plan(with_storage2: bool = False) -> tuple[VM, ...]:
+    """The VMs of the lab, in boot order."""
+    net = SUBNET.network_address
+    vms = [VM("storage1", "storage", net + 11, 2560, 2, storage_disks(1))]
+    if with_storage2:
+        vms.append(VM("storage2", "storage", net + 12, 2560, 2, storage_disks(2)))
+    vms.append(VM("gpu1", "gpu", net + 21, 1280, 1))
+    vms.append(VM("gpu2", "gpu", net + 22, 1280, 1))
+    total = sum(vm.memory_mib for vm in vms)
+    assert total <= MAX_TOTAL_MEMORY_MIB, f"lab plan uses {total} MiB, budget {MAX_TOTAL_MEMORY_MIB}"
+    return tuple(vms)
+
+
+def kernel_cmdline(vm: VM, ssh_pubkey: str) -> str:
+    """Kernel command line; fabric.* words are read by fabric-lab-seed in the guest."""
+    key = base64.b64encode(ssh_pubkey.strip().encode() + b"\n").decode()
+    return " ".join([
+        "root=LABEL=root", "rw", "console=ttyS0", "quiet", "loglevel=4",
+        f"fabric.hostname={vm.name}", f"fabric.mac={vm.mac}", f"fabric.addr={vm.cidr}",
+        f"fabric.sshkey={key}",
+    ])
+
+
+def qemu_argv(vm: VM, *, vmdir: Path, image_dir: Path, ssh_pubkey: str, accel: str = "tcg") -> list[str]:
+    """The full QEMU command line for one VM (the caller runs it inside NETNS)."""
+    argv = [
+        "qemu-system-x86_64",
+        "-name", vm.name,
+        "-machine", "q35",
+        *(["-accel", "tcg,thread=multi", "-cpu", "max"] if accel == "tcg" else ["-accel", "kvm", "-cpu", "host"]),
+        "-smp", str(vm.cpus),
+        "-m", str(vm.memory_mib),
+        "-nodefaults", "-display", "none",
+        "-serial", f"file:{vmdir / 'console.log'}",
+        "-monitor", f"unix:{vmdir / 'monitor.sock'},server,nowait",
+        "-pidfile", str(vmdir / "qemu.pid"),
+        "-daemonize",
+        "-kernel", str(image_dir / "vmlinuz"),
+        "-initrd", str(image_dir / "initrd.img"),
+        "-append", kernel_cmdline(vm, ssh_pubkey),
+        "-device", "virtio-rng-pci",
+        "-drive", f"file={vmdir / 'root.qcow2'},if=none,id=root,format=qcow2,cache=unsafe,discard=unmap",
+        "-device", "virtio-blk-pci,drive=root,serial=lab-root",
+        "-netdev", f"tap,id=n0,ifname={vm.tap},script=no,downscript=no",
+        "-device", f"virtio-net-pci,netdev=n0,mac={vm.mac}",
+    ]
+    sata_ports = {"hdd": 0, "ssd": 0}
+    if any(d.kind == "hdd" for d in vm.disks):
+        argv += ["-device", "ahci,id=sata-hdd"]
+    if any(d.kind == "ssd" for d in vm.disks):
+        argv += ["-device", "ahci,id=sata-ssd"]
+    for n, disk in enumerate(vm.disks):
+        drive = f"d{n}"
+        argv += ["-drive", f"file={vmdir / disk_file(disk)},if=none,id={drive},format=qcow2,cache=unsafe,discard=unmap"]
+        if disk.kind == "nvme":
+            argv += ["-device", f"nvme,serial={disk.serial},drive={drive}"]
+        else:
+            port = sata_ports[disk.kind]
+            sata_ports[disk.kind] += 1
+            rate = 7200 if disk.kind == "hdd" else 1
+            argv += ["-device", (
+                f"ide-hd,bus=sata-{disk.kind}.{port},drive={drive},serial={disk.serial},"
+                f"model={disk.model},wwn={disk.wwn},rotation_rate={rate}")]
+    return argv
+
+
+def disk_file(disk: Disk) -> str:
+    return f"disk-{disk.serial}.qcow2"
+
+
+def ssh_config(vms: tuple[VM, ...], *, key: Path, known_hosts: Path, control_dir: Path) -> str:
+    """An ssh_config that reaches the VMs from the host through the lab namespace."""
+    blocks = []
+    for vm in vms:
+        blocks.append("\n".join([
+            f"Host {vm.name} {vm.addr}",
+            f"    HostName {vm.addr}",
+            f"    HostKeyAlias {vm.name}",
+        ]))
+    common = "\n".join([
+        "Host *",
+        "    User root",
+        f"    IdentityFile {key}",
+        "    IdentitiesOnly yes",
+        f"    UserKnownHostsFile {known_hosts}",
+        "    StrictHostKeyChecking yes",
+        f"    ProxyCommand ip netns exec {NETNS} nc %h %p",
+        "    ControlMaster auto",
+        f"    ControlPath {control_dir}/%C",
+        "    ControlPersist 120",
+        "    ConnectTimeout 10",
+        "    ServerAliveInterval 15",
+        "    LogLevel ERROR",
+    ])
+    return "# Generated by lab/labctl.py: do not edit.\n" + "\n\n".join(blocks + [common]) + "\n"
+
+
+def inventory(vms: tuple[VM, ...], *, ssh_config_path: Path) -> dict:
+    """The Ansible inventory of the lab (written as YAML by the caller)."""
+    groups: dict[str, dict] = {"storage_nodes": {"hosts": {}}, "gpu_nodes": {"hosts": {}}}
+    for vm in vms:
+        group = "storage_nodes" if vm.role == "storage" else "gpu_nodes"
+        groups[group]["hosts"][vm.name] = {
+            "ansible_host": vm.name,
+            "fabric_storage_address": str(vm.addr),
+        }
+    return {
+        "all": {
+            "vars": {
+                "ansible_user": "root",
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "ansible_ssh_common_args": f"-F {ssh_config_path}",
+            },
+            "children": groups,
+        }
+    }

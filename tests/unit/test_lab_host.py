@@ -1,0 +1,117 @@
+"""Lab preflight refusals, recipe hashing and mirror discovery: no root, no VMs needed."""
+
+from pathlib import Path
+
+import pytest
+from fabric_lab import host, image
+from fabric_lab.errors import LabError
+
+GIB = 1024 ** 3
+
+
+@pytest.fixture
+def tun():
+    """A path that is a character device (/dev/null), as /dev/net/tun is."""
+    return Path("/dev/null")
+
+
+def ok_args(tmp_path, tun_path, **over):
+    args = dict(state_dir=tmp_path / "state", cache_dir=tmp_path / "cache", image_cached=True,
+                euid=0, tun=tun_path, free=lambda p: 100 * GIB, netns_present=lambda: False,
+                owner_of=lambda: None)
+    args.update(over)
+    return args
+
+
+def test_preflight_passes_on_a_good_host(tmp_path, tun):
+    host.preflight(**ok_args(tmp_path, tun))
+
+
+def test_preflight_refuses_non_root(tmp_path, tun):
+    with pytest.raises(LabError, match="must run as root") as exc:
+        host.preflight(**ok_args(tmp_path, tun, euid=1000))
+    assert "sudo make lab-up" in exc.value.fix
+
+
+def test_preflight_refuses_without_tun(tmp_path, tun):
+    with pytest.raises(LabError, match="no-such-tun is missing"):
+        host.preflight(**ok_args(tmp_path, tmp_path / "no-such-tun"))
+    regular = tmp_path / "regular-file"
+    regular.write_text("")
+    with pytest.raises(LabError, match="regular-file is missing"):
+        host.preflight(**ok_args(tmp_path, regular))
+
+
+@pytest.mark.parametrize("cached,free_gib,ok", [(True, 5, True), (True, 3, False), (False, 11, False), (False, 13, True)])
+def test_preflight_disk_space(tmp_path, tun, cached, free_gib, ok):
+    args = ok_args(tmp_path, tun, image_cached=cached, free=lambda p: free_gib * GIB)
+    if ok:
+        host.preflight(**args)
+    else:
+        with pytest.raises(LabError, match="not enough free disk space"):
+            host.preflight(**args)
+
+
+def test_preflight_refuses_another_labs_namespace(tmp_path, tun):
+    args = ok_args(tmp_path, tun, netns_present=lambda: True, owner_of=lambda: "/other/checkout/.lab")
+    with pytest.raises(LabError, match="belongs to the lab at /other/checkout/.lab") as exc:
+        host.preflight(**args)
+    assert "ip netns delete" in exc.value.fix
+    with pytest.raises(LabError, match="not this lab"):
+        host.preflight(**ok_args(tmp_path, tun, netns_present=lambda: True, owner_of=lambda: None))
+
+
+def test_preflight_accepts_its_own_namespace(tmp_path, tun):
+    state = tmp_path / "state"
+    host.preflight(**ok_args(tmp_path, tun, netns_present=lambda: True, owner_of=lambda: str(state)))
+
+
+def test_recipe_hash_is_stable_and_tracks_content(tmp_path):
+    (tmp_path / "build.sh").write_text("echo one\n")
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "a").write_text("a\n")
+    first = image.recipe_hash(tmp_path)
+    assert first == image.recipe_hash(tmp_path) and len(first) == 16
+    (tmp_path / "files" / "a").write_text("b\n")
+    assert image.recipe_hash(tmp_path) != first
+    (tmp_path / "files" / "a").write_text("a\n")
+    (tmp_path / "build.sh").chmod(0o755)
+    assert image.recipe_hash(tmp_path) != first  # the executable bit is part of the recipe
+
+
+def test_real_recipe_hash_covers_the_image_files():
+    assert image.recipe_hash() == image.recipe_hash(image.RECIPE_DIR)
+    assert (image.RECIPE_DIR / "build.sh").is_file() and (image.RECIPE_DIR / "packages.txt").is_file()
+
+
+DEB822 = """\
+Types: deb
+# http://snapshot.example/archive/debian/20250520T000000Z
+URIs: http://mirror.example/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://mirror.example/debian-security
+Suites: bookworm-security
+Components: main
+"""
+
+ONE_LINE = """\
+# comment
+deb [arch=amd64] http://local.example/debian bookworm main contrib
+deb http://local.example/security bookworm-security main
+deb https://packages.other.example/apt cloud-sdk-bookworm main
+"""
+
+
+def test_parse_mirrors_deb822():
+    assert image.parse_debian_mirrors([DEB822]) == ("http://mirror.example/debian",
+                                                    "http://mirror.example/debian-security")
+
+
+def test_parse_mirrors_one_line_and_unrelated_repos():
+    assert image.parse_debian_mirrors([ONE_LINE]) == ("http://local.example/debian",
+                                                      "http://local.example/security")
+    assert image.parse_debian_mirrors(["deb https://x.example/apt cloud-sdk-bookworm main\n"]) == (None, None)

@@ -1,0 +1,89 @@
+"""The lab plan (pure): VMs, disks, addresses, QEMU command lines, ssh config, inventory."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from fabric_lab import topology
+from fabric_lab.lab import to_yaml
+
+
+def test_default_plan_has_storage1_and_two_gpu_nodes():
+    names = [vm.name for vm in topology.plan()]
+    assert names == ["storage1", "gpu1", "gpu2"]
+    assert [vm.name for vm in topology.plan(with_storage2=True)] == ["storage1", "storage2", "gpu1", "gpu2"]
+
+
+@pytest.mark.parametrize("storage2", [False, True])
+def test_memory_budget(storage2):
+    total = sum(vm.memory_mib for vm in topology.plan(with_storage2=storage2))
+    assert total <= 8192
+
+
+def test_storage_disk_set():
+    vm = topology.plan()[0]
+    kinds = [d.kind for d in vm.disks]
+    assert kinds.count("hdd") == 6 and kinds.count("ssd") == 2 and kinds.count("nvme") == 2
+    assert all(d.rotational for d in vm.disks if d.kind == "hdd")
+    assert not any(d.rotational for d in vm.disks if d.kind != "hdd")
+    assert vm.disks[0].by_id == "ata-LAB_HDD_8TB_7200_HDD1000"
+    assert vm.disks[-1].by_id == "nvme-QEMU_NVMe_Ctrl_NVME1001"
+
+
+def test_serials_macs_and_addresses_are_unique():
+    vms = topology.plan(with_storage2=True)
+    serials = [d.serial for vm in vms for d in vm.disks]
+    wwns = [d.wwn for vm in vms for d in vm.disks if d.wwn]
+    assert len(serials) == len(set(serials)) and len(wwns) == len(set(wwns))
+    assert all(len(w) == 18 for w in wwns)  # 0x + 16 hex digits, as QEMU's wwn property wants
+    assert len({vm.mac for vm in vms}) == len(vms)
+    assert len({vm.addr for vm in vms}) == len(vms)
+    assert all(vm.addr in topology.SUBNET for vm in vms)
+    assert all(len(vm.tap) <= 15 for vm in vms)
+
+
+def test_gpu_nodes_have_no_data_disks():
+    assert all(not vm.disks for vm in topology.plan() if vm.role == "gpu")
+
+
+def test_qemu_argv_storage_node():
+    vm = topology.plan()[0]
+    argv = topology.qemu_argv(vm, vmdir=Path("/s/vms/storage1"), image_dir=Path("/c/img"),
+                              ssh_pubkey="ssh-ed25519 AAAAC3 fabric-lab")
+    line = " ".join(argv)
+    assert argv[0] == "qemu-system-x86_64"
+    assert "-accel tcg,thread=multi -cpu max" in line
+    assert "-kernel /c/img/vmlinuz" in line and "-initrd /c/img/initrd.img" in line
+    assert line.count("ide-hd,") == 8
+    assert line.count("rotation_rate=7200") == 6 and line.count("rotation_rate=1") == 2
+    assert line.count("-device nvme,") == 2
+    assert f"ifname={vm.tap}" in line and f"mac={vm.mac}" in line
+    # six HDDs fit the six ports of their own AHCI controller
+    assert "bus=sata-hdd.5" in line and "bus=sata-hdd.6" not in line
+    append = argv[argv.index("-append") + 1]
+    assert "root=LABEL=root" in append and "fabric.hostname=storage1" in append
+    assert " " not in append.split("fabric.sshkey=")[1]
+
+
+def test_qemu_argv_kvm_when_probe_says_so():
+    vm = topology.plan()[1]
+    argv = topology.qemu_argv(vm, vmdir=Path("/v"), image_dir=Path("/i"), ssh_pubkey="k", accel="kvm")
+    assert "kvm" in argv and "tcg,thread=multi" not in argv
+
+
+def test_ssh_config_goes_through_the_namespace():
+    text = topology.ssh_config(topology.plan(), key=Path("/s/id"), known_hosts=Path("/s/kh"),
+                               control_dir=Path("/run/x"))
+    assert "Host storage1 10.77.0.11" in text
+    assert f"ProxyCommand ip netns exec {topology.NETNS} nc %h %p" in text
+    assert "StrictHostKeyChecking yes" in text
+
+
+def test_inventory_groups_and_yaml():
+    inv = topology.inventory(topology.plan(with_storage2=True), ssh_config_path=Path("/s/ssh_config"))
+    parsed = yaml.safe_load(to_yaml(inv))
+    assert parsed == inv
+    children = parsed["all"]["children"]
+    assert set(children["storage_nodes"]["hosts"]) == {"storage1", "storage2"}
+    assert set(children["gpu_nodes"]["hosts"]) == {"gpu1", "gpu2"}
+    assert parsed["all"]["vars"]["ansible_ssh_common_args"] == "-F /s/ssh_config"
