@@ -125,7 +125,8 @@ class Lab:
         argv = topology.qemu_argv(vm, vmdir=d, image_dir=img, ssh_pubkey=self.key.with_suffix(".pub").read_text(),
                                   accel=accel)
         (d / "qemu.argv").write_text("\n".join(argv) + "\n")
-        log(f"{vm.name}: starting ({vm.addr}, {vm.memory_mib} MiB, {vm.cpus} vCPU, {len(vm.disks)} data disks, {accel})")
+        log(f"{vm.name}: starting ({vm.addr}, {vm.memory_mib} MiB, {vm.cpus} vCPU, "
+            f"{len(vm.disks)} data disks, {accel})")
         host.run(["ip", "netns", "exec", NETNS, *argv])
 
     def keyscan(self, vm: VM) -> str:
@@ -140,7 +141,8 @@ class Lab:
         t0 = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(vms)) as pool:
             while pending:
-                for name, line in zip(list(pending), pool.map(self.keyscan, list(pending.values()))):
+                names = list(pending)
+                for name, line in zip(names, pool.map(self.keyscan, [pending[n] for n in names]), strict=True):
                     vm = pending[name]
                     if line:
                         self.host_keys[name] = line.split(None, 1)[1]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import run_python, step
 
 ROOT_SERIAL = "lab-root"
@@ -49,8 +48,8 @@ def test_storage_network_is_up(lab, hosts):
     for name in lab.vms:
         out = hosts[name].check_output("ip -o -4 addr show")
         assert f"{lab.addr(name)}/24" in out
-    # GPU nodes reach the storage node over the private bridge
-    hosts["gpu1"].run_expect([0], f"ping -c1 -W5 {lab.addr('storage1')}")
+    # GPU nodes reach the storage node over the private bridge (a TCP connect to its sshd)
+    hosts["gpu1"].run_expect([0], f"timeout 5 bash -c '</dev/tcp/{lab.addr('storage1')}/22'")
 
 
 def test_zfs_module_loads(hosts):
@@ -92,8 +91,8 @@ for so in list(RTSRoot().storage_objects):
 
 
 def initiator_name(host) -> str:
-    line = host.file("/etc/iscsi/initiatorname.iscsi").content_string
-    return next(l.split("=", 1)[1].strip() for l in line.splitlines() if l.startswith("InitiatorName="))
+    text = host.file("/etc/iscsi/initiatorname.iscsi").content_string
+    return next(line.split("=", 1)[1].strip() for line in text.splitlines() if line.startswith("InitiatorName="))
 
 
 @pytest.fixture

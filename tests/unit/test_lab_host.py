@@ -42,7 +42,8 @@ def test_preflight_refuses_without_tun(tmp_path, tun):
         host.preflight(**ok_args(tmp_path, regular))
 
 
-@pytest.mark.parametrize("cached,free_gib,ok", [(True, 5, True), (True, 3, False), (False, 11, False), (False, 13, True)])
+@pytest.mark.parametrize("cached,free_gib,ok",
+                         [(True, 5, True), (True, 3, False), (False, 11, False), (False, 13, True)])
 def test_preflight_disk_space(tmp_path, tun, cached, free_gib, ok):
     args = ok_args(tmp_path, tun, image_cached=cached, free=lambda p: free_gib * GIB)
     if ok:
