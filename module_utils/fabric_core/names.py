@@ -1,0 +1,123 @@
+"""Naming rules: ZFS pools, datasets and snapshots, iSCSI qualified names, host names.
+
+Every validator returns the name unchanged when it is valid and raises ``InvalidName`` with the
+rule that was broken and how to fix it otherwise. Nothing here runs a command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from .errors import InvalidName
+
+# ZFS: component names may contain alphanumerics and - _ . : (zfs(8) "ZFS Component Naming").
+_ZFS_COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+_POOL = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*$")
+_RESERVED_POOLS = {"mirror", "raidz", "raidz1", "raidz2", "raidz3", "draid", "spare",
+                   "log", "cache", "special", "dedup"}
+ZFS_MAX_NAME = 255
+
+# RFC 3720 3.2.6.3.1: iqn.YYYY-MM.reversed.domain[:unique]; LIO (rtslib) also wants a dotted
+# naming authority: iqn.2026-11.lab:x is refused, iqn.2026-11.io.example.lab:x is accepted.
+_IQN = re.compile(r"^iqn\.(\d{4})-(0[1-9]|1[0-2])\.([a-z0-9-]+(?:\.[a-z0-9-]+)+)(?::([a-z0-9.:_-]+))?$")
+_EUI = re.compile(r"^eui\.[0-9A-F]{16}$")
+IQN_MAX = 223
+_HOST = re.compile(r"^(?=.{1,63}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+
+
+def validate_pool_name(name: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidName("pool name is empty", "give the pool a name such as `tank`")
+    if not _POOL.match(name) or len(name) > ZFS_MAX_NAME:
+        raise InvalidName(f"invalid pool name {name!r}: it must start with a letter and contain only "
+                          "letters, digits, '_', '-', '.', ':'", "choose a name such as `tank` or `fast0`")
+    lowered = name.lower()
+    if lowered in _RESERVED_POOLS or re.match(r"^(c[0-9]|mirror|raidz|draid|spare)", lowered):
+        raise InvalidName(f"invalid pool name {name!r}: names beginning with 'mirror', 'raidz', 'draid', "
+                          "'spare' or c[0-9], and the words log/cache/special/dedup, are reserved by ZFS",
+                          "choose another name, for example `tank`")
+    return name
+
+
+def validate_dataset_name(name: str) -> str:
+    """POOL/A/B (no snapshot or bookmark part)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidName("dataset name is empty", "name it POOL/PATH, for example `tank/datasets/imagenet`")
+    if "@" in name or "#" in name:
+        raise InvalidName(f"invalid dataset name {name!r}: '@' and '#' belong to snapshots and bookmarks",
+                          "give the dataset without a version; versions are snapshots")
+    if len(name) > ZFS_MAX_NAME:
+        raise InvalidName(f"invalid dataset name {name!r}: longer than {ZFS_MAX_NAME} characters")
+    pool, *rest = name.split("/")
+    validate_pool_name(pool)
+    for part in rest:
+        if not part or not _ZFS_COMPONENT.match(part):
+            raise InvalidName(f"invalid dataset name {name!r}: component {part!r} must be non-empty and contain only "
+                              "letters, digits, '_', '-', '.', ':' (and not start with a punctuation character)",
+                              "use names such as `tank/datasets/imagenet-2026`")
+    return name
+
+
+def validate_snapshot_component(version: str) -> str:
+    """The part after '@' (a dataset version or a checkpoint step)."""
+    if not isinstance(version, str) or not version or not _ZFS_COMPONENT.match(version):
+        raise InvalidName(f"invalid snapshot name {version!r}: it must contain only letters, digits, '_', '-', "
+                          "'.', ':' and start with a letter or digit", "use a version such as `v1` or `2026-11-22`")
+    return version
+
+
+def validate_snapshot_name(name: str) -> str:
+    """DATASET@SNAPSHOT."""
+    if not isinstance(name, str) or name.count("@") != 1:
+        raise InvalidName(f"invalid snapshot name {name!r}: expected DATASET@VERSION",
+                          "write it as `tank/datasets/imagenet@v1`")
+    dataset, version = name.split("@")
+    validate_dataset_name(dataset)
+    validate_snapshot_component(version)
+    if len(name) > ZFS_MAX_NAME:
+        raise InvalidName(f"invalid snapshot name {name!r}: longer than {ZFS_MAX_NAME} characters")
+    return name
+
+
+def validate_iqn(iqn: str) -> str:
+    """An iSCSI qualified name (iqn. form with a dotted naming authority) or an eui. name."""
+    if not isinstance(iqn, str) or not iqn:
+        raise InvalidName("iSCSI name is empty", "use a name such as `iqn.2026-11.com.example:storage1`")
+    if len(iqn.encode()) > IQN_MAX:
+        raise InvalidName(f"invalid iSCSI name {iqn!r}: longer than {IQN_MAX} bytes (RFC 3720)")
+    if _EUI.match(iqn):
+        return iqn
+    if iqn != iqn.lower():
+        raise InvalidName(f"invalid iSCSI name {iqn!r}: iqn names are lower case (RFC 3722 stringprep)",
+                          f"use {iqn.lower()!r}")
+    if not _IQN.match(iqn):
+        raise InvalidName(
+            f"invalid iSCSI name {iqn!r}: expected iqn.YYYY-MM.reversed.domain[:unique], with a date the domain "
+            "was owned and a dotted domain (LIO refuses a single-label one)",
+            "use a name such as `iqn.2026-11.com.example:gpu1`")
+    return iqn
+
+
+def validate_hostname(name: str) -> str:
+    if not isinstance(name, str) or not _HOST.match(name):
+        raise InvalidName(f"invalid host name {name!r}: expected a DNS label (a-z, 0-9, '-', at most 63)",
+                          "use the inventory hostname, for example `gpu1`")
+    return name
+
+
+def host_iqn(base: str, hostname: str) -> str:
+    """The deterministic initiator (or target) name of a host: BASE:HOSTNAME.
+
+    ``base`` is an iqn without the unique part, for example ``iqn.2026-11.com.example.fabric``.
+    A hostname with characters an IQN cannot hold is lower-cased and gets a short digest so that
+    two hosts never share a name.
+    """
+    if ":" in base:
+        raise InvalidName(f"invalid IQN base {base!r}: it must not contain ':'",
+                          "give only iqn.YYYY-MM.reversed.domain; the host name is appended")
+    unique = hostname.lower()
+    if not re.match(r"^[a-z0-9.-]+$", unique):
+        digest = hashlib.sha256(hostname.encode()).hexdigest()[:8]
+        unique = re.sub(r"[^a-z0-9.-]+", "-", unique).strip("-") + "-" + digest
+    return validate_iqn(f"{base}:{unique}")
