@@ -1,0 +1,68 @@
+"""ZFS module parameters: file rendering, live diff, dry run, refusals (on a temporary sysfs)."""
+
+import pytest
+import support  # noqa: F401  (puts module_utils on sys.path)
+from fabric_core import tunables
+from fabric_core.errors import NotFound, UserError
+
+
+@pytest.fixture
+def sysfs(tmp_path):
+    d = tmp_path / "parameters"
+    d.mkdir()
+    (d / "zfs_arc_max").write_text("0\n")
+    (d / "l2arc_noprefetch").write_text("1\n")
+    return d
+
+
+def test_render_is_sorted_and_stable():
+    text = tunables.render_modprobe({"zfs_arc_max": 5, "l2arc_noprefetch": False})
+    assert text.endswith("options zfs l2arc_noprefetch=0 zfs_arc_max=5\n")
+
+
+def test_first_run_writes_file_and_live_values_second_run_changes_nothing(sysfs, tmp_path):
+    conf = tmp_path / "zfs.conf"
+    params = {"zfs_arc_max": 536870912, "l2arc_noprefetch": 0}
+    first = tunables.ensure(params, dry_run=False, sysfs=sysfs, modprobe_file=conf)
+    assert first["changed"] and first["file_changed"]
+    assert first["live_changed"] == {"zfs_arc_max": {"before": "0", "after": "536870912"},
+                                     "l2arc_noprefetch": {"before": "1", "after": "0"}}
+    assert (sysfs / "zfs_arc_max").read_text() == "536870912"
+    assert "options zfs l2arc_noprefetch=0 zfs_arc_max=536870912" in conf.read_text()
+    second = tunables.ensure(params, dry_run=False, sysfs=sysfs, modprobe_file=conf)
+    assert not second["changed"] and second["live_changed"] == {}
+
+
+def test_dry_run_reports_and_writes_nothing(sysfs, tmp_path):
+    conf = tmp_path / "zfs.conf"
+    result = tunables.ensure({"zfs_arc_max": 1024}, dry_run=True, sysfs=sysfs, modprobe_file=conf)
+    assert result["changed"] and not conf.exists()
+    assert (sysfs / "zfs_arc_max").read_text() == "0\n"
+
+
+def test_live_drift_alone_is_corrected(sysfs, tmp_path):
+    conf = tmp_path / "zfs.conf"
+    tunables.ensure({"zfs_arc_max": 1024}, dry_run=False, sysfs=sysfs, modprobe_file=conf)
+    (sysfs / "zfs_arc_max").write_text("2048\n")  # someone changed it by hand
+    result = tunables.ensure({"zfs_arc_max": 1024}, dry_run=False, sysfs=sysfs, modprobe_file=conf)
+    assert result["changed"] and not result["file_changed"]
+    assert result["live_changed"] == {"zfs_arc_max": {"before": "2048", "after": "1024"}}
+
+
+def test_unknown_parameter_and_bad_values_are_refused_before_any_write(sysfs, tmp_path):
+    conf = tmp_path / "zfs.conf"
+    with pytest.raises(NotFound, match="unknown ZFS module parameter 'zfs_arc_maxx'"):
+        tunables.ensure({"zfs_arc_maxx": 1}, dry_run=False, sysfs=sysfs, modprobe_file=conf)
+    with pytest.raises(UserError, match="must be a non-negative integer"):
+        tunables.ensure({"zfs_arc_max": "8G"}, dry_run=False, sysfs=sysfs, modprobe_file=conf)
+    assert not conf.exists()
+
+
+def test_module_not_loaded(tmp_path):
+    with pytest.raises(NotFound, match="zfs kernel module is not loaded"):
+        tunables.read_live({"zfs_arc_max": 1}, sysfs=tmp_path / "absent")
+    # ensure() writes the file only: modprobe applies it when the module loads
+    conf = tmp_path / "zfs.conf"
+    result = tunables.ensure({"zfs_arc_max": 1024}, dry_run=False, sysfs=tmp_path / "absent", modprobe_file=conf)
+    assert result["changed"] and result["file_changed"] and not result["module_loaded"]
+    assert result["live_changed"] == {} and "zfs_arc_max=1024" in conf.read_text()
