@@ -69,7 +69,10 @@ class VM:
 
 
 def storage_disks(index: int) -> tuple[Disk, ...]:
-    """A realistic storage node: 6 HDD-class, 2 SSD-class and 2 NVMe disks.
+    """A realistic storage node: 6 HDD-class, 2 SSD-class and 3 NVMe disks.
+
+    Enough for the reference layout: raidz2 of the 6 HDDs, a special mirror of 2 NVMe, L2ARC on
+    the third NVMe, and a SLOG mirror of the 2 SSDs.
 
     Serials embed the node index so that disks of storage1 and storage2 never share a name.
     """
@@ -82,7 +85,7 @@ def storage_disks(index: int) -> tuple[Disk, ...]:
         disks.append(Disk(
             kind="ssd", serial=f"SSD{index}{i:03d}", size_gib=4, model="LAB SSD 960GB",
             wwn=f"0x55cd2e{index:02x}0077{i:04x}"))
-    for i in range(2):
+    for i in range(3):
         disks.append(Disk(kind="nvme", serial=f"NVME{index}{i:03d}", size_gib=4))
     return tuple(disks)
 

@@ -23,11 +23,11 @@ def test_memory_budget(storage2):
 def test_storage_disk_set():
     vm = topology.plan()[0]
     kinds = [d.kind for d in vm.disks]
-    assert kinds.count("hdd") == 6 and kinds.count("ssd") == 2 and kinds.count("nvme") == 2
+    assert kinds.count("hdd") == 6 and kinds.count("ssd") == 2 and kinds.count("nvme") == 3
     assert all(d.rotational for d in vm.disks if d.kind == "hdd")
     assert not any(d.rotational for d in vm.disks if d.kind != "hdd")
     assert vm.disks[0].by_id == "ata-LAB_HDD_8TB_7200_HDD1000"
-    assert vm.disks[-1].by_id == "nvme-QEMU_NVMe_Ctrl_NVME1001"
+    assert vm.disks[-1].by_id == "nvme-QEMU_NVMe_Ctrl_NVME1002"
 
 
 def test_serials_macs_and_addresses_are_unique():
@@ -56,7 +56,7 @@ def test_qemu_argv_storage_node():
     assert "-kernel /c/img/vmlinuz" in line and "-initrd /c/img/initrd.img" in line
     assert line.count("ide-hd,") == 8
     assert line.count("rotation_rate=7200") == 6 and line.count("rotation_rate=1") == 2
-    assert line.count("-device nvme,") == 2
+    assert line.count("-device nvme,") == 3
     assert f"ifname={vm.tap}" in line and f"mac={vm.mac}" in line
     # six HDDs fit the six ports of their own AHCI controller
     assert "bus=sata-hdd.5" in line and "bus=sata-hdd.6" not in line
