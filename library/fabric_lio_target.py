@@ -1,0 +1,226 @@
+#!/usr/bin/python
+# gpu-storage-fabric: Ansible module over fabric_core.lio (LIO iSCSI target through rtslib-fb).
+# The logic lives in module_utils/fabric_core/lio.py; this file parses arguments and reports.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fabric_lio_target
+short_description: Converge the LIO iSCSI target (backstores, targets, ACLs, CHAP) to a desired state
+description:
+  - Reads the live LIO configuration through rtslib-fb, plans the changes as an ordered list of
+    actions and applies only the delta. Parents are created first, children removed first.
+  - Every LUN is read-only unless C(readonly=false) is given on a target with C(writable=true)
+    and exactly one ACL for that LUN (block backstore readonly, mapped LUN write_protect, TPG
+    demo_mode_write_protect=1).
+  - Only project-owned objects are changed (targets under O(base_iqn), block backstores named
+    O(backstore_prefix)LUN); everything else is left alone and listed in RV(kept).
+  - Objects removed only with O(purge=true); a LUN, ACL or target with a logged-in initiator is
+    removed only with O(force=true).
+  - After changes the configuration is saved to /etc/rtslib-fb-target/saveconfig.json, which
+    rtslib-fb-targetctl.service restores at boot.
+options:
+  base_iqn:
+    description: IQN prefix (no C(:)) of the project's targets; a target's IQN defaults to BASE_IQN:NAME.
+    type: str
+    required: true
+  backstore_prefix:
+    description: Prefix of the project's block backstores (the backstore of LUN C(x) is PREFIXx).
+    type: str
+    default: fabric_
+  targets:
+    description: The desired targets.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: Target name (a-z, 0-9, C(.), C(-)).
+        type: str
+        required: true
+      iqn:
+        description: Explicit target IQN; must start with BASE_IQN:.
+        type: str
+      writable:
+        description: Allow LUNs with C(readonly=false) (one writer each).
+        type: bool
+        default: false
+      portals:
+        description: Network portals, each C({ip, port}) (port defaults to 3260).
+        type: list
+        elements: dict
+        required: true
+      luns:
+        description: >-
+          LUNs, each C({name, device, readonly=true, wwn, lun}); C(wwn) (T10 unit serial) defaults
+          to a stable uuid5 of the target IQN and LUN name; C(lun) (index) defaults to the existing or
+          lowest free index.
+        type: list
+        elements: dict
+        default: []
+      acls:
+        description: >-
+          Initiators allowed in, each C({initiator, luns, chap}); C(luns) (LUN names) defaults to all
+          LUNs; C(chap) is C({userid, password, mutual_userid, mutual_password}) with secrets of 12-16
+          printable characters. CHAP is all ACLs of a target or none.
+        type: list
+        elements: dict
+        default: []
+  purge:
+    description: >-
+      Remove project-owned targets, backstores, portals, LUNs, ACLs and mapped LUNs that are not
+      in O(targets).
+    type: bool
+    default: false
+  force:
+    description: Remove objects even when initiators are logged in (their I/O fails).
+    type: bool
+    default: false
+  save_config:
+    description: Save the whole LIO configuration after changes, for the restore at boot.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    details: The plan is computed from a real read of the live configuration; nothing is changed.
+  diff_mode:
+    support: full
+    details: Before and after summaries of the project-owned objects (CHAP secrets redacted).
+requirements:
+  - python3-rtslib-fb on the target node (Debian package), configfs mounted
+author:
+  - gpu-storage-fabric
+"""
+
+EXAMPLES = r"""
+- name: Export an ImageNet snapshot read-only to two GPU nodes with CHAP
+  fabric_lio_target:
+    base_iqn: iqn.2026-11.io.fabric.lab
+    targets:
+      - name: datasets
+        portals: [{ip: 10.77.0.11, port: 3260}]
+        luns:
+          - {name: imagenet_v1, device: /dev/zvol/tank/datasets/imagenet@v1}
+        acls:
+          - initiator: iqn.2004-10.com.debian:gpu1
+            chap: {userid: gpu1, password: "{{ vault_gpu1_chap }}"}
+          - initiator: iqn.2004-10.com.debian:gpu2
+            chap: {userid: gpu2, password: "{{ vault_gpu2_chap }}"}
+
+- name: A writable checkpoint volume for exactly one GPU node
+  fabric_lio_target:
+    base_iqn: iqn.2026-11.io.fabric.lab
+    targets:
+      - name: ckpt-gpu1
+        writable: true
+        portals: [{ip: 10.77.0.11}]
+        luns: [{name: ckpt_gpu1, device: /dev/zvol/tank/ckpt/gpu1, readonly: false}]
+        acls: [{initiator: iqn.2004-10.com.debian:gpu1}]
+
+- name: Remove every project target and backstore (none is listed)
+  fabric_lio_target:
+    base_iqn: iqn.2026-11.io.fabric.lab
+    targets: []
+    purge: true
+"""
+
+RETURN = r"""
+changed:
+  description: Whether any LIO object was changed (or would be, in check mode).
+  returned: always
+  type: bool
+  sample: true
+actions:
+  description: The planned changes in order, readable, CHAP secrets redacted.
+  returned: always
+  type: list
+  elements: str
+  sample: ["create_backstore name=fabric_imagenet_v1 device=/dev/zvol/tank/datasets/imagenet@v1 readonly=True wwn=...",
+           "create_target iqn.2026-11.io.fabric.lab:datasets"]
+kept:
+  description: Objects left alone (foreign, or project-owned but not purged), with the reason.
+  returned: always
+  type: list
+  elements: str
+  sample: ["keep kind=target name=iqn.2003-01.org.example:other (not project-owned (outside base_iqn); left alone)"]
+targets:
+  description: Summary of the project-owned targets after the run (before it, in check mode).
+  returned: always
+  type: dict
+  sample: {"iqn.2026-11.io.fabric.lab:datasets": {"enabled": true, "portals": ["10.77.0.11:3260"],
+           "luns": {"0": "fabric_imagenet_v1"}, "acls": {}}}
+diff:
+  description: Before and after summaries (backstores and targets), in diff mode.
+  returned: when diff mode is on
+  type: dict
+  sample: {"before": {}, "after": {}, "before_header": "LIO (live)", "after_header": "LIO (desired)"}
+done:
+  description: The changes that were carried out (on failure, those done before it).
+  returned: when changes were applied or attempted
+  type: list
+  elements: str
+  sample: ["create_target iqn.2026-11.io.fabric.lab:datasets"]
+rolled_back:
+  description: Creations of this run undone after a failure.
+  returned: on an apply failure
+  type: list
+  elements: str
+  sample: []
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.fabric_core.errors import FabricError  # noqa: E402
+from ansible.module_utils.fabric_core.lio import reconcile  # noqa: E402
+
+ACL_CHAP_KEYS = ("password", "mutual_password")
+
+
+def _desired(params: dict) -> dict:
+    return {"base_iqn": params["base_iqn"], "backstore_prefix": params["backstore_prefix"],
+            "targets": params["targets"] or []}
+
+
+def _secrets(targets) -> list:
+    out = []
+    for t in targets or []:
+        for acl in (t or {}).get("acls") or []:
+            chap = (acl or {}).get("chap") or {}
+            out += [str(chap[k]) for k in ACL_CHAP_KEYS if chap.get(k)]
+    return out
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            base_iqn=dict(type="str", required=True),
+            backstore_prefix=dict(type="str", default="fabric_"),
+            targets=dict(type="list", elements="dict", default=[]),
+            purge=dict(type="bool", default=False),
+            force=dict(type="bool", default=False),
+            save_config=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    # CHAP secrets sit inside a free-form list of dicts: register them so Ansible masks them in output.
+    module.no_log_values.update(_secrets(module.params["targets"]))
+    result: dict = {"changed": False, "actions": [], "kept": [], "targets": {}}
+    try:
+        out = reconcile(_desired(module.params), purge=module.params["purge"], force=module.params["force"],
+                        dry_run=module.check_mode, save_config=module.params["save_config"])
+    except FabricError as err:
+        partial = getattr(err, "result", None) or {}
+        result.update({k: v for k, v in partial.items() if k not in ("before", "after")})
+        module.fail_json(msg=str(err), **result)
+    result.update(changed=out["changed"], actions=out["actions"], kept=out["kept"], targets=out["targets"])
+    if "done" in out:
+        result["done"] = out["done"]
+    if module._diff:
+        result["diff"] = {"before": out["before"], "after": out["after"],
+                          "before_header": "LIO (live)", "after_header": "LIO (desired)"}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,954 @@
+"""The LIO iSCSI target as desired state: validation, a pure planner over rtslib dumps, an applier.
+
+Three steps, each testable on its own:
+
+* ``parse_desired(dict) -> DesiredState``: validates everything (IQNs, CHAP, LUN names, the
+  one-writer rule) and raises ``UserError`` before anything is read or changed.
+* ``plan(desired, live, purge=, force=) -> list[Action]``: a pure function. ``live`` is what
+  ``read_live()`` returns: ``{"dump": RTSRoot().dump(), "sessions": [...], "devices": {...}}``
+  (unit tests feed it recorded dumps from the lab). Actions with ``op == "keep"`` are reports
+  (foreign or unpurged objects left alone); every other action is a change.
+* ``apply(actions)``: runs the changes through rtslib-fb in the planned order and, when one
+  fails, deletes what this run created (reverse order) before raising ``LioApplyError``.
+
+Ownership: targets whose IQN starts with ``BASE_IQN:`` and block backstores whose name starts
+with the backstore prefix (``fabric_``) are the project's; nothing else is ever changed.
+rtslib-fb is imported lazily so that this module imports (and plans) without it.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import os
+import re
+import stat
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from .errors import Busy, FabricError, InvalidName, UnsafeOperation, UserError
+from .names import validate_iqn
+
+TPG_TAG = 1
+DEFAULT_BACKSTORE_PREFIX = "fabric_"
+# Debian's rtslib-fb (and its rtslib-fb-targetctl.service, which restores at boot) use this file.
+SAVE_FILE = "/etc/rtslib-fb-target/saveconfig.json"
+RESTORE_UNIT = "rtslib-fb-targetctl.service"
+CONFIGFS = "/sys/kernel/config/target"
+# Fixed namespace of the deterministic T10 unit serials (uuid5 over "TARGET_IQN/LUN_NAME").
+SERIAL_NAMESPACE = uuid.UUID("6f0d7a52-3c0e-5b8e-9f43-2d1a7c9e0b15")
+# CHAP secrets: RFC 3720 8.2.1 wants at least 96 bits (12 bytes); the Microsoft initiator and
+# several HBAs accept at most 16. 12..16 printable ASCII characters work with every initiator.
+CHAP_SECRET_MIN, CHAP_SECRET_MAX = 12, 16
+MAX_LUN = 255
+REDACTED = "********"
+
+_TARGET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
+_LUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,47}$")
+_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
+_UNIT_SERIAL = re.compile(r"^[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")  # rtslib's unit_serial form
+_CHAP_USER = re.compile(r"^[\x21-\x7e]{1,255}$")
+_CHAP_SECRET = re.compile(r"^[\x21-\x7e]+$")
+AUTH_FIELDS = ("userid", "password", "mutual_userid", "mutual_password")
+
+
+# ---------------------------------------------------------------------------------------------
+# Desired state
+
+
+@dataclass
+class Chap:
+    userid: str
+    password: str
+    mutual_userid: str = ""
+    mutual_password: str = ""
+
+    def fields(self) -> dict:
+        return {f: getattr(self, f) for f in AUTH_FIELDS}
+
+
+@dataclass
+class Portal:
+    ip: str
+    port: int = 3260
+
+    def key(self) -> tuple:
+        return (self.ip, self.port)
+
+
+@dataclass
+class LunSpec:
+    name: str
+    device: str
+    readonly: bool = True
+    wwn: str = ""  # T10 unit serial; derived when not given
+    lun: int | None = None  # TPG LUN index; the existing or the lowest free one when not given
+    backstore: str = ""
+
+
+@dataclass
+class AclSpec:
+    initiator: str
+    luns: list = field(default_factory=list)  # LUN names (resolved: never empty unless the target has none)
+    chap: Chap | None = None
+
+
+@dataclass
+class TargetSpec:
+    name: str
+    iqn: str
+    portals: list = field(default_factory=list)
+    luns: list = field(default_factory=list)
+    acls: list = field(default_factory=list)
+    writable: bool = False
+
+    @property
+    def chap(self) -> bool:
+        return any(a.chap for a in self.acls)
+
+
+@dataclass
+class DesiredState:
+    base_iqn: str
+    targets: list = field(default_factory=list)
+    backstore_prefix: str = DEFAULT_BACKSTORE_PREFIX
+
+    def owns_target(self, iqn: str) -> bool:
+        return iqn.startswith(self.base_iqn + ":")
+
+    def owns_backstore(self, name: str) -> bool:
+        return name.startswith(self.backstore_prefix)
+
+
+def unit_serial(target_iqn: str, lun_name: str) -> str:
+    """The deterministic T10 unit serial of a LUN: the same disk to initiators after a re-create.
+
+    The target IQN is part of it so that the same LUN name on two storage nodes is never taken
+    for one disk by dm-multipath.
+    """
+    return str(uuid.uuid5(SERIAL_NAMESPACE, f"{target_iqn}/{lun_name}"))
+
+
+def _lio_iqn(iqn: str, what: str) -> str:
+    validate_iqn(iqn)
+    if "_" in iqn:  # rtslib's normalize_wwn refuses '_' in iqn names (targets and NodeACLs)
+        raise InvalidName(f"invalid {what} {iqn!r}: LIO refuses '_' in iSCSI names",
+                          f"use '-' instead: {iqn.replace('_', '-')!r}")
+    return iqn
+
+
+def _bool(value, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise UserError(f"{what} must be true or false, got {value!r}")
+
+
+def _chap(raw, where: str) -> Chap | None:
+    if raw in (None, {}, ""):
+        return None
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: chap must be a mapping with userid and password")
+    unknown = set(raw) - set(AUTH_FIELDS)
+    if unknown:
+        raise UserError(f"{where}: unknown chap keys {sorted(unknown)}", f"use only {', '.join(AUTH_FIELDS)}")
+    chap = Chap(**{f: str(raw.get(f) or "") for f in AUTH_FIELDS})
+    fix = (f"give userid (printable, no spaces) and a password of {CHAP_SECRET_MIN}-{CHAP_SECRET_MAX} printable "
+           "ASCII characters without spaces, for example from `openssl rand -base64 12`")
+    for user_field, secret_field, required in (("userid", "password", True),
+                                               ("mutual_userid", "mutual_password", False)):
+        user, secret = getattr(chap, user_field), getattr(chap, secret_field)
+        if not required and not user and not secret:
+            continue
+        if not _CHAP_USER.match(user):
+            raise UserError(f"{where}: chap {user_field} must be 1-255 printable characters without spaces", fix)
+        if not (CHAP_SECRET_MIN <= len(secret) <= CHAP_SECRET_MAX) or not _CHAP_SECRET.match(secret):
+            raise UserError(f"{where}: chap {secret_field} must be {CHAP_SECRET_MIN}-{CHAP_SECRET_MAX} printable "
+                            f"ASCII characters without spaces (got {len(secret)} characters); shorter secrets "
+                            "are weak (RFC 3720 8.2.1) and longer ones are refused by some initiators", fix)
+    if chap.mutual_password and chap.mutual_password == chap.password:
+        raise UserError(f"{where}: chap mutual_password equals password",
+                        "use different secrets for the two directions (RFC 3720 8.2.1)")
+    return chap
+
+
+def parse_desired(raw: dict | DesiredState) -> DesiredState:
+    """Validate the desired state (plain dicts) into dataclasses; UserError on the first problem."""
+    if isinstance(raw, DesiredState):
+        return raw
+    if not isinstance(raw, dict):
+        raise UserError("desired LIO state must be a mapping with base_iqn and targets")
+    base = raw.get("base_iqn") or ""
+    _lio_iqn(base, "base_iqn")
+    if ":" in base:
+        raise InvalidName(f"invalid base_iqn {base!r}: it must not contain ':'",
+                          "give only iqn.YYYY-MM.reversed.domain; target names are appended after ':'")
+    prefix = raw.get("backstore_prefix") or DEFAULT_BACKSTORE_PREFIX
+    if not _PREFIX.match(prefix):
+        raise UserError(f"invalid backstore_prefix {prefix!r}", "use letters, digits, '_', '-', '.' (e.g. fabric_)")
+    state = DesiredState(base_iqn=base, backstore_prefix=prefix)
+    targets = raw.get("targets") or []
+    if not isinstance(targets, list):
+        raise UserError("targets must be a list")
+    lun_names: dict = {}
+    devices: dict = {}
+    iqns: set = set()
+    for t in targets:
+        if not isinstance(t, dict):
+            raise UserError(f"each target must be a mapping, got {t!r}")
+        name = t.get("name") or ""
+        if not _TARGET_NAME.match(name):
+            raise InvalidName(f"invalid target name {name!r}: use a-z, 0-9, '.', '-' (at most 63, no '_')",
+                              "for example `datasets`")
+        iqn = t.get("iqn") or f"{base}:{name}"
+        where = f"target {name!r}"
+        _lio_iqn(iqn, f"{where} iqn")
+        if not state.owns_target(iqn):
+            raise UserError(f"{where}: iqn {iqn!r} is not under base_iqn {base!r}",
+                            f"name it {base}:<something> or leave iqn out (it defaults to {base}:{name})")
+        if iqn in iqns:
+            raise UserError(f"{where}: target name/iqn {iqn!r} is used twice", "give every target its own name")
+        iqns.add(iqn)
+        spec = TargetSpec(name=name, iqn=iqn, writable=_bool(t.get("writable", False), f"{where}: writable"))
+        for p in t.get("portals") or []:
+            try:
+                ip = str(ipaddress.ip_address(str(p.get("ip", ""))))
+            except ValueError:
+                raise UserError(f"{where}: portal ip {p.get('ip')!r} is not an IP address",
+                                "give the storage address, for example 10.77.0.11") from None
+            port = p.get("port", 3260)
+            if not isinstance(port, int) or not 1 <= port <= 65535:
+                raise UserError(f"{where}: portal port {port!r} must be 1-65535")
+            portal = Portal(ip, port)
+            if any(x.key() == portal.key() for x in spec.portals):
+                raise UserError(f"{where}: portal {ip}:{port} is listed twice")
+            spec.portals.append(portal)
+        if not spec.portals:
+            raise UserError(f"{where}: no portals", "give at least one portal: {ip: <storage address>, port: 3260}")
+        explicit: set = set()
+        for raw_lun in t.get("luns") or []:
+            lname = raw_lun.get("name") or ""
+            if not _LUN_NAME.match(lname):
+                raise InvalidName(f"{where}: invalid LUN name {lname!r}: letters, digits, '_', '.', '-' "
+                                  "(at most 48, starting with a letter or digit)", "for example `imagenet_v1`")
+            if lname in lun_names:
+                raise UserError(f"{where}: LUN name {lname!r} is also used in target {lun_names[lname]!r}",
+                                "LUN names are unique on a storage node (each is one backstore)")
+            lun_names[lname] = name
+            device = raw_lun.get("device") or ""
+            if not device.startswith("/dev/") or "\n" in device or " " in device:
+                raise UserError(f"{where}: LUN {lname!r} device {device!r} must be a /dev path",
+                                "for example /dev/zvol/tank/datasets/imagenet@v1")
+            if device in devices:
+                raise UserError(f"{where}: device {device} is exported twice (LUNs {devices[device]!r} and {lname!r})",
+                                "export each zvol or snapshot once; give several ACLs access to it instead")
+            devices[device] = lname
+            wwn = raw_lun.get("wwn") or unit_serial(iqn, lname)
+            if not _UNIT_SERIAL.match(wwn):
+                raise UserError(f"{where}: LUN {lname!r} wwn {wwn!r} is not a T10 unit serial in UUID form",
+                                "leave wwn out (a stable one is derived) or give a UUID")
+            index = raw_lun.get("lun")
+            if index is not None:
+                if not isinstance(index, int) or not 0 <= index <= MAX_LUN or index in explicit:
+                    raise UserError(f"{where}: LUN {lname!r} index {index!r} must be a unique integer 0-{MAX_LUN}")
+                explicit.add(index)
+            spec.luns.append(LunSpec(name=lname, device=device,
+                                     readonly=_bool(raw_lun.get("readonly", True), f"{where}: LUN {lname} readonly"),
+                                     wwn=wwn.lower(), lun=index, backstore=prefix + lname))
+        all_luns = [lun.name for lun in spec.luns]
+        for raw_acl in t.get("acls") or []:
+            initiator = raw_acl.get("initiator") or ""
+            _lio_iqn(initiator, f"{where}: ACL initiator")
+            if any(a.initiator == initiator for a in spec.acls):
+                raise UserError(f"{where}: initiator {initiator!r} has two ACLs", "merge them into one")
+            luns = raw_acl.get("luns")
+            luns = list(all_luns) if luns is None else list(luns)
+            for lname in luns:
+                if lname not in all_luns:
+                    raise UserError(f"{where}: ACL {initiator!r} names LUN {lname!r}, which the target does not have",
+                                    f"use one of {all_luns}")
+            spec.acls.append(AclSpec(initiator=initiator, luns=luns,
+                                     chap=_chap(raw_acl.get("chap"), f"{where}: ACL {initiator}")))
+        with_chap = [a.initiator for a in spec.acls if a.chap]
+        if with_chap and len(with_chap) != len(spec.acls):
+            raise UserError(f"{where}: CHAP is set for {with_chap} but not for the other ACLs",
+                            "CHAP is per target (TPG attribute authentication): give every ACL a chap or none")
+        for lun in spec.luns:
+            if lun.readonly:
+                continue
+            readers = [a.initiator for a in spec.acls if lun.name in a.luns]
+            if not spec.writable:
+                raise UnsafeOperation(f"{where}: LUN {lun.name!r} is readonly: false but the target is not writable",
+                                      "set writable: true on the target (one writer only) or keep the LUN read-only")
+            if len(readers) != 1:
+                raise UnsafeOperation(
+                    f"{where}: writable LUN {lun.name!r} is mapped to {len(readers)} ACLs {readers}; a writable "
+                    "export must have exactly one writer (two initiators writing one block device corrupt it)",
+                    "give the writable LUN exactly one ACL, or make it readonly: true")
+        state.targets.append(spec)
+    return state
+
+
+# ---------------------------------------------------------------------------------------------
+# Actions
+
+_RANK = {op: i for i, op in enumerate((
+    "keep",
+    "delete_mapped_lun", "delete_acl", "delete_lun", "delete_portal", "delete_target", "delete_backstore",
+    "create_backstore", "create_target", "create_tpg", "set_tpg_attribute", "create_portal", "create_lun",
+    "create_acl", "create_mapped_lun", "set_write_protect", "set_auth", "enable_tpg"))}
+
+
+@dataclass
+class Action:
+    op: str
+    target: str = ""  # target IQN ("" for backstores)
+    params: dict = field(default_factory=dict)
+    reason: str = ""
+
+    @property
+    def changes(self) -> bool:
+        return self.op != "keep"
+
+    def describe(self) -> str:
+        """One readable line; CHAP secrets are redacted."""
+        p = dict(self.params)
+        if self.op == "set_auth" and "password" in p.get("field", ""):
+            p["value"] = REDACTED if p.get("value") else ""
+        where = f" {self.target}" if self.target else ""
+        args = " ".join(f"{k}={v}" for k, v in p.items())
+        text = f"{self.op}{where}" + (f" {args}" if args else "")
+        return text + (f" ({self.reason})" if self.reason else "")
+
+    def to_dict(self) -> dict:
+        p = dict(self.params)
+        if self.op == "set_auth" and "password" in p.get("field", "") and p.get("value"):
+            p["value"] = REDACTED
+        return {"op": self.op, "target": self.target, "params": p, "reason": self.reason}
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning (pure: plain dicts in, actions out)
+
+
+def _bs_path(name: str) -> str:
+    return f"/backstores/block/{name}"
+
+
+def _tpg(target: dict | None, tag: int = TPG_TAG) -> dict | None:
+    for tpg in (target or {}).get("tpgs", []):
+        if tpg.get("tag") == tag:
+            return tpg
+    return None
+
+
+def _strip_ip(ip: str) -> str:
+    return ip[1:-1] if ip.startswith("[") and ip.endswith("]") else ip
+
+
+def desired_attributes(spec: TargetSpec) -> dict:
+    return {"authentication": 1 if spec.chap else 0, "generate_node_acls": 0, "cache_dynamic_acls": 0,
+            "demo_mode_write_protect": 1}
+
+
+class _Planner:
+    def __init__(self, state: DesiredState, live: dict, purge: bool, force: bool):
+        self.state = state
+        self.dump = live.get("dump", live)
+        self.sessions = live.get("sessions") or []
+        self.devices = live.get("devices")
+        self.purge = purge
+        self.force = force
+        self.actions: list[Action] = []
+        self.busy: list[str] = []
+        self.targets = {t["wwn"]: t for t in self.dump.get("targets", []) if t.get("fabric", "iscsi") == "iscsi"}
+        self.backstores = {s["name"]: s for s in self.dump.get("storage_objects", [])}
+        self.deleted_luns: set = set()  # (target iqn, index)
+        self.deleted_targets: set = set()
+        self.deleted_maps: set = set()  # (target iqn, initiator, mapped index)
+
+    def add(self, op: str, target: str = "", reason: str = "", **params) -> None:
+        self.actions.append(Action(op, target, params, reason))
+
+    def delete_map(self, iqn: str, initiator: str, index: int, reason: str) -> None:
+        if (iqn, initiator, index) not in self.deleted_maps:
+            self.deleted_maps.add((iqn, initiator, index))
+            self.add("delete_mapped_lun", iqn, reason, initiator=initiator, index=index)
+
+    def keep(self, kind: str, name: str, reason: str) -> None:
+        self.add("keep", "", reason, kind=kind, name=name)
+
+    def session_initiators(self, iqn: str) -> list:
+        return sorted({s["initiator"] for s in self.sessions if s.get("target") == iqn
+                       and s.get("tpg", TPG_TAG) == TPG_TAG})
+
+    def check_busy(self, what: str, iqn: str, initiators: list) -> None:
+        active = [i for i in initiators if i in self.session_initiators(iqn)]
+        if active:
+            self.busy.append(f"{what} of {iqn} is in use by logged-in initiator(s) {', '.join(active)}")
+
+    def lun_users(self, iqn: str, tpg: dict, index: int) -> list:
+        return [acl["node_wwn"] for acl in tpg.get("node_acls", [])
+                if any(m.get("tpg_lun") == index for m in acl.get("mapped_luns", []))]
+
+    # -- validation against live state --
+    def validate(self) -> None:
+        desired_names = {lun.backstore for t in self.state.targets for lun in t.luns}
+        for t in self.state.targets:
+            for lun in t.luns:
+                if self.devices is not None:
+                    info = self.devices.get(lun.device) or {}
+                    if not info.get("exists"):
+                        hint = (" (a snapshot's device appears only with `zfs set snapdev=visible` on its "
+                                "dataset)" if "@" in lun.device else "")
+                        raise UserError(f"target {t.name!r}: LUN {lun.name!r} device {lun.device} does not exist"
+                                        + hint, "create the zvol first (and run `udevadm settle`), or fix the path")
+                    if not info.get("block"):
+                        raise UserError(f"target {t.name!r}: LUN {lun.name!r} device {lun.device} is not a block "
+                                        "device", "give a zvol path under /dev/zvol/")
+                real = ((self.devices or {}).get(lun.device) or {}).get("realpath") or lun.device
+                for so in self.backstores.values():
+                    if so["name"] in desired_names:
+                        continue
+                    so_real = ((self.devices or {}).get(so.get("dev")) or {}).get("realpath") or so.get("dev")
+                    if so.get("dev") in (lun.device, real) or so_real == real:
+                        if self.state.owns_backstore(so["name"]) and self.purge:
+                            continue  # it will be purged first
+                        raise UserError(f"target {t.name!r}: device {lun.device} of LUN {lun.name!r} is already "
+                                        f"exported by backstore {so['name']!r}",
+                                        "remove that export first (or purge it, if it is the project's)")
+
+    # -- backstores --
+    def plan_backstores(self) -> set:
+        """Create/replace desired backstores; return the names being (re)created."""
+        fresh: set = set()
+        for t in self.state.targets:
+            for lun in t.luns:
+                live = self.backstores.get(lun.backstore)
+                if live is not None:
+                    if live.get("plugin", "block") != "block":
+                        raise UserError(f"backstore {lun.backstore!r} exists as a {live.get('plugin')} backstore",
+                                        "delete it or rename the LUN")
+                    drift = [f"{k} {live.get(k)!r} -> {v!r}" for k, v in
+                             (("dev", lun.device), ("readonly", lun.readonly), ("wwn", lun.wwn))
+                             if (str(live.get(k)).lower() if k == "wwn" else live.get(k)) != v]
+                    if not drift:
+                        continue
+                    for iqn, tgt in self.targets.items():
+                        tpg_list = tgt.get("tpgs", [])
+                        for tpg in tpg_list:
+                            for lu in tpg.get("luns", []):
+                                if lu.get("storage_object") != _bs_path(lun.backstore):
+                                    continue
+                                if not self.state.owns_target(iqn):
+                                    raise UnsafeOperation(
+                                        f"backstore {lun.backstore!r} must be re-created ({'; '.join(drift)}) but "
+                                        f"foreign target {iqn} exports it", "remove that export first")
+                                for acl in tpg.get("node_acls", []):
+                                    for m in acl.get("mapped_luns", []):
+                                        if m.get("tpg_lun") == lu["index"]:
+                                            self.check_busy(f"LUN {lu['index']}", iqn, [acl["node_wwn"]])
+                                            self.delete_map(iqn, acl["node_wwn"], m["index"],
+                                                            "its backstore is re-created")
+                                self.add("delete_lun", iqn, "its backstore is re-created", index=lu["index"])
+                                self.deleted_luns.add((iqn, lu["index"]))
+                    self.add("delete_backstore", "", "re-created: " + "; ".join(drift), name=lun.backstore)
+                self.add("create_backstore", "", name=lun.backstore, device=lun.device, readonly=lun.readonly,
+                         wwn=lun.wwn)
+                fresh.add(lun.backstore)
+        return fresh
+
+    # -- one target --
+    def plan_target(self, spec: TargetSpec, fresh: set) -> None:
+        iqn = spec.iqn
+        live_t = self.targets.get(iqn)
+        tpg = _tpg(live_t)
+        if live_t is None:
+            self.add("create_target", iqn)
+        if tpg is None:
+            self.add("create_tpg", iqn, tag=TPG_TAG)
+            tpg = {"tag": TPG_TAG, "enable": False, "attributes": {}, "luns": [], "portals": [], "node_acls": []}
+        for other in (live_t or {}).get("tpgs", []):
+            if other.get("tag") != TPG_TAG:
+                self.keep("tpg", f"{iqn} tpgt_{other.get('tag')}", "only TPG 1 is managed")
+        attrs = tpg.get("attributes", {})
+        for name, value in desired_attributes(spec).items():
+            if attrs.get(name) != value:
+                self.add("set_tpg_attribute", iqn, name=name, value=value)
+        # portals
+        want = {p.key() for p in spec.portals}
+        have = {(_strip_ip(p["ip_address"]), p["port"]) for p in tpg.get("portals", [])}
+        for ip, port in sorted(have - want):
+            if self.purge:
+                self.check_busy(f"portal {ip}:{port}", iqn, self.session_initiators(iqn))
+                self.add("delete_portal", iqn, "not in desired state", ip=ip, port=port)
+            else:
+                self.keep("portal", f"{iqn} {ip}:{port}", "not in desired state; purge: true removes it")
+        for ip, port in sorted(want - have):
+            self.add("create_portal", iqn, ip=ip, port=port)
+        # LUNs: index per desired LUN
+        live_luns = {lu["index"]: lu.get("storage_object", "") for lu in tpg.get("luns", [])
+                     if (iqn, lu["index"]) not in self.deleted_luns}
+        by_path: dict = {}
+        for index, path in sorted(live_luns.items()):
+            by_path.setdefault(path, index)
+        explicit = {lun.lun for lun in spec.luns if lun.lun is not None}
+        index_of: dict = {}
+        claimed: set = set(explicit)
+        for lun in spec.luns:
+            path = _bs_path(lun.backstore)
+            if lun.lun is not None:
+                index_of[lun.name] = lun.lun
+            elif path in by_path and by_path[path] not in explicit:
+                index_of[lun.name] = by_path[path]
+                claimed.add(by_path[path])
+        for lun in spec.luns:
+            if lun.name in index_of:
+                continue
+            index = next(i for i in range(MAX_LUN + 1) if i not in claimed and i not in live_luns)
+            index_of[lun.name] = index
+            claimed.add(index)
+        wanted_luns = {index_of[lun.name]: _bs_path(lun.backstore) for lun in spec.luns}
+        removed_luns: set = set()
+        for index, path in sorted(live_luns.items()):
+            if wanted_luns.get(index) == path:
+                continue
+            users = self.lun_users(iqn, tpg, index)
+            if index in wanted_luns or self.purge:
+                self.check_busy(f"LUN {index}", iqn, users)
+                for acl in tpg.get("node_acls", []):
+                    for m in acl.get("mapped_luns", []):
+                        if m.get("tpg_lun") == index:
+                            self.delete_map(iqn, acl["node_wwn"], m["index"], f"TPG LUN {index} is removed")
+                self.add("delete_lun", iqn, f"not in desired state ({path})", index=index)
+                removed_luns.add(index)
+                self.deleted_luns.add((iqn, index))
+            else:
+                self.keep("lun", f"{iqn} lun {index} ({path})", "not in desired state; purge: true removes it")
+        for lun in spec.luns:
+            index = index_of[lun.name]
+            if live_luns.get(index) != _bs_path(lun.backstore) or index in removed_luns:
+                self.add("create_lun", iqn, index=index, backstore=lun.backstore)
+        recreated_luns = {index_of[lun.name] for lun in spec.luns if lun.backstore in fresh} | {
+            index for index in wanted_luns if live_luns.get(index) != wanted_luns[index]}
+        # ACLs
+        live_acls = {a["node_wwn"]: a for a in tpg.get("node_acls", [])}
+        wanted_acls = {a.initiator: a for a in spec.acls}
+        for initiator in sorted(live_acls):
+            if initiator in wanted_acls:
+                continue
+            if self.purge:
+                self.check_busy(f"ACL {initiator}", iqn, [initiator])
+                self.add("delete_acl", iqn, "not in desired state", initiator=initiator)
+            else:
+                self.keep("acl", f"{iqn} {initiator}", "not in desired state; purge: true removes it")
+        ro = {lun.name: lun.readonly for lun in spec.luns}
+        for acl in spec.acls:
+            live_acl = live_acls.get(acl.initiator)
+            if live_acl is None:
+                self.add("create_acl", iqn, initiator=acl.initiator)
+            live_maps = {m["index"]: m for m in (live_acl or {}).get("mapped_luns", [])}
+            wanted_maps = {index_of[name]: ro[name] for name in acl.luns}
+            for index, m in sorted(live_maps.items()):
+                if index in wanted_maps and m.get("tpg_lun") == index and index not in recreated_luns:
+                    continue
+                if (iqn, acl.initiator, index) in self.deleted_maps:
+                    continue  # already deleted with its TPG LUN
+                if index in wanted_maps or self.purge:
+                    self.check_busy(f"mapped LUN {index}", iqn, [acl.initiator])
+                    self.delete_map(iqn, acl.initiator, index, "not in desired state")
+                else:
+                    self.keep("mapped_lun", f"{iqn} {acl.initiator} lun {index}",
+                              "not in desired state; purge: true removes it")
+            for index, readonly in sorted(wanted_maps.items()):
+                m = live_maps.get(index)
+                if m is None or m.get("tpg_lun") != index or index in recreated_luns:
+                    self.add("create_mapped_lun", iqn, initiator=acl.initiator, index=index, tpg_lun=index,
+                             write_protect=readonly)
+                elif bool(m.get("write_protect")) != readonly:
+                    self.add("set_write_protect", iqn, initiator=acl.initiator, index=index, value=readonly)
+            want_auth = acl.chap.fields() if acl.chap else dict.fromkeys(AUTH_FIELDS, "")
+            for name, value in want_auth.items():
+                if (live_acl or {}).get("chap_" + name, "") != value:
+                    self.add("set_auth", iqn, initiator=acl.initiator, field=name, value=value)
+        if not tpg.get("enable"):
+            self.add("enable_tpg", iqn)
+
+    def plan_unwanted(self) -> None:
+        desired_iqns = {t.iqn for t in self.state.targets}
+        for iqn in sorted(self.targets):
+            if not self.state.owns_target(iqn):
+                self.keep("target", iqn, "not project-owned (outside base_iqn); left alone")
+            elif iqn not in desired_iqns:
+                if self.purge:
+                    self.check_busy("target", iqn, self.session_initiators(iqn))
+                    self.add("delete_target", iqn, "not in desired state")
+                    self.deleted_targets.add(iqn)
+                else:
+                    self.keep("target", iqn, "project-owned but not in desired state; purge: true removes it")
+
+    def plan_unwanted_backstores(self) -> None:
+        desired = {lun.backstore for t in self.state.targets for lun in t.luns}
+        for name in sorted(self.backstores):
+            if name in desired:
+                continue
+            if not self.state.owns_backstore(name):
+                self.keep("backstore", name, "not project-owned (no backstore prefix); left alone")
+                continue
+            users = [f"{iqn} lun {lu['index']}" for iqn, tgt in self.targets.items() for tpg in tgt.get("tpgs", [])
+                     for lu in tpg.get("luns", []) if lu.get("storage_object") == _bs_path(name)
+                     and iqn not in self.deleted_targets and (iqn, lu["index"]) not in self.deleted_luns]
+            if self.purge and not users:
+                self.add("delete_backstore", "", "not in desired state", name=name)
+            else:
+                why = f"still exported by {', '.join(users)}" if users else "purge: true removes it"
+                self.keep("backstore", name, f"project-owned but not in desired state; {why}")
+
+    def run(self) -> list[Action]:
+        self.validate()
+        self.plan_unwanted()
+        fresh = self.plan_backstores()
+        for spec in self.state.targets:
+            self.plan_target(spec, fresh)
+        self.plan_unwanted_backstores()
+        if self.busy and not self.force:
+            raise Busy("refused, initiators are logged in: " + "; ".join(self.busy),
+                       "log them out first (`iscsiadm -m node -T TARGET --logout` on the GPU node) or set "
+                       "force: true to cut them off")
+        if self.busy:
+            for item in self.busy:
+                self.keep("session", item, "force: true, removed anyway")
+        return sorted(self.actions, key=lambda a: _RANK[a.op])
+
+
+def plan(desired: dict | DesiredState, live: dict, *, purge: bool = False, force: bool = False) -> list[Action]:
+    """The ordered actions that turn ``live`` into ``desired`` (pure; raises UserError/Busy)."""
+    return _Planner(parse_desired(desired), live, purge, force).run()
+
+
+def changes(actions: list[Action]) -> list[Action]:
+    return [a for a in actions if a.changes]
+
+
+# ---------------------------------------------------------------------------------------------
+# Simulation and summaries (pure): the predicted "after" of a dry run, and readable diffs
+
+
+def simulate(live: dict, actions: list[Action]) -> dict:
+    """Apply actions to a copy of a live dict (as read_live returns), without touching the kernel."""
+    out = copy.deepcopy(live)
+    dump = out.setdefault("dump", {}) if "dump" in live or not live else out
+    dump.setdefault("storage_objects", [])
+    dump.setdefault("targets", [])
+
+    def target(iqn):
+        return next(t for t in dump["targets"] if t["wwn"] == iqn)
+
+    def tpg(iqn):
+        return _tpg(target(iqn))
+
+    def acl(iqn, init):
+        return next(a for a in tpg(iqn)["node_acls"] if a["node_wwn"] == init)
+
+    for a in changes(actions):
+        p = a.params
+        if a.op == "create_backstore":
+            dump["storage_objects"].append({"name": p["name"], "plugin": "block", "dev": p["device"],
+                                            "readonly": p["readonly"], "wwn": p["wwn"]})
+        elif a.op == "delete_backstore":
+            dump["storage_objects"] = [s for s in dump["storage_objects"] if s["name"] != p["name"]]
+        elif a.op == "create_target":
+            dump["targets"].append({"wwn": a.target, "fabric": "iscsi", "tpgs": []})
+        elif a.op == "delete_target":
+            dump["targets"] = [t for t in dump["targets"] if t["wwn"] != a.target]
+        elif a.op == "create_tpg":
+            target(a.target)["tpgs"].append({"tag": p["tag"], "enable": False, "attributes": {}, "luns": [],
+                                             "portals": [], "node_acls": []})
+        elif a.op == "set_tpg_attribute":
+            tpg(a.target).setdefault("attributes", {})[p["name"]] = p["value"]
+        elif a.op == "create_portal":
+            tpg(a.target)["portals"].append({"ip_address": p["ip"], "port": p["port"]})
+        elif a.op == "delete_portal":
+            t = tpg(a.target)
+            t["portals"] = [x for x in t["portals"] if (_strip_ip(x["ip_address"]), x["port"]) != (p["ip"], p["port"])]
+        elif a.op == "create_lun":
+            tpg(a.target)["luns"].append({"index": p["index"], "storage_object": _bs_path(p["backstore"])})
+        elif a.op == "delete_lun":
+            t = tpg(a.target)
+            t["luns"] = [x for x in t["luns"] if x["index"] != p["index"]]
+        elif a.op == "create_acl":
+            tpg(a.target)["node_acls"].append({"node_wwn": p["initiator"], "mapped_luns": []})
+        elif a.op == "delete_acl":
+            t = tpg(a.target)
+            t["node_acls"] = [x for x in t["node_acls"] if x["node_wwn"] != p["initiator"]]
+        elif a.op == "create_mapped_lun":
+            acl(a.target, p["initiator"])["mapped_luns"].append(
+                {"index": p["index"], "tpg_lun": p["tpg_lun"], "write_protect": p["write_protect"]})
+        elif a.op == "delete_mapped_lun":
+            x = acl(a.target, p["initiator"])
+            x["mapped_luns"] = [m for m in x["mapped_luns"] if m["index"] != p["index"]]
+        elif a.op == "set_write_protect":
+            m = next(m for m in acl(a.target, p["initiator"])["mapped_luns"] if m["index"] == p["index"])
+            m["write_protect"] = p["value"]
+        elif a.op == "set_auth":
+            x = acl(a.target, p["initiator"])
+            if p["value"]:
+                x["chap_" + p["field"]] = p["value"]
+            else:
+                x.pop("chap_" + p["field"], None)
+        elif a.op == "enable_tpg":
+            tpg(a.target)["enable"] = True
+    return out
+
+
+def summarize(live: dict, state: DesiredState | None = None) -> dict:
+    """A readable view of the project-owned LIO objects (secrets redacted)."""
+    dump = live.get("dump", live)
+    owns_t = state.owns_target if state else (lambda iqn: True)
+    owns_b = state.owns_backstore if state else (lambda name: True)
+    out: dict = {"backstores": {}, "targets": {}}
+    for so in dump.get("storage_objects", []):
+        if owns_b(so["name"]):
+            out["backstores"][so["name"]] = {"device": so.get("dev"), "readonly": so.get("readonly"),
+                                             "wwn": so.get("wwn")}
+    for t in dump.get("targets", []):
+        if not owns_t(t["wwn"]):
+            continue
+        tpg = _tpg(t) or {}
+        attrs = tpg.get("attributes", {})
+        out["targets"][t["wwn"]] = {
+            "enabled": bool(tpg.get("enable")),
+            "attributes": {k: attrs.get(k) for k in ("authentication", "generate_node_acls", "cache_dynamic_acls",
+                                                     "demo_mode_write_protect")},
+            "portals": sorted(f"{_strip_ip(p['ip_address'])}:{p['port']}" for p in tpg.get("portals", [])),
+            "luns": {str(lu["index"]): lu.get("storage_object", "").rsplit("/", 1)[-1]
+                     for lu in sorted(tpg.get("luns", []), key=lambda x: x["index"])},
+            "acls": {a["node_wwn"]: {
+                "mapped_luns": {str(m["index"]): {"tpg_lun": m.get("tpg_lun"),
+                                                  "write_protect": bool(m.get("write_protect"))}
+                                for m in sorted(a.get("mapped_luns", []), key=lambda x: x["index"])},
+                "chap_userid": a.get("chap_userid", ""),
+                "chap_password": REDACTED if a.get("chap_password") else "",
+                "chap_mutual_userid": a.get("chap_mutual_userid", ""),
+                "chap_mutual_password": REDACTED if a.get("chap_mutual_password") else ""}
+                for a in tpg.get("node_acls", [])},
+        }
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading and applying through rtslib-fb (the only part that needs root and the kernel)
+
+
+def _rtslib():
+    try:
+        import rtslib_fb  # noqa: PLC0415 - lazy on purpose: planning works without rtslib
+    except ImportError as exc:
+        raise UserError("python3-rtslib-fb is not installed on this node",
+                        "install the Debian packages targetcli-fb and python3-rtslib-fb") from exc
+    return rtslib_fb
+
+
+def device_facts(paths) -> dict:
+    """{path: {"exists", "block", "realpath"}} for the given device paths (os.stat on the node)."""
+    facts = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            facts[path] = {"exists": False, "block": False, "realpath": ""}
+            continue
+        facts[path] = {"exists": True, "block": stat.S_ISBLK(st.st_mode), "realpath": os.path.realpath(path)}
+    return facts
+
+
+def read_live(desired: DesiredState | None = None, rts=None) -> dict:
+    """Read the live LIO state: ``{"dump", "sessions", "devices"}`` (the planner's input)."""
+    rts = rts or _rtslib()
+    if not os.path.isdir(CONFIGFS):
+        raise UserError(f"{CONFIGFS} does not exist: configfs is not mounted or target_core_mod is not loaded",
+                        "mount configfs (`mount -t configfs none /sys/kernel/config`) and `modprobe target_core_mod`")
+    root = rts.RTSRoot()
+    dump = root.dump()
+    sessions = []
+    for t in root.targets:
+        if t.fabric_module.name != "iscsi":
+            continue
+        for tpg in t.tpgs:
+            for acl in tpg.node_acls:
+                s = acl.session
+                if s:
+                    sessions.append({"target": t.wwn, "tpg": tpg.tag, "initiator": acl.node_wwn,
+                                     "state": s.get("state"), "id": s.get("id")})
+    paths = set()
+    if desired is not None:
+        paths |= {lun.device for t in desired.targets for lun in t.luns}
+    paths |= {so.get("dev") for so in dump.get("storage_objects", []) if so.get("dev")}
+    return {"dump": dump, "sessions": sessions, "devices": device_facts(sorted(paths))}
+
+
+class LioApplyError(FabricError):
+    """A change failed half-way; what this run created was removed again."""
+
+    def __init__(self, problem: str, fix: str, done: list, rolled_back: list):
+        super().__init__(problem, fix)
+        self.done = done
+        self.rolled_back = rolled_back
+        self.result: dict = {}
+
+
+class _Executor:
+    BUSY_RETRY_SECONDS = 60.0
+
+    def __init__(self, rts):
+        self.rts = rts
+        self.fm = rts.FabricModule("iscsi")
+
+    def target(self, iqn):
+        return self.rts.Target(self.fm, iqn, mode="lookup")
+
+    def tpg(self, iqn):
+        return self.rts.TPG(self.target(iqn), TPG_TAG, mode="lookup")
+
+    def acl(self, iqn, initiator):
+        return self.rts.NodeACL(self.tpg(iqn), initiator, mode="lookup")
+
+    @staticmethod
+    def _portal_ip(ip: str) -> str:
+        return f"[{ip}]" if ":" in ip else ip
+
+    def create_backstore(self, p):
+        # zvol opens fail with ERESTARTSYS ("already in use" to rtslib) while another ZFS command holds
+        # spa_namespace_lock (seen in the lab): retry for a while; rtslib removes its half-made object.
+        deadline = time.monotonic() + self.BUSY_RETRY_SECONDS
+        while True:
+            try:
+                so = self.rts.BlockStorageObject(p["name"], dev=p["device"], wwn=p["wwn"], readonly=p["readonly"])
+                break
+            except self.rts.RTSLibError as exc:
+                if "in use" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        return so.delete
+
+    def run(self, a: Action):
+        """Execute one action; return an undo callable for creations (None otherwise)."""
+        rts, p, iqn = self.rts, a.params, a.target
+        if a.op == "create_backstore":
+            return self.create_backstore(p)
+        if a.op == "delete_backstore":
+            rts.BlockStorageObject(p["name"]).delete()
+        elif a.op == "create_target":
+            try:
+                t = rts.Target(self.fm, iqn, mode="create")
+            except Exception:
+                path = f"{self.fm.path}/{iqn}"
+                if os.path.isdir(path):  # a refused create can leave a half-made target behind
+                    rts.Target(self.fm, iqn, mode="lookup").delete()
+                raise
+            return t.delete
+        elif a.op == "delete_target":
+            self.target(iqn).delete()
+        elif a.op == "create_tpg":
+            return rts.TPG(self.target(iqn), p["tag"], mode="create").delete
+        elif a.op == "set_tpg_attribute":
+            self.tpg(iqn).set_attribute(p["name"], str(p["value"]))
+        elif a.op == "create_portal":
+            return rts.NetworkPortal(self.tpg(iqn), self._portal_ip(p["ip"]), p["port"], mode="create").delete
+        elif a.op == "delete_portal":
+            rts.NetworkPortal(self.tpg(iqn), self._portal_ip(p["ip"]), p["port"], mode="lookup").delete()
+        elif a.op == "create_lun":
+            so = rts.BlockStorageObject(p["backstore"])
+            return rts.LUN(self.tpg(iqn), p["index"], so).delete
+        elif a.op == "delete_lun":
+            rts.LUN(self.tpg(iqn), p["index"]).delete()
+        elif a.op == "create_acl":
+            return rts.NodeACL(self.tpg(iqn), p["initiator"], mode="create").delete
+        elif a.op == "delete_acl":
+            self.acl(iqn, p["initiator"]).delete()
+        elif a.op == "create_mapped_lun":
+            acl = self.acl(iqn, p["initiator"])
+            return rts.MappedLUN(acl, p["index"], p["tpg_lun"], write_protect=p["write_protect"]).delete
+        elif a.op == "delete_mapped_lun":
+            rts.MappedLUN(self.acl(iqn, p["initiator"]), p["index"]).delete()
+        elif a.op == "set_write_protect":
+            rts.MappedLUN(self.acl(iqn, p["initiator"]), p["index"]).write_protect = p["value"]
+        elif a.op == "set_auth":
+            setattr(self.acl(iqn, p["initiator"]), "chap_" + p["field"], p["value"])
+        elif a.op == "enable_tpg":
+            self.tpg(iqn).enable = True
+        else:
+            raise ValueError(f"unknown action {a.op}")
+        return None
+
+
+def apply(actions: list[Action], *, rts=None, save_config: bool = True, save_file: str = SAVE_FILE) -> list[str]:
+    """Run the changes in order; on failure undo this run's creations and raise LioApplyError.
+
+    Deletions and attribute writes done before the failure are not undone (they are listed in
+    the error). After success, the whole configuration is saved for the boot-time restore.
+    """
+    todo = changes(actions)
+    if not todo:
+        return []
+    rts = rts or _rtslib()
+    ex = _Executor(rts)
+    done: list[str] = []
+    undo: list = []
+    for a in todo:
+        try:
+            step = ex.run(a)
+        except Exception as exc:  # rtslib raises RTSLibError, OSError, ...
+            rolled, failed = [], []
+            for text, fn in reversed(undo):
+                try:
+                    fn()
+                    rolled.append(text)
+                except Exception as undo_exc:  # noqa: BLE001 - keep undoing the rest
+                    if "does not exist" not in str(undo_exc):
+                        failed.append(f"{text}: {undo_exc}")
+            problem = f"LIO change failed at `{a.describe()}`: {exc}"
+            if failed:
+                problem += "; could not undo: " + "; ".join(failed)
+            raise LioApplyError(problem, "fix the cause and run again (the plan is recomputed from live state); "
+                                "creations of this run were removed", done, rolled) from exc
+        done.append(a.describe())
+        if step is not None:
+            undo.append((a.describe(), step))
+    if save_config:
+        os.makedirs(os.path.dirname(save_file), exist_ok=True)
+        rts.RTSRoot().save_to_file(save_file)
+    return done
+
+
+def reconcile(desired: dict | DesiredState, *, purge: bool = False, force: bool = False, dry_run: bool = False,
+              save_config: bool = True, save_file: str = SAVE_FILE, rts=None) -> dict:
+    """Read, plan, apply (unless dry_run); return a plain result for modules and fabricctl."""
+    state = parse_desired(desired)
+    rts = rts or _rtslib()
+    before = read_live(state, rts)
+    actions = plan(state, before, purge=purge, force=force)
+    todo = changes(actions)
+    result = {"changed": bool(todo), "actions": [a.describe() for a in todo],
+              "kept": [a.describe() for a in actions if not a.changes],
+              "before": summarize(before, state)}
+    if not todo:
+        result["after"] = result["before"]
+        result["targets"] = result["before"]["targets"]
+        return result
+    if dry_run:
+        result["after"] = summarize(simulate(before, actions), state)
+        result["targets"] = result["before"]["targets"]
+        return result
+    try:
+        result["done"] = apply(actions, rts=rts, save_config=save_config, save_file=save_file)
+    except LioApplyError as err:
+        result["done"] = err.done
+        result["rolled_back"] = err.rolled_back
+        result["after"] = summarize(read_live(state, rts), state)
+        result["targets"] = result["after"]["targets"]
+        err.result = result
+        raise
+    result["after"] = summarize(read_live(state, rts), state)
+    result["targets"] = result["after"]["targets"]
+    return result

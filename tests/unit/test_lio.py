@@ -1,0 +1,320 @@
+# ruff: noqa: I001  (support must be imported first: it puts module_utils on the import path)
+"""fabric_core.lio: validation, the pure planner on recorded rtslib dumps, simulation, apply rollback.
+
+Recorded data: tests/unit/data/lio/ (see its README.md for the exact commands on storage1).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from support import DATA  # also puts module_utils on sys.path
+
+from fabric_core import lio  # noqa: E402
+from fabric_core.errors import Busy, InvalidName, UnsafeOperation, UserError  # noqa: E402
+
+REC = json.loads((DATA / "lio" / "rec_dump_with_session.json").read_text())
+GPU1 = "iqn.2004-10.com.debian:cfea9e9490c1"
+GPU2 = "iqn.2004-10.com.debian:fa49841e5fe"
+IQN = "iqn.2026-11.io.fabric.lab:hc-rec"
+FOREIGN_IQN = "iqn.2026-11.io.other.lab:hc-foreign"
+DEVICES = ["/dev/zvol/hc_pool/rec_a", "/dev/zvol/hc_pool/rec_b", "/dev/zvol/hc_pool/rec_f", "/dev/zvol/hc_pool/new"]
+
+
+def wwn(name: str) -> str:
+    return next(s["wwn"] for s in REC["dump"]["storage_objects"] if s["name"] == name)
+
+
+def live(sessions: bool = True) -> dict:
+    return {"dump": copy.deepcopy(REC["dump"]), "sessions": copy.deepcopy(REC["sessions"]) if sessions else [],
+            "devices": {d: {"exists": True, "block": True, "realpath": d} for d in DEVICES}}
+
+
+def empty() -> dict:
+    return {"dump": {"storage_objects": [], "targets": [], "fabric_modules": []}, "sessions": [],
+            "devices": {d: {"exists": True, "block": True, "realpath": d} for d in DEVICES}}
+
+
+def desired(**over) -> dict:
+    """The desired state that matches the recorded converged export."""
+    target = {"name": "hc-rec", "portals": [{"ip": "10.77.0.11", "port": 3260}],
+              "luns": [{"name": "rec_a", "device": "/dev/zvol/hc_pool/rec_a", "wwn": wwn("fabric_hc_rec_a")},
+                       {"name": "rec_b", "device": "/dev/zvol/hc_pool/rec_b", "wwn": wwn("fabric_hc_rec_b")}],
+              "acls": [{"initiator": GPU1, "chap": {"userid": "gpu1", "password": "hcsecret0001"}}]}
+    target.update(over)
+    return {"base_iqn": "iqn.2026-11.io.fabric.lab", "backstore_prefix": "fabric_hc_", "targets": [target]}
+
+
+def ops(actions) -> list[str]:
+    return [a.op for a in lio.changes(actions)]
+
+
+def test_recorded_dump_is_what_the_lab_made():
+    # guards the fixture itself: the converged export with one live session from gpu1
+    tgt = next(t for t in REC["dump"]["targets"] if t["wwn"] == IQN)
+    assert tgt["tpgs"][0]["node_acls"][0]["mapped_luns"][0]["write_protect"] is True
+    assert REC["sessions"] == [{"id": 1, "initiator": GPU1, "state": "LOGGED_IN", "target": IQN, "tpg": 1}]
+
+
+def test_create_from_empty_orders_parents_first_and_converges():
+    actions = lio.plan(desired(), empty())
+    assert ops(actions) == [
+        "create_backstore", "create_backstore", "create_target", "create_tpg",
+        "set_tpg_attribute", "set_tpg_attribute", "set_tpg_attribute", "set_tpg_attribute",
+        "create_portal", "create_lun", "create_lun", "create_acl", "create_mapped_lun", "create_mapped_lun",
+        "set_auth", "set_auth", "enable_tpg"]
+    attrs = {a.params["name"]: a.params["value"] for a in actions if a.op == "set_tpg_attribute"}
+    assert attrs == {"authentication": 1, "generate_node_acls": 0, "cache_dynamic_acls": 0,
+                     "demo_mode_write_protect": 1}
+    backstores = [a.params for a in actions if a.op == "create_backstore"]
+    assert all(b["readonly"] is True for b in backstores)
+    assert all(a.params["write_protect"] is True for a in actions if a.op == "create_mapped_lun")
+    # the simulated result is converged: planning again changes nothing
+    assert ops(lio.plan(desired(), lio.simulate(empty(), actions))) == []
+
+
+def test_without_chap_authentication_is_zero():
+    state = desired(acls=[{"initiator": GPU1}])
+    actions = lio.plan(state, empty())
+    assert {a.params["name"]: a.params["value"] for a in actions if a.op == "set_tpg_attribute"}["authentication"] == 0
+    assert "set_auth" not in ops(actions)
+
+
+def test_converged_recorded_state_is_a_no_op_and_reports_foreign_objects():
+    actions = lio.plan(desired(), live())
+    assert ops(actions) == []
+    kept = {(a.params["kind"], a.params["name"]) for a in actions if a.op == "keep"}
+    assert kept == {("target", FOREIGN_IQN), ("backstore", "hc_foreign")}
+
+
+def test_attribute_and_write_protect_drift_is_corrected_in_place():
+    state = live()
+    tpg = next(t for t in state["dump"]["targets"] if t["wwn"] == IQN)["tpgs"][0]
+    tpg["attributes"]["demo_mode_write_protect"] = 0
+    tpg["attributes"]["generate_node_acls"] = 1
+    tpg["node_acls"][0]["mapped_luns"][0]["write_protect"] = False
+    actions = lio.changes(lio.plan(desired(), state))
+    assert [a.describe() for a in actions] == [
+        f"set_tpg_attribute {IQN} name=generate_node_acls value=0",
+        f"set_tpg_attribute {IQN} name=demo_mode_write_protect value=1",
+        f"set_write_protect {IQN} initiator={GPU1} index=1 value=True",
+    ]
+    assert ops(lio.plan(desired(), lio.simulate(state, actions))) == []
+
+
+def test_add_an_acl_maps_all_luns_read_only():
+    acls = [{"initiator": GPU1, "chap": {"userid": "gpu1", "password": "hcsecret0001"}},
+            {"initiator": GPU2, "chap": {"userid": "gpu2", "password": "hcsecret0002"}}]
+    actions = lio.changes(lio.plan(desired(acls=acls), live()))
+    assert ops(actions) == ["create_acl", "create_mapped_lun", "create_mapped_lun", "set_auth", "set_auth"]
+    assert all(a.params["initiator"] == GPU2 for a in actions)
+    assert [a.params["write_protect"] for a in actions if a.op == "create_mapped_lun"] == [True, True]
+
+
+def test_acl_restricted_to_some_luns():
+    acls = [{"initiator": GPU1, "luns": ["rec_a"], "chap": {"userid": "gpu1", "password": "hcsecret0001"}}]
+    # dropping a mapped LUN of a logged-in initiator needs purge and then force
+    kept = [a.params["name"] for a in lio.plan(desired(acls=acls), live()) if a.op == "keep"]
+    assert f"{IQN} {GPU1} lun 1" in kept
+    assert ops(lio.plan(desired(acls=acls), live())) == []
+    with pytest.raises(Busy, match="mapped LUN 1"):
+        lio.plan(desired(acls=acls), live(), purge=True)
+    actions = lio.changes(lio.plan(desired(acls=acls), live(sessions=False), purge=True))
+    assert [a.describe() for a in actions] == [
+        f"delete_mapped_lun {IQN} initiator={GPU1} index=1 (not in desired state)"]
+
+
+def test_removing_a_lun_needs_purge_and_refuses_a_busy_lun():
+    state = desired(luns=desired()["targets"][0]["luns"][:1])
+    actions = lio.plan(state, live())
+    assert ops(actions) == []
+    assert any(a.op == "keep" and a.params["kind"] == "lun" for a in actions)
+    assert any(a.op == "keep" and a.params["name"] == "fabric_hc_rec_b" for a in actions)
+    with pytest.raises(Busy) as err:
+        lio.plan(state, live(), purge=True)
+    assert "LUN 1" in err.value.problem and GPU1 in err.value.problem and "force" in err.value.fix
+    forced = lio.plan(state, live(), purge=True, force=True)
+    assert ops(forced) == ["delete_mapped_lun", "delete_lun", "delete_backstore"]
+    quiet = lio.plan(state, live(sessions=False), purge=True)
+    assert ops(quiet) == ["delete_mapped_lun", "delete_lun", "delete_backstore"]
+    assert ops(lio.plan(state, lio.simulate(live(sessions=False), quiet), purge=True)) == []
+
+
+def test_purge_everything_leaves_foreign_objects_alone():
+    state = {"base_iqn": "iqn.2026-11.io.fabric.lab", "backstore_prefix": "fabric_hc_", "targets": []}
+    with pytest.raises(Busy):
+        lio.plan(state, live(), purge=True)
+    actions = lio.plan(state, live(sessions=False), purge=True)
+    assert [(a.op, a.target or a.params.get("name")) for a in lio.changes(actions)] == [
+        ("delete_target", IQN), ("delete_backstore", "fabric_hc_rec_a"), ("delete_backstore", "fabric_hc_rec_b")]
+    kept = {(a.params["kind"], a.params["name"]) for a in actions if a.op == "keep"}
+    assert kept == {("target", FOREIGN_IQN), ("backstore", "hc_foreign")}
+    # without purge nothing is removed
+    assert ops(lio.plan(state, live(sessions=False))) == []
+
+
+def test_backstore_drift_recreates_it_children_first():
+    state = live(sessions=False)
+    so = next(s for s in state["dump"]["storage_objects"] if s["name"] == "fabric_hc_rec_b")
+    so["readonly"] = False
+    actions = lio.changes(lio.plan(desired(), state))
+    assert [a.op for a in actions] == ["delete_mapped_lun", "delete_lun", "delete_backstore", "create_backstore",
+                                       "create_lun", "create_mapped_lun"]
+    assert actions[3].params == {"name": "fabric_hc_rec_b", "device": "/dev/zvol/hc_pool/rec_b", "readonly": True,
+                                 "wwn": wwn("fabric_hc_rec_b")}
+    assert "readonly False -> True" in actions[2].reason
+    with pytest.raises(Busy):
+        lio.plan(desired(), {**state, "sessions": REC["sessions"]})
+
+
+def test_derived_wwn_is_stable_and_in_rtslib_unit_serial_form():
+    luns = [{"name": "rec_a", "device": "/dev/zvol/hc_pool/rec_a"}]
+    a = lio.parse_desired(desired(luns=luns, acls=[])).targets[0].luns[0].wwn
+    b = lio.parse_desired(desired(luns=luns, acls=[])).targets[0].luns[0].wwn
+    assert a == b == lio.unit_serial(IQN, "rec_a")
+    assert lio._UNIT_SERIAL.match(a)
+    other = {"base_iqn": "iqn.2026-11.io.fabric.lab", "targets": [
+        {"name": "other", "portals": [{"ip": "10.77.0.12"}], "luns": luns}]}
+    assert lio.parse_desired(other).targets[0].luns[0].wwn != a  # same LUN name on another target: another disk
+
+
+def test_new_lun_takes_the_lowest_free_index_and_keeps_existing_ones():
+    luns = desired()["targets"][0]["luns"] + [{"name": "new", "device": "/dev/zvol/hc_pool/new"}]
+    actions = lio.changes(lio.plan(desired(luns=luns), live()))
+    assert [(a.op, a.params.get("index")) for a in actions] == [
+        ("create_backstore", None), ("create_lun", 2), ("create_mapped_lun", 2)]
+
+
+@pytest.mark.parametrize("mutate, error, text", [
+    (lambda d: d["targets"][0].update(writable=True, luns=[{"name": "w", "device": "/dev/zvol/hc_pool/new",
+                                                             "readonly": False}],
+                                      acls=[{"initiator": GPU1}, {"initiator": GPU2}]),
+     UnsafeOperation, "exactly one writer"),
+    (lambda d: d["targets"][0].update(luns=[{"name": "w", "device": "/dev/zvol/hc_pool/new", "readonly": False}],
+                                      acls=[{"initiator": GPU1}]), UnsafeOperation, "not writable"),
+    (lambda d: d["targets"][0]["acls"].append({"initiator": "iqn.2004-10.com.debian:gpu_2"}), InvalidName, "'_'"),
+    (lambda d: d["targets"][0]["acls"].append({"initiator": "iqn.2004-10.com.Debian:gpu2"}), InvalidName,
+     "lower case"),
+    (lambda d: d.update(base_iqn="iqn.2026-11.lab"), InvalidName, "dotted"),
+    (lambda d: d["targets"][0].update(iqn="iqn.2026-11.io.other.lab:x"), UserError, "not under base_iqn"),
+    (lambda d: d["targets"][0]["acls"][0]["chap"].update(password="short"), UserError, "12-16"),
+    (lambda d: d["targets"][0]["acls"][0]["chap"].update(password="x" * 17), UserError, "12-16"),
+    (lambda d: d["targets"][0]["acls"][0]["chap"].update(password="has space 12"), UserError, "12-16"),
+    (lambda d: d["targets"][0]["acls"][0]["chap"].update(mutual_userid="t", mutual_password="hcsecret0001"),
+     UserError, "differ"),
+    (lambda d: d["targets"][0]["acls"].append({"initiator": GPU2}), UserError, "CHAP is per target"),
+    (lambda d: d["targets"][0]["luns"].append({"name": "rec_a", "device": "/dev/zvol/hc_pool/new"}), UserError,
+     "also used"),
+    (lambda d: d["targets"][0]["luns"].append({"name": "dup", "device": "/dev/zvol/hc_pool/rec_a"}), UserError,
+     "exported twice"),
+    (lambda d: d["targets"][0]["acls"][0].update(luns=["nope"]), UserError, "does not have"),
+    (lambda d: d["targets"][0].update(portals=[]), UserError, "no portals"),
+    (lambda d: d["targets"][0].update(portals=[{"ip": "storage1"}]), UserError, "not an IP"),
+    (lambda d: d["targets"][0]["luns"][0].update(wwn="abc"), UserError, "unit serial"),
+])
+def test_bad_input_is_refused_before_any_change(mutate, error, text):
+    state = desired()
+    mutate(state)
+    with pytest.raises(error) as err:
+        lio.plan(state, live())
+    assert text in str(err.value)
+    assert err.value.fix or isinstance(err.value, InvalidName)
+
+
+def test_one_writer_is_accepted():
+    state = desired(writable=True, luns=[{"name": "w", "device": "/dev/zvol/hc_pool/new", "readonly": False}],
+                    acls=[{"initiator": GPU2}], name="hc-ckpt")
+    actions = lio.plan(state, empty())
+    assert [a.params["readonly"] for a in actions if a.op == "create_backstore"] == [False]
+    assert [a.params["write_protect"] for a in actions if a.op == "create_mapped_lun"] == [False]
+    attrs = {a.params["name"]: a.params["value"] for a in actions if a.op == "set_tpg_attribute"}
+    assert attrs["demo_mode_write_protect"] == 1
+
+
+def test_missing_device_and_device_used_by_a_foreign_backstore():
+    state = live()
+    state["devices"]["/dev/zvol/hc_pool/new"] = {"exists": False, "block": False, "realpath": ""}
+    luns = desired()["targets"][0]["luns"] + [{"name": "snap", "device": "/dev/zvol/hc_pool/new"}]
+    with pytest.raises(UserError, match="does not exist"):
+        lio.plan(desired(luns=luns), state)
+    luns = desired()["targets"][0]["luns"] + [{"name": "f", "device": "/dev/zvol/hc_pool/rec_f"}]
+    with pytest.raises(UserError, match="already exported by backstore 'hc_foreign'"):
+        lio.plan(desired(luns=luns), live())
+
+
+def test_describe_redacts_chap_secrets_and_summary_too():
+    actions = lio.plan(desired(), empty())
+    text = "\n".join(a.describe() for a in actions) + json.dumps([a.to_dict() for a in actions])
+    assert "hcsecret0001" not in text and lio.REDACTED in text
+    summary = lio.summarize(live(), lio.parse_desired(desired()))
+    assert "hcsecret0001" not in json.dumps(summary)
+    assert list(summary["targets"]) == [IQN]  # foreign target not summarized
+    assert summary["targets"][IQN]["acls"][GPU1]["mapped_luns"]["0"] == {"tpg_lun": 0, "write_protect": True}
+
+
+# -- apply() with a fake rtslib: the order of calls and the rollback of a failed run ------------
+
+
+class FakeRts:
+    """Records rtslib calls; NodeACL creation fails when fail_acl is set."""
+
+    class RTSLibError(Exception):
+        pass
+
+    def __init__(self, fail_acl=False):
+        self.log: list = []
+        self.fail_acl = fail_acl
+        rts = self
+
+        class Obj:
+            def __init__(self, kind, *args, **kw):
+                self.kind, self.args = kind, args
+                rts.log.append(("new", kind, args, kw.get("mode")))
+                self.path = "/nonexistent"
+
+            def delete(self):
+                rts.log.append(("delete", self.kind, self.args))
+
+            def set_attribute(self, name, value):
+                rts.log.append(("attr", name, value))
+
+        def factory(kind):
+            def make(*args, **kw):
+                if kind == "NodeACL" and rts.fail_acl and kw.get("mode") == "create":
+                    raise rts.RTSLibError("boom")
+                return Obj(kind, *[a for a in args if not isinstance(a, Obj)], **kw)
+            return make
+
+        for kind in ("FabricModule", "Target", "TPG", "NetworkPortal", "LUN", "NodeACL", "MappedLUN",
+                     "BlockStorageObject"):
+            setattr(self, kind, factory(kind))
+        self.saved = []
+        self.RTSRoot = lambda: type("R", (), {"save_to_file": lambda _s, f: rts.saved.append(f)})()
+
+
+def test_apply_runs_in_plan_order_and_saves(tmp_path):
+    rts = FakeRts()
+    done = lio.apply(lio.plan(desired(acls=[{"initiator": GPU1}]), empty()), rts=rts,
+                     save_file=str(tmp_path / "saveconfig.json"))
+    kinds = [e[1] for e in rts.log if e[0] == "new" and e[1] != "FabricModule" and e[3] in ("create", None)
+             and e[1] in ("BlockStorageObject", "Target", "NetworkPortal", "NodeACL")]
+    assert kinds[:3] == ["BlockStorageObject", "BlockStorageObject", "Target"]
+    assert len(done) == 15 and rts.saved == [str(tmp_path / "saveconfig.json")]
+
+
+def test_apply_failure_removes_what_this_run_created(tmp_path):
+    rts = FakeRts(fail_acl=True)
+    with pytest.raises(lio.LioApplyError) as err:
+        lio.apply(lio.plan(desired(acls=[{"initiator": GPU1}]), empty()), rts=rts,
+                  save_file=str(tmp_path / "saveconfig.json"))
+    deleted = [e[1] for e in rts.log if e[0] == "delete"]
+    # reverse order: LUNs, portal, TPG, target, then the backstores
+    assert deleted == ["LUN", "LUN", "NetworkPortal", "TPG", "Target", "BlockStorageObject", "BlockStorageObject"]
+    assert "create_acl" in err.value.problem and len(err.value.rolled_back) == 7
+    assert rts.saved == []
+
+
+def test_nothing_to_do_touches_nothing():
+    assert lio.apply(lio.plan(desired(), live()), rts=None) == []
