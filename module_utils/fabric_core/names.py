@@ -29,7 +29,9 @@ _HOST = re.compile(r"^(?=.{1,63}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 def validate_pool_name(name: str) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidName("pool name is empty", "give the pool a name such as `tank`")
-    if not _POOL.match(name) or len(name) > ZFS_MAX_NAME:
+    if len(name) > ZFS_MAX_NAME:
+        raise InvalidName(f"invalid pool name {name!r}: longer than {ZFS_MAX_NAME} characters", "choose a shorter name")
+    if not _POOL.match(name):
         raise InvalidName(f"invalid pool name {name!r}: it must start with a letter and contain only "
                           "letters, digits, '_', '-', '.', ':'", "choose a name such as `tank` or `fast0`")
     lowered = name.lower()
@@ -88,7 +90,7 @@ def validate_iqn(iqn: str) -> str:
         raise InvalidName(f"invalid iSCSI name {iqn!r}: longer than {IQN_MAX} bytes (RFC 3720)")
     if _EUI.match(iqn):
         return iqn
-    if iqn != iqn.lower():
+    if iqn.lower().startswith("iqn.") and iqn != iqn.lower():
         raise InvalidName(f"invalid iSCSI name {iqn!r}: iqn names are lower case (RFC 3722 stringprep)",
                           f"use {iqn.lower()!r}")
     if not _IQN.match(iqn):

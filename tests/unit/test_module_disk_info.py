@@ -1,0 +1,65 @@
+"""library/fabric_disk_info.py as data: tests/unit/data/module_disk_info.yaml, replayed on recorded storage1 output."""
+
+from __future__ import annotations
+
+import json
+from unittest import mock
+
+import pytest
+import yaml
+from support import DATA, basic, load_module, run_module
+
+BY_ID = "/dev/disk/by-id/"
+CASES = yaml.safe_load((DATA / "module_disk_info.yaml").read_text())
+
+
+def script(state: str) -> list[dict]:
+    steps = json.loads((DATA / "disks" / state / "commands.json").read_text())
+    return [{"command": s["command"], "rc": s["rc"], "stderr": s["stderr"],
+             "stdout": (DATA / "disks" / state / s["stdout_file"]).read_text()} for s in steps]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_module(case):
+    steps = script(case["state"])
+    if case.get("zpool_fails"):
+        steps[-1] = dict(steps[-1], rc=1, stdout="", stderr="internal error: out of memory")
+    warnings: list[str] = []
+    result = run_module("fabric_disk_info", case["args"], steps, check_mode=case.get("check_mode", False),
+                        extra_patches=[mock.patch.object(basic.AnsibleModule, "warn",
+                                                         lambda self, msg, **kw: warnings.append(msg))])
+    expect = case["expect"]
+    # every recorded command ran, in order (run_module also checks none was left over)
+    assert result["_commands"] == [[str(a) for a in s["command"]] for s in steps]
+    assert result["changed"] is expect["changed"]
+    assert result.get("failed", False) is expect.get("failed", False)
+    for fragment in expect.get("msg_contains", []):
+        assert fragment in result["msg"]
+    if "disks_as_recorded" in expect:
+        recorded = json.loads((DATA / "disks" / case["state"] / "discover.json").read_text())
+        excluded = expect["disks_as_recorded"] if isinstance(expect["disks_as_recorded"], list) else []
+        assert result["disks"] == [d for d in recorded if d["by_id"].removeprefix(BY_ID) not in excluded]
+    if "in_use" in expect:
+        assert sorted(d["name"] for d in result["disks"] if d["in_use"]) == expect["in_use"]
+    if expect.get("no_layout"):
+        assert "layout" not in result
+    if "vdevs" in expect:
+        assert [[v["role"], v["type"], [p.removeprefix(BY_ID) for p in v["disks"]]]
+                for v in result["layout"]["vdevs"]] == expect["vdevs"]
+        assert all(p.startswith(BY_ID) for v in result["layout"]["vdevs"] for p in v["disks"])
+    for sentence in expect.get("explanation_contains", []):
+        assert sentence in result["layout"]["explanation"]
+    assert warnings == expect.get("warnings", [])
+
+
+def test_module_documentation_parses_and_matches_the_argument_spec():
+    module = load_module("fabric_disk_info")
+    doc = yaml.safe_load(module.DOCUMENTATION)
+    assert doc["module"] == "fabric_disk_info"
+    assert set(doc["options"]) == {"spec", "exclude"}
+    assert doc["attributes"]["check_mode"]["support"] == "full"
+    examples = yaml.safe_load(module.EXAMPLES)
+    assert all(task.get("name") for task in examples)
+    returned = yaml.safe_load(module.RETURN)
+    assert set(returned) == {"disks", "layout"}
+    assert all({"description", "returned", "type"} <= set(v) for v in returned.values())
