@@ -34,6 +34,12 @@ options:
       - An invalid spec fails the task with the problem and the fix, and still returns RV(disks).
     type: dict
     required: false
+  pool:
+    description:
+      - The pool the O(spec) is for. Disks that are members of this imported pool (and in use for no other
+        reason) count as free when planning, so that planning an existing pool again gives the same layout.
+    type: str
+    required: false
   exclude:
     description:
       - Disks to leave out of the result and of the planning, by C(/dev/disk/by-id) path, link name or
@@ -139,7 +145,7 @@ layout:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_core.disks import discover
+from ansible.module_utils.fabric_core.disks import discover, free_for_pool
 from ansible.module_utils.fabric_core.errors import FabricError
 from ansible.module_utils.fabric_core.layout import plan
 from ansible.module_utils.fabric_core.runner import ModuleRunner
@@ -150,6 +156,7 @@ def main():
         argument_spec={
             "spec": {"type": "dict", "required": False},
             "exclude": {"type": "list", "elements": "str", "default": []},
+            "pool": {"type": "str", "required": False},
         },
         supports_check_mode=True,
     )
@@ -169,7 +176,8 @@ def main():
             module.warn(f"exclude: no disk named {name!r} on this node")
         result["disks"] = [d.to_dict() for d in kept]
         if module.params["spec"] is not None:
-            result["layout"] = plan(kept, module.params["spec"]).to_dict()
+            candidates = free_for_pool(kept, module.params["pool"]) if module.params["pool"] else kept
+            result["layout"] = plan(candidates, module.params["spec"]).to_dict()
     except FabricError as err:
         module.fail_json(msg=str(err), **result)
     module.exit_json(**result)

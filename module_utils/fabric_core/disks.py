@@ -295,6 +295,23 @@ def build_disks(lsblk: list[dict], links: dict[str, str], signatures: dict[str, 
     return sorted(result, key=lambda disk: (disk.by_id, disk.name))
 
 
+def free_for_pool(disks: list[DiskInfo], pool: str) -> list[DiskInfo]:
+    """Copies of disks where the members of the imported pool ``pool`` count as free.
+
+    Planning a pool that already exists must find its own disks available, or a second run would
+    plan around them. A member's reasons (partitions ZFS made, its zfs_member label, the pool
+    membership) all come from that pool; any other reason keeps the disk in use.
+    """
+    member = f"part of imported pool '{pool}'"
+    own = (member, "has partitions: ", "partition table gpt", f"ZFS pool member of pool '{pool}'")
+    result = []
+    for disk in disks:
+        if member in disk.reasons and all(r.startswith(own) for r in disk.reasons):
+            disk = DiskInfo.from_dict({**disk.to_dict(), "in_use": False, "reasons": []})
+        result.append(disk)
+    return result
+
+
 def is_active_use(reason: str) -> bool:
     """True for a reason that no wipe can override (mounted, held, in an imported pool)."""
     return reason.startswith(ACTIVE_USE_PREFIXES)

@@ -268,3 +268,17 @@ def test_discover_runs_only_reads_so_a_dry_run_runs_everything():
     assert len(disks.discover(runner)) == 11
     runner.assert_done()
     assert runner.planned == [] and runner.executed == []
+
+
+def test_free_for_pool_frees_only_that_pools_members():
+    found = list(discovered("inuse-fs").values())
+    freed = {d.by_id: d for d in disks.free_for_pool(found, "hb_rec")}
+    member = "/dev/disk/by-id/ata-LAB_HDD_8TB_7200_HDD1002"
+    assert not freed[member].in_use and freed[member].reasons == []
+    # a disk in use for its own reasons (mounted ext4, dm holder) stays in use
+    assert freed["/dev/disk/by-id/ata-LAB_HDD_8TB_7200_HDD1005"].in_use
+    assert freed["/dev/disk/by-id/virtio-lab-root"].in_use
+    # another pool's name frees nothing, and the input is not modified
+    other = disks.free_for_pool(found, "tank")
+    assert [d.in_use for d in other] == [d.in_use for d in found]
+    assert next(d for d in found if d.by_id == member).in_use

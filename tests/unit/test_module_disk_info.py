@@ -56,7 +56,7 @@ def test_module_documentation_parses_and_matches_the_argument_spec():
     module = load_module("fabric_disk_info")
     doc = yaml.safe_load(module.DOCUMENTATION)
     assert doc["module"] == "fabric_disk_info"
-    assert set(doc["options"]) == {"spec", "exclude"}
+    assert set(doc["options"]) == {"spec", "exclude", "pool"}
     assert doc["attributes"]["check_mode"]["support"] == "full"
     examples = yaml.safe_load(module.EXAMPLES)
     assert all(task.get("name") for task in examples)
