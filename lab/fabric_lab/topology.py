@@ -16,6 +16,8 @@ SUBNET = ipaddress.ip_network("10.77.0.0/24")  # private range: used only inside
 CONTROLLER_ADDR = ipaddress.ip_address("10.77.0.1")  # the bridge's own address
 ISCSI_PORT = 3260
 
+AHCI_PORTS = 6  # ports of one QEMU AHCI controller
+
 # Memory budget for the whole lab (issue: at most 8 GiB in total, storage2 included).
 MAX_TOTAL_MEMORY_MIB = 8192
 
@@ -77,7 +79,7 @@ def storage_disks(index: int) -> tuple[Disk, ...]:
     Serials embed the node index so that disks of storage1 and storage2 never share a name.
     """
     disks: list[Disk] = []
-    for i in range(6):
+    for i in range(7):
         disks.append(Disk(
             kind="hdd", serial=f"HDD{index}{i:03d}", size_gib=8, model="LAB HDD 8TB 7200",
             wwn=f"0x5000c5{index:02x}0077{i:04x}"))
@@ -136,22 +138,19 @@ def qemu_argv(vm: VM, *, vmdir: Path, image_dir: Path, ssh_pubkey: str, accel: s
         "-netdev", f"tap,id=n0,ifname={vm.tap},script=no,downscript=no",
         "-device", f"virtio-net-pci,netdev=n0,mac={vm.mac}",
     ]
-    sata_ports = {"hdd": 0, "ssd": 0}
-    if any(d.kind == "hdd" for d in vm.disks):
-        argv += ["-device", "ahci,id=sata-hdd"]
-    if any(d.kind == "ssd" for d in vm.disks):
-        argv += ["-device", "ahci,id=sata-ssd"]
+    sata = [d for d in vm.disks if d.kind != "nvme"]
+    for controller in range((len(sata) + AHCI_PORTS - 1) // AHCI_PORTS):
+        argv += ["-device", f"ahci,id=sata{controller}"]
     for n, disk in enumerate(vm.disks):
         drive = f"d{n}"
         argv += ["-drive", f"file={vmdir / disk_file(disk)},if=none,id={drive},format=qcow2,cache=unsafe,discard=unmap"]
         if disk.kind == "nvme":
             argv += ["-device", f"nvme,serial={disk.serial},drive={drive}"]
         else:
-            port = sata_ports[disk.kind]
-            sata_ports[disk.kind] += 1
+            port = sata.index(disk)
             rate = 7200 if disk.kind == "hdd" else 1
             argv += ["-device", (
-                f"ide-hd,bus=sata-{disk.kind}.{port},drive={drive},serial={disk.serial},"
+                f"ide-hd,bus=sata{port // AHCI_PORTS}.{port % AHCI_PORTS},drive={drive},serial={disk.serial},"
                 f"model={disk.model},wwn={disk.wwn},rotation_rate={rate}")]
     return argv
 
