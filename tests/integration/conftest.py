@@ -85,3 +85,43 @@ def run_python(host, script: str, *args: str):
 def step(msg: str) -> None:
     """A progress line (shown with `pytest -s`, as `make demo` does)."""
     print(f"  -> {msg}", flush=True)
+
+
+@dataclass
+class PlaybookRun:
+    rc: int
+    stdout: str
+    stderr: str
+    recap: dict  # host -> {"ok": n, "changed": n, "failed": n, ...}
+
+    def changed(self) -> dict:
+        return {host: counts["changed"] for host, counts in self.recap.items()}
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def parse_recap(stdout: str) -> dict:
+    """PLAY RECAP lines (`host : ok=3 changed=1 ...`) as {host: {counter: int}}."""
+    recap = {}
+    in_recap = False
+    for line in stdout.splitlines():
+        if line.startswith("PLAY RECAP"):
+            in_recap = True
+            continue
+        if in_recap and " : " in line:
+            host, _, counters = line.partition(" : ")
+            recap[host.strip()] = {k: int(v) for k, v in (c.split("=") for c in counters.split())}
+    return recap
+
+
+def ansible_playbook(lab: LabInfo, playbook: str, *args: str, extra_vars: dict | None = None,
+                     timeout: float = 1800) -> PlaybookRun:
+    """Run ansible-playbook from the repository root against the lab inventory."""
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory), playbook, *args]
+    if extra_vars is not None:
+        argv += ["-e", json.dumps(extra_vars)]
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    return PlaybookRun(proc.returncode, proc.stdout, proc.stderr, parse_recap(proc.stdout))
