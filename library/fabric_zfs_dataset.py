@@ -1,0 +1,192 @@
+#!/usr/bin/python
+# gpu-storage-fabric: a ZFS dataset or volume with declared properties (never destroyed).
+# The logic lives in module_utils/fabric_core/zfs.py; this module parses arguments and reports.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fabric_zfs_dataset
+short_description: A ZFS filesystem or volume with declared properties; created or updated, never destroyed
+description:
+  - Creates the dataset (C(zfs create -p -o k=v ... -o fabric:managed=true)), or a volume when
+    O(volume_size) is given (C(-V)), when it does not exist.
+  - On an existing dataset, sets only the properties whose normalised value differs (one C(zfs set)).
+    Sizes (10G), on/off spellings and compression aliases (on = lz4, zstd = zstd-3) compare equal.
+  - Properties that are fixed at creation (casesensitivity, normalization, utf8only, volblocksize,
+    encryption) are refused when they differ; a volume is never shrunk. Nothing is ever destroyed.
+  - An existing dataset without a local C(fabric:managed=true) is changed only with O(adopt=true).
+version_added: "0.1.0"
+author: gpu-storage-fabric maintainers
+options:
+  name:
+    description: Dataset name, C(POOL/PATH).
+    type: str
+    required: true
+  properties:
+    description:
+      - ZFS properties (compression, recordsize, quota, refquota, reservation, atime, primarycache,
+        secondarycache, special_small_blocks, dedup, ...) and user properties (names with C(:)).
+      - Booleans become on/off. Sizes accept suffixes (K, M, G, T) or C(none).
+    type: dict
+    default: {}
+  encryption:
+    description:
+      - Native ZFS encryption, chosen only at creation. With C(enabled=true) the dataset is created with
+        C(encryption=aes-256-gcm), the given C(keyformat) and C(keylocation=prompt); the key is passed on
+        stdin, never on the command line.
+      - For an existing dataset, a different encryption setting is an error (it cannot change).
+    type: dict
+    suboptions:
+      enabled:
+        description: Whether the dataset is encrypted.
+        type: bool
+        default: true
+      key:
+        description: The passphrase (8-512 characters), 64 hex digits, or 32 raw bytes, per C(keyformat).
+        type: str
+        no_log: true
+      keyformat:
+        description: How the key is given.
+        type: str
+        choices: [passphrase, hex, raw]
+        default: passphrase
+  allow_dedup:
+    description:
+      - Allow a C(dedup) property other than off. Deduplication costs about 5 GB of RAM per TB of unique
+        data; without this flag it is refused.
+    type: bool
+    default: false
+  volume_size:
+    description:
+      - Create a volume (zvol) of this size instead of a filesystem, e.g. C(100G).
+      - Growing an existing volume is allowed, shrinking is refused.
+    type: str
+  adopt:
+    description: Allow changing an existing dataset that was not created by this project; sets C(fabric:managed=true).
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    details: Every read runs; a new dataset is validated with C(zfs create -n -v) and its output is in RV(prepared).
+  diff_mode:
+    support: full
+    details: The declared properties before and after.
+"""
+
+EXAMPLES = r"""
+- name: Training dataset with large records, zstd, a quota and small blocks on the special vdev
+  fabric_zfs_dataset:
+    name: tank/datasets/imagenet
+    properties:
+      compression: zstd
+      recordsize: 1M
+      quota: 2T
+      atime: false
+      special_small_blocks: 64K
+      fabric:role: dataset
+
+- name: Encrypted dataset (key from the vault, passed on stdin)
+  fabric_zfs_dataset:
+    name: tank/secret
+    encryption:
+      enabled: true
+      key: "{{ vault_tank_secret_passphrase }}"
+      keyformat: passphrase
+  no_log: true
+
+- name: Checkpoint volume
+  fabric_zfs_dataset:
+    name: tank/checkpoints/run42
+    volume_size: 200G
+    properties:
+      volblocksize: 64K
+"""
+
+RETURN = r"""
+changed:
+  description: Whether the dataset was created or properties set (or would be, in check mode).
+  returned: always
+  type: bool
+created:
+  description: Whether the dataset was created by this run.
+  returned: always
+  type: bool
+changed_properties:
+  description: Properties set (or that would be set), with the value before and after.
+  returned: always
+  type: dict
+  sample: {compression: {before: lz4, after: zstd}, quota: {before: "0", after: 2T}}
+commands:
+  description: State-changing commands that ran (or would run), as argv lists. Keys never appear in them.
+  returned: always
+  type: list
+  elements: list
+  sample: [[zfs, set, compression=zstd, quota=2T, tank/datasets/imagenet]]
+prepared:
+  description: In check mode for a new dataset, the output of C(zfs create -n -v).
+  returned: always
+  type: str
+warnings:
+  description: Warnings (dedup RAM cost, adoption), emitted with C(module.warn) so Ansible shows them.
+  returned: when there are any
+  type: list
+  elements: str
+diff:
+  description: The declared properties before and after (with diff mode).
+  returned: when diff mode is on
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from ansible.module_utils.fabric_core.errors import FabricError
+    from ansible.module_utils.fabric_core.runner import ModuleRunner
+    from ansible.module_utils.fabric_core.zfs import ensure_dataset
+except ImportError as exc:  # pragma: no cover - reported by main()
+    IMPORT_ERROR = exc
+else:
+    IMPORT_ERROR = None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            properties=dict(type="dict", default={}),
+            encryption=dict(type="dict", options=dict(
+                enabled=dict(type="bool", default=True),
+                key=dict(type="str", no_log=True),
+                keyformat=dict(type="str", default="passphrase", choices=["passphrase", "hex", "raw"]),
+            )),
+            allow_dedup=dict(type="bool", default=False),
+            volume_size=dict(type="str"),
+            adopt=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    if IMPORT_ERROR is not None:
+        module.fail_json(msg=f"fabric_core is not available: {IMPORT_ERROR}")
+    p = module.params
+    runner = ModuleRunner(module, dry_run=module.check_mode)
+    result = {"changed": False, "created": False, "changed_properties": {}, "commands": [], "prepared": ""}
+    try:
+        out = ensure_dataset(runner, name=p["name"], properties=p["properties"], encryption=p["encryption"],
+                             allow_dedup=p["allow_dedup"], volume_size=p["volume_size"], adopt=p["adopt"])
+    except FabricError as err:
+        result["commands"] = [list(a) for a in (runner.executed + runner.planned)]
+        module.fail_json(msg=str(err), **result)
+    result.update(changed=out["changed"], created=out["created"], changed_properties=out["changed_properties"],
+                  commands=out["commands"], prepared=out["prepared"])
+    if module._diff:
+        result["diff"] = {"before": out["before"], "after": out["after"],
+                          "before_header": f"{p['name']} (live)", "after_header": f"{p['name']} (declared)"}
+    for warning in out["warnings"]:
+        module.warn(warning)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

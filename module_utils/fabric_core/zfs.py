@@ -1,0 +1,333 @@
+"""ZFS datasets and volumes: parse ``zfs get``, normalise property values, converge a dataset.
+
+Written against OpenZFS 2.1 (recorded outputs in tests/unit/data/zfs/). A dataset is created with
+``fabric:managed=true``; an existing one is changed only by ``zfs set`` of the properties that
+differ. Nothing here destroys a dataset.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import CommandError, UnsafeOperation, UserError
+from .names import validate_dataset_name
+from .runner import Runner
+
+MANAGED_PROP = "fabric:managed"
+
+SIZE_PROPS = {"quota", "refquota", "reservation", "refreservation", "recordsize", "volsize", "volblocksize",
+              "special_small_blocks", "dnodesize_bytes"}
+# sizes where "none" means 0 in `zfs get -p`
+NONE_IS_ZERO = {"quota", "refquota", "reservation", "refreservation"}
+ONOFF_PROPS = {"atime", "relatime", "readonly", "exec", "setuid", "devices", "canmount", "overlay", "zoned",
+               "vscan", "nbmand", "utf8only", "jailed", "mlslabel"}
+# fixed when the dataset is created (zfs(8): "can only be set at creation time")
+CREATE_ONLY = {"casesensitivity", "normalization", "utf8only", "volblocksize", "encryption", "keyformat",
+               "pbkdf2iters"}
+# read-only statistics: cannot be declared at all
+READ_ONLY = {"type", "creation", "used", "available", "referenced", "compressratio", "mounted", "origin",
+             "usedbysnapshots", "usedbydataset", "usedbychildren", "usedbyrefreservation", "written",
+             "logicalused", "logicalreferenced", "refcompressratio", "guid", "createtxg", "objsetid",
+             "encryptionroot", "keystatus", "clones", "defer_destroy", "userrefs", "snapshots_changed",
+             "filesystem_count", "snapshot_count", "version"}
+KEYFORMATS = ("passphrase", "hex", "raw")
+# defaults of OpenZFS 2.1 for "on" and short names of algorithms
+_COMPRESSION_ALIASES = {"on": "lz4", "zstd": "zstd-3", "gzip": "gzip-6"}
+_CHECKSUM_ALIASES = {"on": "fletcher4"}
+_DEDUP_ALIASES = {"on": "sha256", "verify": "sha256,verify"}
+_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGTPE]?)(?:i?B)?$", re.IGNORECASE)
+_UNITS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+DEDUP_WARNING = ("deduplication keeps a table in RAM: plan about 5 GB of RAM per TB of unique data, or the pool "
+                 "slows to a crawl when the table spills to disk")
+
+
+def parse_size(value) -> int:
+    """'10G' -> 10737418240, '1.5T', '512', '64K', 'none' -> 0 (binary units, as ZFS uses)."""
+    if isinstance(value, bool):
+        raise UserError(f"invalid size {value!r}", "give a size such as 10G or 512M")
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    if text.lower() in ("none", "0", "-"):
+        return 0
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise UserError(f"invalid size {value!r}", "give a size such as 10G, 1.5T, 128K or a number of bytes")
+    return int(float(m.group(1)) * (1024 ** _UNITS[m.group(2).upper()]))
+
+
+def _text(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value).strip()
+
+
+def normalize(prop: str, value) -> str:
+    """A canonical text for a property value, so declared and live values compare equal.
+
+    Sizes become bytes, booleans and yes/no become on/off, algorithm aliases are resolved
+    (compression on -> lz4, zstd -> zstd-3 in 2.1), enumerations are lower-cased; user properties
+    (with ':') are compared verbatim.
+    """
+    text = _text(value)
+    if ":" in prop:
+        return text
+    low = text.lower()
+    if prop in SIZE_PROPS:
+        if prop in NONE_IS_ZERO or low != "none":
+            try:
+                return str(parse_size(text))
+            except UserError:
+                return low
+        return low
+    if low in ("yes", "true"):
+        low = "on"
+    elif low in ("no", "false"):
+        low = "off"
+    if prop == "compression":
+        return _COMPRESSION_ALIASES.get(low, low)
+    if prop == "checksum":
+        return _CHECKSUM_ALIASES.get(low, low)
+    if prop == "dedup":
+        return _DEDUP_ALIASES.get(low, low)
+    if prop in ("mountpoint", "sharenfs", "sharesmb", "keylocation", "comment"):
+        return text
+    return low
+
+
+def parse_get(text: str) -> dict:
+    """`zfs get -H -p -o name,property,value,source ...` -> {dataset: {property: (value, source)}}."""
+    out: dict = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) < 4:
+            continue
+        name, prop, value, source = cols[0], cols[1], cols[2], cols[3]
+        out.setdefault(name, {})[prop] = (value, source)
+    return out
+
+
+def get_props(runner: Runner, name: str, props=None) -> dict:
+    """{dataset: {prop: (value, source)}} of NAME, or {} when it does not exist."""
+    what = ",".join(props) if props else "all"
+    res = runner.run(["zfs", "get", "-H", "-p", "-o", "name,property,value,source", what, name], check=False)
+    if res.rc == 0:
+        return parse_get(res.stdout)
+    if "does not exist" in res.stderr:
+        return {}
+    raise CommandError(res.argv, res.rc, res.stdout, res.stderr)
+
+
+def list_datasets(runner: Runner, root: str | None = None, prop: str = MANAGED_PROP, value: str | None = "true",
+                  columns=("type", "used", "avail")) -> list:
+    """Datasets and volumes (recursively under ``root``) whose user property ``prop`` equals ``value``.
+
+    ``value=None`` returns all of them with the property's value. Each item: {name, <columns>, prop}.
+    Uses `zfs list -H -p -o name,COLUMNS,PROP -t filesystem,volume [-r ROOT]`.
+    """
+    cols = ["name", *columns, prop]
+    argv = ["zfs", "list", "-H", "-p", "-o", ",".join(cols), "-t", "filesystem,volume"]
+    if root:
+        argv += ["-r", root]
+    res = runner.run(argv, check=False)
+    if res.rc != 0:
+        if root and "does not exist" in res.stderr:
+            return []
+        raise CommandError(res.argv, res.rc, res.stdout, res.stderr)
+    items = []
+    for line in res.stdout.splitlines():
+        if not line.strip():
+            continue
+        row = dict(zip(cols, line.split("\t"), strict=False))
+        for key in ("used", "avail", "available", "referenced", "volsize", "quota"):
+            if key in row and row[key].isdigit():
+                row[key] = int(row[key])
+        if value is None or row.get(prop) == value:
+            items.append(row)
+    return items
+
+
+def _validate_properties(properties: dict, allow_dedup: bool, warnings: list) -> dict:
+    clean = {}
+    for key, value in properties.items():
+        if not isinstance(key, str) or not re.match(r"^[a-z0-9_.:-]+$", key, re.IGNORECASE) or key.startswith(":"):
+            raise UserError(f"invalid property name {key!r}",
+                            "use ZFS property names (compression, quota, ...) or user properties with ':' "
+                            "(fabric:role)")
+        if key in READ_ONLY:
+            raise UserError(f"property {key!r} is read-only and cannot be declared", "remove it from properties")
+        if key in ("encryption", "keyformat", "keylocation"):
+            raise UserError(f"property {key!r} is managed by the encryption option",
+                            "use encryption: {enabled: true, key: ..., keyformat: passphrase}")
+        if value is None or (isinstance(value, str) and ("\n" in value or value == "")):
+            raise UserError(f"property {key!r} has no value", "give a value, or remove the property")
+        if key in SIZE_PROPS:
+            parse_size(value) if normalize(key, value) != "none" else None
+        if key == "dedup" and normalize(key, value) != "off":
+            if not allow_dedup:
+                raise UserError(f"dedup={_text(value)} was requested but deduplication is not allowed: "
+                                + DEDUP_WARNING, "set allow_dedup=true if you have measured it is worth the RAM, "
+                                "or leave dedup off (compression is usually the better tool)")
+            warnings.append(DEDUP_WARNING)
+        clean[key] = _text(value)
+    return clean
+
+
+def _validate_encryption(encryption) -> dict | None:
+    if encryption is None:
+        return None
+    if not isinstance(encryption, dict):
+        raise UserError("encryption must be a dict", "use {enabled: true, key: ..., keyformat: passphrase}")
+    enabled = encryption.get("enabled", True)
+    if not enabled:
+        return {"enabled": False}
+    keyformat = encryption.get("keyformat") or "passphrase"
+    if keyformat not in KEYFORMATS:
+        raise UserError(f"encryption keyformat {keyformat!r} is not supported", f"use one of {', '.join(KEYFORMATS)}")
+    key = encryption.get("key")
+    if not key or not isinstance(key, str):
+        raise UserError("encryption is enabled but no key was given",
+                        "pass the key (from a vault) in encryption.key; it goes to zfs on stdin, never on the "
+                        "command line")
+    if keyformat == "passphrase" and not 8 <= len(key) <= 512:
+        raise UserError("the encryption passphrase must be 8 to 512 characters long (ZFS rule)",
+                        "use a longer passphrase")
+    if keyformat == "hex" and not re.match(r"^[0-9a-fA-F]{64}$", key):
+        raise UserError("a hex encryption key must be 64 hexadecimal characters (32 bytes)", "generate one with "
+                        "`openssl rand -hex 32`")
+    if keyformat == "raw" and len(key.encode()) != 32:
+        raise UserError("a raw encryption key must be exactly 32 bytes", "use keyformat: hex for a printable key")
+    return {"enabled": True, "key": key, "keyformat": keyformat,
+            "algorithm": encryption.get("algorithm") or "aes-256-gcm"}
+
+
+def create_argv(name: str, properties: dict, encryption: dict | None = None, volume_size: str | None = None,
+                dry_run: bool = False) -> list:
+    """zfs create [-n -v] -p [-V SIZE] -o k=v ... [-o encryption=... -o keyformat=... -o keylocation=prompt]
+    -o fabric:managed=true NAME (a key, if any, goes on stdin)."""
+    argv = ["zfs", "create"] + (["-n", "-v"] if dry_run else []) + ["-p"]
+    if volume_size is not None:
+        argv += ["-V", str(volume_size)]
+    for key, value in properties.items():
+        if key != MANAGED_PROP:
+            argv += ["-o", f"{key}={value}"]
+    if encryption and encryption.get("enabled"):
+        argv += ["-o", f"encryption={encryption['algorithm']}", "-o", f"keyformat={encryption['keyformat']}",
+                 "-o", "keylocation=prompt"]
+    return argv + ["-o", f"{MANAGED_PROP}=true", name]
+
+
+def ensure_dataset(runner: Runner, *, name: str, properties: dict | None = None, encryption: dict | None = None,
+                   allow_dedup: bool = False, volume_size=None, adopt: bool = False) -> dict:
+    """Create the dataset (or volume when ``volume_size`` is set) or set the properties that differ.
+
+    Returns {changed, created, changed_properties {prop: {before, after}}, commands, warnings, prepared,
+    before, after}. Never destroys; refuses to change what cannot change after creation
+    (encryption, casesensitivity, normalization, utf8only, volblocksize) and to shrink a volume.
+    An existing dataset without a local fabric:managed=true is changed only with ``adopt=True``.
+    """
+    validate_dataset_name(name)
+    warnings: list = []
+    props = _validate_properties(dict(properties or {}), allow_dedup, warnings)
+    enc = _validate_encryption(encryption)
+    if volume_size is not None:
+        size = parse_size(volume_size)
+        if size <= 0:
+            raise UserError(f"volume_size {volume_size!r} must be larger than 0", "give a size such as 100G")
+        if "volsize" in props:
+            raise UserError("give the volume size once", "use volume_size, not properties.volsize")
+    result: dict = {"changed": False, "created": False, "changed_properties": {}, "commands": [],
+                    "warnings": warnings, "prepared": "", "before": None, "after": None}
+    live = get_props(runner, name).get(name)
+    if live is None:
+        argv = create_argv(name, props, enc, None if volume_size is None else str(volume_size))
+        data = enc["key"] if enc and enc.get("enabled") else None
+        if runner.dry_run:
+            check = create_argv(name, props, enc, None if volume_size is None else str(volume_size), dry_run=True)
+            res = runner.run(check, data=data)
+            result["prepared"] = (res.stdout + res.stderr).strip()
+        runner.run(argv, data=data, mutating=True)
+        if volume_size is not None and not runner.dry_run:
+            runner.run(["udevadm", "settle"], check=False)  # /dev/zvol/... appears after zfs create returns
+        result["commands"].append(argv)
+        result.update(changed=True, created=True)
+        after = {"exists": True, "type": "volume" if volume_size is not None else "filesystem", **props}
+        if volume_size is not None:
+            after["volsize"] = str(volume_size)
+        if enc and enc.get("enabled"):
+            after.update(encryption=enc["algorithm"], keyformat=enc["keyformat"])
+        after[MANAGED_PROP] = "true"
+        result["before"] = {"exists": False}
+        result["after"] = after
+        result["changed_properties"] = {k: {"before": None, "after": v} for k, v in after.items()
+                                       if k not in ("exists", "type")}
+        return result
+
+    kind = live.get("type", ("", ""))[0]
+    if volume_size is not None and kind != "volume":
+        raise UserError(f"{name} exists as a {kind}, not a volume", "use another name for the volume, or drop "
+                        "volume_size")
+    if volume_size is None and kind == "volume" and "volsize" not in props:
+        pass  # a volume declared without size: leave its size alone
+    live_enc = live.get("encryption", ("off", ""))[0]
+    if enc is not None:
+        if enc["enabled"] and live_enc == "off":
+            raise UserError(f"{name} exists unencrypted; encryption can only be chosen when a dataset is created",
+                            "create a new encrypted dataset and copy the data (zfs send | zfs receive), or drop "
+                            "the encryption option")
+        if not enc["enabled"] and live_enc != "off":
+            raise UserError(f"{name} is encrypted ({live_enc}); encryption cannot be removed",
+                            "create a new dataset without encryption and copy the data")
+        if enc["enabled"]:
+            if normalize("encryption", enc["algorithm"]) != live_enc:
+                raise UserError(f"{name} is encrypted with {live_enc}, not {enc['algorithm']}; the algorithm is fixed "
+                                "at creation", f"declare algorithm {live_enc}")
+            live_fmt = live.get("keyformat", ("", ""))[0]
+            if live_fmt != enc["keyformat"]:
+                raise UserError(f"{name} has keyformat {live_fmt}, not {enc['keyformat']}",
+                                "change it with `zfs change-key`, or declare the current keyformat")
+    wanted = dict(props)
+    if volume_size is not None:
+        wanted["volsize"] = str(volume_size)
+    changes: dict = {}
+    for key, value in wanted.items():
+        have = live.get(key)
+        if have is None:
+            if ":" in key:
+                have = ("-", "-")
+            else:
+                raise UserError(f"{name} has no property {key!r}", "check the name with `zfs get all " + name + "`")
+        if normalize(key, have[0]) == normalize(key, value):
+            continue
+        if key in CREATE_ONLY:
+            raise UserError(f"{key} of {name} is {have[0]} and cannot change after creation (declared {value})",
+                            f"declare {key}: {have[0]}, or create a new dataset and copy the data")
+        if key == "volsize" and parse_size(value) < parse_size(have[0]):
+            raise UnsafeOperation(f"shrinking volume {name} from {have[0]} to {parse_size(value)} bytes would "
+                                  "destroy data at its end", "declare the current size or larger")
+        changes[key] = {"before": have[0], "after": value}
+    result["before"] = {"exists": True, **{k: live[k][0] if k in live else None for k in wanted}}
+    result["after"] = {"exists": True, **{k: (changes[k]["after"] if k in changes else live[k][0]) for k in wanted
+                                           if k in changes or k in live}}
+    if changes:
+        managed = live.get(MANAGED_PROP, ("-", "-"))
+        if not (managed[0] == "true" and managed[1] == "local") and not adopt:
+            raise UnsafeOperation(f"{name} exists but was not created by this project ({MANAGED_PROP}=true is not "
+                                  "set on it); refusing to change it",
+                                  "set adopt=true to take it over (sets fabric:managed=true), or use another name")
+        argv = ["zfs", "set", *[f"{k}={v['after']}" for k, v in changes.items()]]
+        if not (managed[0] == "true" and managed[1] == "local"):
+            argv.append(f"{MANAGED_PROP}=true")
+            warnings.append(f"adopted {name}: set {MANAGED_PROP}=true")
+        argv.append(name)
+        runner.run(argv, mutating=True)
+        result["commands"].append(argv)
+        result["changed"] = True
+    result["changed_properties"] = changes
+    return result
+
+
+__all__ = ["DEDUP_WARNING", "create_argv", "ensure_dataset", "get_props", "list_datasets", "normalize", "parse_get",
+           "parse_size"]

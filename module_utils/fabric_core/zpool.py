@@ -1,0 +1,654 @@
+"""ZFS pools: parse ``zpool status -P``/``list``/``get``, build create/add commands, converge a pool.
+
+Written against OpenZFS 2.1 output (recorded from the lab in tests/unit/data/zpool/).
+
+Safety rules (see docs/dev/helper-brief.md): a pool is never destroyed or re-created and a vdev is
+never removed. A disk that carries something (a filesystem, a partition table, another pool) is
+used only when it is named in ``wipe`` AND ``safe_mode`` is off. An existing pool is changed only
+when its root dataset carries ``fabric:managed=true`` (or ``adopt=True`` is given).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from . import zfs
+from .disks import ACTIVE_USE_PREFIXES
+from .errors import CommandError, NotFound, UnsafeOperation, UserError
+from .model import MIN_WIDTH, VDEV_ROLES, VDEV_TYPES, DiskInfo, PoolLayout, Vdev
+from .names import validate_pool_name
+from .runner import Runner
+
+MANAGED_PROP = "fabric:managed"
+
+# section headers of `zpool status` (level 0 below the pool) -> vdev role
+_SECTIONS = {"special": "special", "logs": "log", "cache": "cache", "spares": "spare", "dedup": "dedup"}
+# role -> keyword on the zpool create/add command line
+_ROLE_KEYWORD = {"special": "special", "log": "log", "cache": "cache", "spare": "spare"}
+_ROLE_ORDER = ("data", "special", "log", "cache", "spare")
+# top-level vdev names in `zpool status`: mirror-0, raidz1-0, raidz2-3, draid...; inner: spare-2, replacing-1
+_TOP_RE = re.compile(r"^(mirror|raidz[123]?)-\d+$")
+_INNER_RE = re.compile(r"^(spare|replacing)-\d+$")
+_PART1 = re.compile(r"^(/dev/.+?)-part1$")
+
+
+# --------------------------------------------------------------------------------------------------
+# parsing
+
+
+def strip_part1(path: str) -> str:
+    """/dev/disk/by-id/X-part1 -> /dev/disk/by-id/X (ZFS partitions whole disks and shows part 1)."""
+    m = _PART1.match(path)
+    return m.group(1) if m else path
+
+
+@dataclass
+class DeviceHealth:
+    """One line of the `zpool status` config tree."""
+
+    name: str  # as printed (for a leaf with -P: the full path; -part1 stripped in ``path``)
+    path: str  # device path mapped back to the declared disk ("" for vdev nodes)
+    state: str  # ONLINE, DEGRADED, FAULTED, OFFLINE, UNAVAIL, REMOVED, AVAIL, INUSE
+    role: str  # data, special, log, cache, spare, dedup; "pool" for the pool line
+    vdev: str  # the top-level vdev it belongs to (mirror-1, raidz1-0, or itself)
+    read: str = ""
+    write: str = ""
+    cksum: str = ""
+    note: str = ""  # the rest of the line: "was /dev/...", "currently in use", "(resilvering)"
+    depth: int = 0
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class PoolHealth:
+    name: str = ""
+    state: str = ""
+    status: str = ""
+    action: str = ""
+    scan: str = ""
+    errors: str = ""
+    devices: list = field(default_factory=list)  # list[DeviceHealth]
+
+    def unhealthy(self) -> list:
+        """Devices (and vdevs) whose state is not ONLINE/AVAIL."""
+        return [d for d in self.devices if d.state not in ("ONLINE", "AVAIL")]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "state": self.state, "status": self.status, "action": self.action,
+                "scan": self.scan, "errors": self.errors, "devices": [d.to_dict() for d in self.devices]}
+
+
+def _leaf_path(name: str, note: str) -> str:
+    # an unavailable device is printed as its guid with "was /dev/..." after the counters
+    if name.isdigit():
+        m = re.search(r"\bwas (\S+)", note)
+        if m:
+            return strip_part1(m.group(1))
+    return strip_part1(name)
+
+
+def parse_health(text: str) -> PoolHealth:
+    """Parse `zpool status -P POOL` into the pool state and one entry per line of the config tree."""
+    health = PoolHealth()
+    lines = text.splitlines()
+    key = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = re.match(r"^\s*(pool|state|status|action|scan|errors|config):\s?(.*)$", line)
+        if m and not line.startswith("\t"):
+            key, value = m.group(1), m.group(2).strip()
+            if key == "config":
+                i = _parse_config(lines, i + 1, health)
+                key = None
+                continue
+            if key == "pool":
+                health.name = value
+            elif key in ("state", "status", "action", "scan", "errors"):
+                setattr(health, key, value)
+        elif key in ("status", "action", "scan") and line.startswith("\t") and line.strip():
+            setattr(health, key, (getattr(health, key) + " " + line.strip()).strip())
+        i += 1
+    return health
+
+
+def _parse_config(lines: list, i: int, health: PoolHealth) -> int:
+    role = "data"
+    top = ""
+    while i < len(lines):
+        line = lines[i]
+        if not line.strip():
+            i += 1
+            if health.devices:
+                return i
+            continue
+        if not line.startswith("\t"):
+            return i
+        body = line[1:]
+        indent = len(body) - len(body.lstrip(" "))
+        fields = body.split()
+        name = fields[0]
+        if name == "NAME":
+            i += 1
+            continue
+        depth = indent // 2
+        state = fields[1] if len(fields) > 1 else ""
+        counters = fields[2:5] if len(fields) >= 5 and all(f.isdigit() or f[-1:] in "KMGT" for f in fields[2:5]) \
+            else []
+        rest = fields[2 + len(counters):] if len(fields) > 1 else []
+        note = " ".join(rest)
+        if depth == 0:
+            if name in _SECTIONS and len(fields) == 1:
+                role = _SECTIONS[name]
+                i += 1
+                continue
+            health.devices.append(DeviceHealth(name=name, path="", state=state, role="pool", vdev="",
+                                               note=note, depth=0))
+            if counters:
+                d = health.devices[-1]
+                d.read, d.write, d.cksum = counters
+            i += 1
+            continue
+        is_vdev = bool(_TOP_RE.match(name) or _INNER_RE.match(name))
+        if depth == 1:
+            top = name
+        dev = DeviceHealth(name=name, path="" if is_vdev else _leaf_path(name, note), state=state, role=role,
+                           vdev=top, note=note, depth=depth)
+        if counters:
+            dev.read, dev.write, dev.cksum = counters
+        health.devices.append(dev)
+        i += 1
+    return i
+
+
+def parse_status(text: str) -> PoolLayout:
+    """The layout of a pool from `zpool status -P POOL`.
+
+    Leaves keep their full path, minus the ``-part1`` ZFS adds on whole disks. A spare that is
+    standing in (``spare-N``) or a replacement in progress (``replacing-N``) is shown as the
+    original member, so the layout stays the declared one while the pool heals; the states are in
+    ``parse_health``.
+    """
+    health = parse_health(text)
+    if not health.name:
+        raise UserError("no pool found in the `zpool status` output", "pass the output of `zpool status -P POOL`")
+    vdevs: list = []
+    current: Vdev | None = None
+    stack: dict = {}  # depth -> node name on the path to the current line
+    taken: set = set()  # spare-N/replacing-N nodes whose first child (the declared member) was taken
+    for dev in health.devices:
+        if dev.role == "pool":
+            continue
+        stack = {d: n for d, n in stack.items() if d < dev.depth}
+        stack[dev.depth] = dev.name
+        if dev.depth == 1:
+            m = _TOP_RE.match(dev.name)
+            if m:
+                vtype = "raidz1" if m.group(1) == "raidz" else m.group(1)
+                current = Vdev(role=dev.role, type=vtype, disks=[])
+            elif _INNER_RE.match(dev.name):
+                current = Vdev(role=dev.role, type="disk", disks=[])
+            else:
+                current = Vdev(role=dev.role, type="disk", disks=[dev.path])
+            vdevs.append(current)
+            continue
+        if _INNER_RE.match(dev.name) or current is None:
+            continue
+        parent = stack.get(dev.depth - 1, "")
+        if _INNER_RE.match(parent):
+            key = (len(vdevs), dev.depth - 1, parent)
+            if key in taken:
+                continue  # the standing-in spare or the new disk of a replacement
+            taken.add(key)
+        current.disks.append(dev.path)
+    return PoolLayout(vdevs=vdevs)
+
+
+def parse_list(text: str) -> list:
+    """`zpool list -H -p -o name,size,alloc,free,health` -> [{name, size, alloc, free, health}]."""
+    pools = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, size, alloc, free, health = (line.split("\t") + [""] * 5)[:5]
+        pools.append({"name": name, "size": _int(size), "alloc": _int(alloc), "free": _int(free), "health": health})
+    return pools
+
+
+def parse_props(text: str) -> dict:
+    """`zpool get -H -p -o property,value,source all POOL` -> {property: (value, source)}.
+
+    Also accepts the default 4-column form (name, property, value, source).
+    """
+    props = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) >= 4:
+            cols = cols[1:4]
+        if len(cols) < 3:
+            continue
+        props[cols[0]] = (cols[1], cols[2])
+    return props
+
+
+def _int(value: str):
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------------------------------
+# validation and command lines
+
+
+def validate_layout(layout: PoolLayout) -> PoolLayout:
+    """Check roles, types, widths and duplicates of a declared layout; return it unchanged."""
+    if not layout.vdevs:
+        raise UserError("the pool layout has no vdevs", "declare at least one data vdev, e.g. "
+                        "{role: data, type: raidz1, disks: [A, B, C]}")
+    seen: dict = {}
+    for n, vdev in enumerate(layout.vdevs):
+        where = f"vdev {n} ({vdev.role} {vdev.type})"
+        if vdev.role not in VDEV_ROLES:
+            raise UserError(f"{where}: unknown role {vdev.role!r}", f"use one of {', '.join(VDEV_ROLES)}")
+        if vdev.type not in VDEV_TYPES:
+            raise UserError(f"{where}: unknown type {vdev.type!r}", f"use one of {', '.join(VDEV_TYPES)}")
+        if not isinstance(vdev.disks, list) or not vdev.disks or not all(isinstance(d, str) and d for d in vdev.disks):
+            raise UserError(f"{where}: disks must be a non-empty list of device paths",
+                            "list /dev/disk/by-id/... paths")
+        if vdev.role in ("cache", "spare") and vdev.type != "disk":
+            raise UserError(f"{where}: {vdev.role} devices cannot be grouped in a {vdev.type}",
+                            f"use type: disk for {vdev.role} devices (one entry per device or several disks)")
+        if vdev.type != "disk" and len(vdev.disks) < MIN_WIDTH[vdev.type]:
+            raise UserError(f"{where}: a {vdev.type} needs at least {MIN_WIDTH[vdev.type]} disks, "
+                            f"{len(vdev.disks)} given", "add disks or choose another vdev type")
+        if vdev.type == "disk" and vdev.role in ("data", "special", "log") and len(vdev.disks) != 1:
+            raise UserError(f"{where}: type disk holds exactly one disk, {len(vdev.disks)} given",
+                            "declare one vdev per disk, or use mirror/raidz")
+        for disk in vdev.disks:
+            if not disk.startswith("/"):
+                raise UserError(f"{where}: {disk!r} is not an absolute device path",
+                                "use /dev/disk/by-id/... paths (stable across reboots)")
+            key = strip_part1(disk)
+            if key in seen:
+                raise UserError(f"disk {disk} is declared twice ({seen[key]} and {where})",
+                                "use every disk in one vdev only")
+            seen[key] = where
+    if not layout.by_role("data"):
+        raise UserError("the pool layout has no data vdev", "declare at least one vdev with role: data")
+    return layout
+
+
+def _vdev_args(vdev: Vdev) -> list:
+    return list(vdev.disks) if vdev.type == "disk" else [vdev.type, *vdev.disks]
+
+
+def vdev_args(vdevs: list) -> list:
+    """The vdev part of a zpool create/add command line, grouped by role in ZFS's order."""
+    argv: list = []
+    for role in _ROLE_ORDER:
+        group = [v for v in vdevs if v.role == role]
+        if not group:
+            continue
+        if role != "data":
+            argv.append(_ROLE_KEYWORD[role])
+        for vdev in group:
+            argv += _vdev_args(vdev)
+    return argv
+
+
+def _kv(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def create_argv(name: str, layout: PoolLayout, ashift: int = 12, pool_properties: dict | None = None,
+                fs_properties: dict | None = None, dry_run: bool = False) -> list:
+    """zpool create [-n] -o ashift=N -o k=v ... -O k=v ... -O fabric:managed=true NAME VDEVS..."""
+    argv = ["zpool", "create"] + (["-n"] if dry_run else [])
+    if ashift:
+        argv += ["-o", f"ashift={int(ashift)}"]
+    for key, value in (pool_properties or {}).items():
+        if key != "ashift":
+            argv += ["-o", f"{key}={_kv(value)}"]
+    fs = dict(fs_properties or {})
+    fs[MANAGED_PROP] = "true"
+    for key, value in fs.items():
+        argv += ["-O", f"{key}={_kv(value)}"]
+    return argv + [name] + vdev_args(layout.vdevs)
+
+
+def add_argv(name: str, vdevs: list, dry_run: bool = False, ashift: int | None = None) -> list:
+    """zpool add [-n] [-o ashift=N] NAME special mirror A B log mirror C D cache E spare F."""
+    argv = ["zpool", "add"] + (["-n"] if dry_run else [])
+    if ashift:
+        argv += ["-o", f"ashift={int(ashift)}"]
+    return argv + [name] + vdev_args(vdevs)
+
+
+# --------------------------------------------------------------------------------------------------
+# comparing declared and live layouts
+
+
+def _describe(vdev: Vdev) -> str:
+    return f"{vdev.role} {vdev.type} [{', '.join(vdev.disks)}]"
+
+
+def diff_layout(declared: PoolLayout, live: PoolLayout, allow_grow: bool = False) -> tuple:
+    """(to_add, conflicts) between a declared layout and the live one.
+
+    to_add: declared vdevs whose disks are all absent from the pool and that can be added:
+    special/log/cache/spare always; data vdevs only with ``allow_grow`` and when their type equals
+    the pool's data vdev type (adding a data vdev cannot be undone on a pool with raidz).
+    conflicts: one sentence per problem: a declared vdev whose members are partly or wholly in
+    another live vdev, a data vdev of another type, growth without allow_grow, and a live vdev that
+    is not declared (reported, never removed). Paths are compared with ``-part1`` stripped.
+    """
+    def norm(v: Vdev) -> Vdev:
+        # cache and spare devices are independent: compare them one device at a time
+        return Vdev(v.role, v.type, sorted(strip_part1(d) for d in v.disks))
+
+    def split(vs: list) -> list:
+        out = []
+        for v in vs:
+            if v.role in ("cache", "spare"):
+                out += [Vdev(v.role, "disk", [d]) for d in v.disks]
+            else:
+                out.append(v)
+        return [norm(v) for v in out]
+
+    want = split(declared.vdevs)
+    have = split(live.vdevs)
+    live_disks = {d: v for v in have for d in v.disks}
+    have_keys = {v.key() for v in have}
+    matched: set = set()
+    to_add: list = []
+    conflicts: list = []
+    live_data_types = {v.type for v in have if v.role == "data"}
+    for vdev in want:
+        if vdev.key() in have_keys:
+            matched.add(vdev.key())
+            continue
+        present = [d for d in vdev.disks if d in live_disks]
+        if present:
+            where = sorted({_describe(live_disks[d]) for d in present})
+            conflicts.append(f"declared {_describe(vdev)} does not match the pool: {', '.join(present)} "
+                             f"{'is' if len(present) == 1 else 'are'} in live {'; '.join(where)}")
+            for d in present:
+                matched.add(live_disks[d].key())
+            continue
+        if vdev.role == "data":
+            if live_data_types and vdev.type not in live_data_types:
+                conflicts.append(f"declared data vdev {_describe(vdev)} has type {vdev.type} but the pool's data "
+                                 f"vdevs are {', '.join(sorted(live_data_types))}; mixing types is refused")
+                continue
+            if not allow_grow:
+                conflicts.append(f"declared data vdev {_describe(vdev)} is not in the pool; adding a data vdev "
+                                 "cannot be undone, so it needs allow_grow=true")
+                continue
+        to_add.append(vdev)
+    for vdev in have:
+        if vdev.key() not in matched:
+            conflicts.append(f"live {_describe(vdev)} is not declared; vdevs are never removed, declare it")
+    # cache/spare additions: merge back into one vdev per role for a compact command line
+    merged: list = []
+    for vdev in to_add:
+        if vdev.role in ("cache", "spare") and merged and merged[-1].role == vdev.role:
+            merged[-1].disks.append(vdev.disks[0])
+        else:
+            merged.append(Vdev(vdev.role, vdev.type, list(vdev.disks)))
+    # keep the declared spelling of each path (diff normalised it)
+    spelled = {strip_part1(d): d for d in declared.disks()}
+    for vdev in merged:
+        vdev.disks = [spelled.get(d, d) for d in vdev.disks]
+    return merged, conflicts
+
+
+# --------------------------------------------------------------------------------------------------
+# converging
+
+
+def normalize_pool_prop(prop: str, value) -> str:
+    value = _kv(value).strip()
+    low = value.lower()
+    if low in ("on", "yes", "true"):
+        return "on"
+    if low in ("off", "no", "false"):
+        return "off"
+    if prop in ("comment", "cachefile", "altroot"):
+        return value
+    return low
+
+
+def pool_exists(runner: Runner, name: str) -> dict | None:
+    res = runner.run(["zpool", "list", "-H", "-p", "-o", "name,size,alloc,free,health", name], check=False)
+    if res.rc == 0:
+        pools = parse_list(res.stdout)
+        return pools[0] if pools else None
+    if "no such pool" in res.stderr:
+        return None
+    raise CommandError(res.argv, res.rc, res.stdout, res.stderr)
+
+
+def get_layout(runner: Runner, name: str, aliases: dict | None = None) -> tuple:
+    """(PoolLayout, PoolHealth) of a live pool, paths mapped through ``aliases`` (alias -> by_id)."""
+    text = runner.run(["zpool", "status", "-P", name]).stdout
+    layout = parse_status(text)
+    if aliases:
+        for vdev in layout.vdevs:
+            vdev.disks = [aliases.get(d, d) for d in vdev.disks]
+    return layout, parse_health(text)
+
+
+def get_props(runner: Runner, name: str) -> dict:
+    return parse_props(runner.run(["zpool", "get", "-H", "-p", "-o", "property,value,source", "all", name]).stdout)
+
+
+def _disk_index(disks: list) -> dict:
+    index: dict = {}
+    for disk in disks:
+        for path in [disk.by_id, *disk.ids, f"/dev/{disk.name}" if disk.name else ""]:
+            if path:
+                index[path] = disk
+    return index
+
+
+def _check_props(props: dict, what: str) -> None:
+    for key in props:
+        if not isinstance(key, str) or not key or "=" in key or " " in key:
+            raise UserError(f"invalid {what} name {key!r}", "use ZFS property names such as `autotrim`")
+
+
+def wipe_disk(runner: Runner, path: str) -> list:
+    """Clear ZFS labels and every signature of a disk. Returns the commands (mutating)."""
+    cmds = [["zpool", "labelclear", "-f", path], ["wipefs", "-a", path]]
+    # labelclear exits 1 when there is no label: not an error here
+    runner.run(cmds[0], mutating=True, check=False)
+    runner.run(cmds[1], mutating=True)
+    return cmds
+
+
+def ensure_pool(runner: Runner, *, name: str, layout: PoolLayout, disks: list, ashift: int = 12,
+                properties: dict | None = None, fs_properties: dict | None = None, safe_mode: bool = True,
+                wipe: list | None = None, allow_grow: bool = False, adopt: bool = False) -> dict:
+    """Create the pool NAME with ``layout``, or add what is missing to it; never destroy or remove.
+
+    ``disks``: the node's disks (disks.discover); every declared disk must be one of them.
+    Returns {changed, created, added, commands, prepared, before, after, warnings, health}.
+    In a dry run (runner.dry_run) nothing changes; `zpool create -n`/`zpool add -n` validate the
+    plan and their output is in ``prepared``.
+    """
+    properties = dict(properties or {})
+    fs_properties = dict(fs_properties or {})
+    wipe = list(wipe or [])
+    result: dict = {"changed": False, "created": False, "added": [], "commands": [], "prepared": "",
+                    "before": None, "after": None, "warnings": [], "properties_changed": {}}
+    validate_pool_name(name)
+    if isinstance(layout, dict):
+        layout = PoolLayout.from_dict(layout)
+    validate_layout(layout)
+    _check_props(properties, "pool property")
+    _check_props(fs_properties, "filesystem property")
+    if not isinstance(ashift, int) or not 9 <= ashift <= 16:
+        raise UserError(f"ashift {ashift!r} is out of range", "use 12 (4 KiB sectors) or 13 (8 KiB); 9..16 allowed")
+
+    index = _disk_index(disks)
+    aliases = {path: disk.by_id for path, disk in index.items()}
+    declared_by_disk: dict = {}
+    for path in layout.disks():
+        disk = index.get(path) or index.get(strip_part1(path))
+        if disk is None:
+            raise NotFound(f"declared disk {path} was not found on this node",
+                           "check the path under /dev/disk/by-id (fabric disk discovery lists the disks found)")
+        declared_by_disk[path] = disk
+    wipe_set = set()
+    for path in wipe:
+        disk = index.get(path)
+        if disk is None:
+            raise NotFound(f"disk {path} to wipe was not found on this node", "name it by its /dev/disk/by-id path")
+        wipe_set.add(disk.by_id)
+    # compare with by_id paths on both sides
+    canonical = PoolLayout(vdevs=[Vdev(v.role, v.type, [declared_by_disk[d].by_id for d in v.disks])
+                                  for v in layout.vdevs])
+
+    def refuse_or_wipe(paths: list) -> list:
+        """Disks that must be wiped first; raise for in-use disks that may not be wiped."""
+        to_wipe = []
+        for path in paths:
+            disk = declared_by_disk[path]
+            if not disk.in_use:
+                continue
+            reasons = "; ".join(disk.reasons) or "in use"
+            active = [r for r in disk.reasons if r.startswith(ACTIVE_USE_PREFIXES)]
+            if active:
+                raise UnsafeOperation(f"disk {path} is in active use ({'; '.join(active)}); refusing to use it",
+                                      "use another disk; a mounted disk, a held disk or a member of an imported "
+                                      "pool is never wiped")
+            if disk.by_id in wipe_set and not safe_mode:
+                to_wipe.append(path)
+                continue
+            if disk.by_id in wipe_set:
+                fix = "set safe_mode=false as well to wipe it (this destroys its contents)"
+            else:
+                fix = (f"use another disk, or list {path} in wipe AND set safe_mode=false to erase it "
+                       "(this destroys its contents)")
+            raise UnsafeOperation(f"disk {path} is in use ({reasons}); refusing to use it", fix)
+        return to_wipe
+
+    existing = pool_exists(runner, name)
+    if existing is None:
+        to_wipe = refuse_or_wipe(layout.disks())
+        result["before"] = {"pool": name, "exists": False, "vdevs": []}
+        for path in to_wipe:
+            result["commands"] += wipe_disk(runner, path)
+            result["warnings"].append(f"wiped {path} ({'; '.join(declared_by_disk[path].reasons)})")
+        real = create_argv(name, layout, ashift, properties, fs_properties)
+        if runner.dry_run:
+            check = create_argv(name, layout, ashift, properties, fs_properties, dry_run=True)
+            res = runner.run(check, check=not to_wipe)
+            result["prepared"] = (res.stdout + res.stderr).strip()
+            if res.rc != 0:
+                result["warnings"].append("`zpool create -n` refused the plan before the wipe that a real run "
+                                          f"does first: {res.stderr.strip()}")
+        runner.run(real, mutating=True)
+        result["commands"].append(real)
+        result.update(changed=True, created=True, added=[v.to_dict() for v in layout.vdevs])
+        if runner.dry_run:
+            result["after"] = {"pool": name, "exists": True, **_layout_dict(canonical)}
+        else:
+            live, health = get_layout(runner, name, aliases)
+            result["after"] = {"pool": name, "exists": True, **_layout_dict(live)}
+            result["health"] = health.state
+        return result
+
+    live, health = get_layout(runner, name, aliases)
+    result["before"] = {"pool": name, "exists": True, **_layout_dict(live)}
+    result["health"] = health.state
+    if health.state and health.state != "ONLINE":
+        bad = ", ".join(f"{d.path or d.name} {d.state}" for d in health.unhealthy() if d.role != "pool")
+        result["warnings"].append(f"pool {name} is {health.state}" + (f": {bad}" if bad else ""))
+    root = zfs.get_props(runner, name, [MANAGED_PROP]).get(name, {})
+    managed = root.get(MANAGED_PROP, ("-", ""))[0] == "true"
+    to_add, conflicts = diff_layout(canonical, live, allow_grow=allow_grow)
+    if conflicts:
+        raise UserError(f"pool {name} does not match the declared layout: " + "; ".join(conflicts),
+                        "declare the pool as it is (see `zpool status -P`) plus only what may be added; this module "
+                        "never removes or reshapes vdevs")
+    live_props = get_props(runner, name)
+    prop_changes = {}
+    for key, value in properties.items():
+        if key == "ashift":
+            continue
+        have = live_props.get(key)
+        if have is None:
+            raise UserError(f"pool {name} has no property {key!r}", "check `zpool get all` for valid names")
+        if normalize_pool_prop(key, have[0]) != normalize_pool_prop(key, value):
+            prop_changes[key] = {"before": have[0], "after": _kv(value)}
+    needs_change = bool(to_add or prop_changes)
+    if not managed and (needs_change or fs_properties):
+        if not adopt:
+            raise UnsafeOperation(f"pool {name} exists but was not created by this project "
+                                  f"({MANAGED_PROP} is not true on its root dataset); refusing to change it",
+                                  "set adopt=true to take it over (sets fabric:managed=true), or use another name")
+        cmd = ["zfs", "set", f"{MANAGED_PROP}=true", name]
+        runner.run(cmd, mutating=True)
+        result["commands"].append(cmd)
+        result["changed"] = True
+        result["warnings"].append(f"adopted pool {name}: set {MANAGED_PROP}=true")
+    # map declared spellings back for the in-use check
+    by_id_to_path = {declared_by_disk[p].by_id: p for p in layout.disks()}
+    if to_add:
+        new_paths = [by_id_to_path.get(d, d) for v in to_add for d in v.disks]
+        to_wipe = refuse_or_wipe(new_paths)
+        for path in to_wipe:
+            result["commands"] += wipe_disk(runner, path)
+            result["warnings"].append(f"wiped {path} ({'; '.join(declared_by_disk[path].reasons)})")
+        add_vdevs = [Vdev(v.role, v.type, [by_id_to_path.get(d, d) for d in v.disks]) for v in to_add]
+        if runner.dry_run:
+            res = runner.run(add_argv(name, add_vdevs, dry_run=True, ashift=ashift), check=not to_wipe)
+            result["prepared"] = (res.stdout + res.stderr).strip()
+            if res.rc != 0:
+                result["warnings"].append("`zpool add -n` refused the plan before the wipe that a real run "
+                                          f"does first: {res.stderr.strip()}")
+        real = add_argv(name, add_vdevs, ashift=ashift)
+        runner.run(real, mutating=True)
+        result["commands"].append(real)
+        result["added"] = [v.to_dict() for v in add_vdevs]
+        result["changed"] = True
+    for key, change in prop_changes.items():
+        cmd = ["zpool", "set", f"{key}={change['after']}", name]
+        runner.run(cmd, mutating=True)
+        result["commands"].append(cmd)
+        result["changed"] = True
+    result["properties_changed"] = prop_changes
+    if fs_properties:
+        fs = zfs.ensure_dataset(runner, name=name, properties=fs_properties, adopt=True)
+        result["commands"] += fs["commands"]
+        result["warnings"] += fs["warnings"]
+        result["fs_properties_changed"] = fs["changed_properties"]
+        result["changed"] = result["changed"] or fs["changed"]
+    if to_add and not runner.dry_run:
+        after, _ = get_layout(runner, name, aliases)
+        result["after"] = {"pool": name, "exists": True, **_layout_dict(after)}
+    else:
+        predicted = PoolLayout(vdevs=[Vdev(v.role, v.type, list(v.disks)) for v in live.vdevs] +
+                               [Vdev(v.role, v.type, [declared_by_disk[by_id_to_path.get(d, d)].by_id
+                                                      for d in v.disks]) for v in to_add])
+        result["after"] = {"pool": name, "exists": True, **_layout_dict(predicted)}
+    return result
+
+
+def _layout_dict(layout: PoolLayout) -> dict:
+    return {"vdevs": [v.to_dict() for v in layout.vdevs]}
+
+
+__all__ = ["DeviceHealth", "PoolHealth", "DiskInfo", "add_argv", "create_argv", "diff_layout", "ensure_pool",
+           "get_layout", "parse_health", "parse_list", "parse_props", "parse_status", "pool_exists", "strip_part1",
+           "validate_layout", "vdev_args", "wipe_disk"]
