@@ -87,7 +87,7 @@ def storage_disks(index: int) -> tuple[Disk, ...]:
         disks.append(Disk(
             kind="ssd", serial=f"SSD{index}{i:03d}", size_gib=4, model="LAB SSD 960GB",
             wwn=f"0x55cd2e{index:02x}0077{i:04x}"))
-    for i in range(3):
+    for i in range(4):
         disks.append(Disk(kind="nvme", serial=f"NVME{index}{i:03d}", size_gib=4))
     return tuple(disks)
 

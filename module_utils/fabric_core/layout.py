@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from .disks import is_active_use
 from .errors import Busy, NotFound, UnsafeOperation, UserError
-from .model import DISK_CLASSES, MIN_WIDTH, VDEV_ROLES, VDEV_TYPES, DiskInfo, PoolLayout, Vdev
+from .model import DISK_CLASSES, MIN_WIDTH, VDEV_ROLES, VDEV_TYPES, DiskInfo, PoolLayout, Vdev, tolerated_failures
 
-COMMON_KEYS = ("wipe", "allow_nonredundant_data", "allow_nonredundant_special")
+COMMON_KEYS = ("wipe", "allow_nonredundant_data", "allow_nonredundant_special", "allow_mismatched_redundancy")
 POLICY_KEYS = ("data", "special", "log", "cache", "spares", "min_size", *COMMON_KEYS)
 EXPLICIT_KEYS = ("vdevs", *COMMON_KEYS)
 SECTION_KEYS = {
@@ -431,14 +431,46 @@ def _plan_explicit(disks: list[DiskInfo], spec: dict) -> PoolLayout:
 # entry points
 
 
+def _check_replication(layout: PoolLayout, spec: dict) -> PoolLayout:
+    """A special vdev must survive as many device failures as the data vdevs: losing it loses the pool.
+
+    ZFS itself refuses the mismatch at `zpool create`/`zpool add` ("mismatched replication level")
+    unless forced. The plan refuses it first, with the fix, unless the spec accepts it
+    (allow_mismatched_redundancy, or allow_nonredundant_special for a single-device special vdev);
+    an accepted mismatch marks the layout ``force`` so the pool is created with -f.
+    """
+    data = layout.by_role("data")
+    if not data:
+        return layout
+    need = min(tolerated_failures(v) for v in data)
+    weakest = min(data, key=tolerated_failures)
+    for number, vdev in enumerate(layout.by_role("special"), 1):
+        have = tolerated_failures(vdev)
+        if have >= need:
+            continue
+        accepted = spec.get("allow_mismatched_redundancy") is True or (
+            vdev.type == "disk" and spec.get("allow_nonredundant_special") is True)
+        what = (f"special vdev {number} ({vdev.type} of {len(vdev.disks)}) survives {have} failed device(s), "
+                f"the data vdevs ({weakest.type} of {len(weakest.disks)}) survive {need}")
+        if not accepted:
+            raise UnsafeOperation(
+                f"refusing mismatched redundancy: {what}; losing the special vdev loses the whole pool, and "
+                "`zpool create` refuses this mix too",
+                f"give the special vdev {need + 1} devices (a {need + 1}-way mirror: width: {need + 1}), or set "
+                "allow_mismatched_redundancy: true to accept it (the pool is then created with -f)")
+        layout.force = True
+        layout.explanation.append(f"accepted mismatched redundancy ({what}): the pool is created with -f")
+    return layout
+
+
 def plan(disks: list[DiskInfo], spec: dict) -> PoolLayout:
     """The layout for ``spec`` over ``disks`` (see the module docstring); raises UserError subclasses."""
     if not isinstance(spec, dict) or not spec:
         raise UserError("the layout spec is empty or not a mapping",
                         "give a policy ({data: {type: raidz2, width: 6, class: hdd}}) or explicit vdevs")
     if "vdevs" in spec:
-        return _plan_explicit(disks, spec)
-    return _plan_policy(disks, spec)
+        return _check_replication(_plan_explicit(disks, spec), spec)
+    return _check_replication(_plan_policy(disks, spec), spec)
 
 
 def explain_text(layout: PoolLayout) -> str:

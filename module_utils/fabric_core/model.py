@@ -16,6 +16,13 @@ MIN_WIDTH = {"disk": 1, "mirror": 2, "raidz1": 2, "raidz2": 3, "raidz3": 4}
 PARITY = {"disk": 0, "mirror": None, "raidz1": 1, "raidz2": 2, "raidz3": 3}
 
 
+def tolerated_failures(vdev: Vdev) -> int:
+    """How many member devices the vdev can lose and keep its data."""
+    if vdev.type == "mirror":
+        return len(vdev.disks) - 1
+    return PARITY[vdev.type]
+
+
 @dataclass
 class DiskInfo:
     """One whole disk found on a storage node."""
@@ -64,14 +71,18 @@ class Vdev:
 class PoolLayout:
     vdevs: list = field(default_factory=list)  # list[Vdev]
     explanation: list = field(default_factory=list)  # one sentence per decision, in order
+    # True when the plan knowingly mixes redundancy levels (accepted by the user), so that
+    # `zpool create/add` must override ZFS's replication-level check with -f.
+    force: bool = False
 
     def to_dict(self) -> dict:
-        return {"vdevs": [v.to_dict() for v in self.vdevs], "explanation": list(self.explanation)}
+        return {"vdevs": [v.to_dict() for v in self.vdevs], "explanation": list(self.explanation),
+                "force": self.force}
 
     @classmethod
     def from_dict(cls, d: dict) -> PoolLayout:
         return cls(vdevs=[Vdev.from_dict(v) for v in d.get("vdevs", [])],
-                   explanation=list(d.get("explanation", [])))
+                   explanation=list(d.get("explanation", [])), force=bool(d.get("force", False)))
 
     def by_role(self, role: str) -> list:
         return [v for v in self.vdevs if v.role == role]

@@ -311,8 +311,12 @@ def _kv(value) -> str:
 
 def create_argv(name: str, layout: PoolLayout, ashift: int = 12, pool_properties: dict | None = None,
                 fs_properties: dict | None = None, dry_run: bool = False) -> list:
-    """zpool create [-n] -o ashift=N -o k=v ... -O k=v ... -O fabric:managed=true NAME VDEVS..."""
-    argv = ["zpool", "create"] + (["-n"] if dry_run else [])
+    """zpool create [-n] [-f] -o ashift=N -o k=v ... -O k=v ... -O fabric:managed=true NAME VDEVS...
+
+    -f only when the plan accepted mismatched redundancy (layout.force); the project's own disk
+    checks have run before, so -f overrides nothing else that matters.
+    """
+    argv = ["zpool", "create"] + (["-n"] if dry_run else []) + (["-f"] if layout.force else [])
     if ashift:
         argv += ["-o", f"ashift={int(ashift)}"]
     for key, value in (pool_properties or {}).items():
@@ -325,9 +329,9 @@ def create_argv(name: str, layout: PoolLayout, ashift: int = 12, pool_properties
     return argv + [name] + vdev_args(layout.vdevs)
 
 
-def add_argv(name: str, vdevs: list, dry_run: bool = False, ashift: int | None = None) -> list:
-    """zpool add [-n] [-o ashift=N] NAME special mirror A B log mirror C D cache E spare F."""
-    argv = ["zpool", "add"] + (["-n"] if dry_run else [])
+def add_argv(name: str, vdevs: list, dry_run: bool = False, ashift: int | None = None, force: bool = False) -> list:
+    """zpool add [-n] [-f] [-o ashift=N] NAME special mirror A B log mirror C D cache E spare F."""
+    argv = ["zpool", "add"] + (["-n"] if dry_run else []) + (["-f"] if force else [])
     if ashift:
         argv += ["-o", f"ashift={int(ashift)}"]
     return argv + [name] + vdev_args(vdevs)
@@ -612,12 +616,13 @@ def ensure_pool(runner: Runner, *, name: str, layout: PoolLayout, disks: list, a
             result["warnings"].append(f"wiped {path} ({'; '.join(declared_by_disk[path].reasons)})")
         add_vdevs = [Vdev(v.role, v.type, [by_id_to_path.get(d, d) for d in v.disks]) for v in to_add]
         if runner.dry_run:
-            res = runner.run(add_argv(name, add_vdevs, dry_run=True, ashift=ashift), check=not to_wipe)
+            res = runner.run(add_argv(name, add_vdevs, dry_run=True, ashift=ashift, force=layout.force),
+                             check=not to_wipe)
             result["prepared"] = (res.stdout + res.stderr).strip()
             if res.rc != 0:
                 result["warnings"].append("`zpool add -n` refused the plan before the wipe that a real run "
                                           f"does first: {res.stderr.strip()}")
-        real = add_argv(name, add_vdevs, ashift=ashift)
+        real = add_argv(name, add_vdevs, ashift=ashift, force=layout.force)
         runner.run(real, mutating=True)
         result["commands"].append(real)
         result["added"] = [v.to_dict() for v in add_vdevs]

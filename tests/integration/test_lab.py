@@ -28,7 +28,7 @@ def test_storage_node_has_realistic_disks(lab, hosts):
     hdd = [d for d in disks if d["tran"] == "sata" and d["rota"]]
     ssd = [d for d in disks if d["tran"] == "sata" and not d["rota"]]
     nvme = [d for d in disks if d["tran"] == "nvme"]
-    assert (len(hdd), len(ssd), len(nvme)) == (7, 2, 3), disks
+    assert (len(hdd), len(ssd), len(nvme)) == (7, 2, 4), disks
     assert all(not d["rota"] for d in nvme)
     by_id = set(storage.check_output("ls /dev/disk/by-id").split())
     expected = set(lab.vms["storage1"]["disks"])

@@ -3,8 +3,8 @@ check mode on the converged fabric, verification through separate read paths, an
 that must fail before any change.
 
 The lab inventory's group_vars (inventory/lab/group_vars/) declare the reference fabric: pool
-`tank` (raidz2 of six HDDs, special mirror of two NVMe, L2ARC on the third, SLOG mirror of the two
-SSDs), the dataset tree, a small volume `tank/exports/welcome` exported read-only to both GPU
+`tank` (raidz2 of six HDDs, 3-way special mirror of NVMe, L2ARC on the fourth, SLOG mirror of the
+two SSDs), the dataset tree, a small volume `tank/exports/welcome` exported read-only to both GPU
 nodes, and the GPU nodes' read-only mounts at /datasets/welcome.
 """
 
@@ -73,7 +73,7 @@ def test_pool_topology_matches_the_plan(hosts, converged):
     assert "raidz2-0" in status
     assert len(sections["data"]) == 6 and all("_HDD" in d for d in sections["data"])
     assert FREE_HDD not in status
-    assert len(sections["special"]) == 2 and all("nvme-" in d for d in sections["special"])
+    assert len(sections["special"]) == 3 and all("nvme-" in d for d in sections["special"])
     assert len(sections["logs"]) == 2 and all("_SSD" in d for d in sections["logs"])
     assert len(sections["cache"]) == 1 and "nvme-" in sections["cache"][0]
     assert all(d.startswith("/dev/disk/by-id/") for s in sections.values() for d in s)

@@ -23,11 +23,11 @@ def test_memory_budget(storage2):
 def test_storage_disk_set():
     vm = topology.plan()[0]
     kinds = [d.kind for d in vm.disks]
-    assert kinds.count("hdd") == 7 and kinds.count("ssd") == 2 and kinds.count("nvme") == 3
+    assert kinds.count("hdd") == 7 and kinds.count("ssd") == 2 and kinds.count("nvme") == 4
     assert all(d.rotational for d in vm.disks if d.kind == "hdd")
     assert not any(d.rotational for d in vm.disks if d.kind != "hdd")
     assert vm.disks[0].by_id == "ata-LAB_HDD_8TB_7200_HDD1000"
-    assert vm.disks[-1].by_id == "nvme-QEMU_NVMe_Ctrl_NVME1002"
+    assert vm.disks[-1].by_id == "nvme-QEMU_NVMe_Ctrl_NVME1003"
 
 
 def test_serials_macs_and_addresses_are_unique():
@@ -56,7 +56,7 @@ def test_qemu_argv_storage_node():
     assert "-kernel /c/img/vmlinuz" in line and "-initrd /c/img/initrd.img" in line
     assert line.count("ide-hd,") == 9
     assert line.count("rotation_rate=7200") == 7 and line.count("rotation_rate=1") == 2
-    assert line.count("-device nvme,") == 3
+    assert line.count("-device nvme,") == 4
     assert f"ifname={vm.tap}" in line and f"mac={vm.mac}" in line
     # nine SATA disks on two six-port AHCI controllers, each port used once
     assert line.count("-device ahci,") == 2

@@ -19,9 +19,12 @@ SSD = [f"{BY_ID}ata-LAB_SSD_960GB_SSD100{i}" for i in range(2)]
 NVME = [f"{BY_ID}nvme-QEMU_NVMe_Ctrl_NVME100{i}" for i in range(2)]
 ROOT = BY_ID + "virtio-lab-root"
 
+# The recordings come from a node with two NVMe devices: a 2-way special mirror beside raidz2 data
+# is a redundancy mismatch that must be accepted explicitly (see the replication tests below).
 LAB_POLICY = {"data": {"type": "raidz2", "width": 6, "class": "hdd"},
               "special": {"type": "mirror", "width": 2, "class": "nvme"},
-              "log": {"type": "mirror", "width": 2, "class": "ssd"}}
+              "log": {"type": "mirror", "width": 2, "class": "ssd"},
+              "allow_mismatched_redundancy": True}
 
 
 def lab(state: str = "clean") -> list[DiskInfo]:
@@ -51,6 +54,45 @@ def test_lab_raidz2_of_six_hdds_special_nvme_mirror_log_ssd_mirror():
     assert "special vdev 1: mirror of nvme-QEMU_NVMe_Ctrl_NVME1000, nvme-QEMU_NVMe_Ctrl_NVME1001" in text
     assert "log vdev 1: mirror of ata-LAB_SSD_960GB_SSD1000, ata-LAB_SSD_960GB_SSD1001" in text
     assert "warning" not in text and "left " not in text
+    assert result.force and "accepted mismatched redundancy" in text
+
+
+# --- replication levels: a special vdev must survive as many failures as the data -----------------
+
+def with_third_nvme(disks: list[DiskInfo]) -> list[DiskInfo]:
+    nvme = next(d for d in disks if d.disk_class == "nvme")
+    extra = DiskInfo.from_dict({**nvme.to_dict(), "name": "nvme9n1", "serial": "NVME1009",
+                                "by_id": BY_ID + "nvme-QEMU_NVMe_Ctrl_NVME1009",
+                                "ids": [BY_ID + "nvme-QEMU_NVMe_Ctrl_NVME1009"]})
+    return [*disks, extra]
+
+
+def test_two_way_special_beside_raidz2_is_refused_with_the_fix():
+    spec = {k: v for k, v in LAB_POLICY.items() if k != "allow_mismatched_redundancy"}
+    msg = fails(UnsafeOperation, lab(), spec)
+    assert "special vdev 1 (mirror of 2) survives 1 failed device(s), the data vdevs (raidz2 of 6) survive 2" in msg
+    assert "a 3-way mirror: width: 3" in msg and "allow_mismatched_redundancy: true" in msg
+
+
+def test_three_way_special_matches_raidz2_without_force():
+    spec = {"data": {"type": "raidz2", "width": 6, "class": "hdd"},
+            "special": {"type": "mirror", "width": 3, "class": "nvme"}}
+    result = layout.plan(with_third_nvme(lab()), spec)
+    assert [v.type for v in result.by_role("special")] == ["mirror"]
+    assert len(result.by_role("special")[0].disks) == 3 and not result.force
+
+
+def test_two_way_special_matches_mirror_data_without_force():
+    spec = {"data": {"type": "mirror", "width": 2, "class": "hdd"},
+            "special": {"type": "mirror", "width": 2, "class": "nvme"}}
+    assert not layout.plan(lab(), spec).force
+
+
+def test_nonredundant_special_when_allowed_forces_creation():
+    spec = {"data": {"type": "mirror", "width": 2, "class": "hdd"},
+            "special": {"type": "disk", "class": "nvme"}, "allow_nonredundant_special": True}
+    result = layout.plan(lab(), spec)
+    assert result.force and PoolLayout.from_dict(result.to_dict()).force
 
 
 def test_plan_is_deterministic_whatever_the_input_order():

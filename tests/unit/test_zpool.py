@@ -354,3 +354,14 @@ def test_ensure_pool_input_errors_before_any_command():
     with pytest.raises(UserError, match="ashift"):
         zpool.ensure_pool(runner, name="hb_rec", layout=FULL, disks=ALL_DISKS, ashift=20)
     assert runner.calls == []
+
+
+def test_create_and_add_force_only_when_the_plan_accepted_a_redundancy_mismatch():
+    from fabric_core.model import PoolLayout, Vdev
+    vdevs = [Vdev("data", "mirror", ["/dev/disk/by-id/a", "/dev/disk/by-id/b"]),
+             Vdev("special", "disk", ["/dev/disk/by-id/n"])]
+    assert "-f" not in zpool.create_argv("tank", PoolLayout(vdevs=vdevs))
+    forced = zpool.create_argv("tank", PoolLayout(vdevs=vdevs, force=True), dry_run=True)
+    assert forced[:4] == ["zpool", "create", "-n", "-f"]
+    assert zpool.add_argv("tank", vdevs[1:], force=True)[:3] == ["zpool", "add", "-f"]
+    assert "-f" not in zpool.add_argv("tank", vdevs[1:])
