@@ -1,0 +1,468 @@
+"""The iSCSI initiator side (open-iscsi, `iscsiadm`): parsers, node records, sessions, devices.
+
+Everything runs through a ``Runner``: reads always run, state changes are ``mutating=True`` so a
+dry run (Ansible check mode) does every read and plans the changes. Outputs were recorded from
+open-iscsi 2.1.8 (Debian 12) in the lab; see tests/unit/data/iscsi/README.md.
+
+Facts of iscsiadm this module relies on (checked in the lab):
+
+* exit 21 (ISCSI_ERR_NO_OBJS_FOUND) means "No active sessions" / "No records found": not an error;
+* exit 15 on login means a session exists already; exit 24 is an authorization failure (the
+  initiator is not in the target's ACL, or CHAP is wrong); exit 8 (transport timeout) or 4/11 is
+  a portal that cannot be reached;
+* `iscsiadm -m node -T IQN -p PORTAL` prints the record as `key = value` with CHAP passwords
+  masked as `********`; `-S` shows them, which is the only way to compare them;
+* `iscsiadm -m discovery -t sendtargets -p PORTAL -o nonpersistent` lists the targets without
+  creating a node record for each of them (a plain discovery would create records for every
+  target of the portal, which `node.startup = automatic` would then log in at boot).
+
+CHAP secrets never appear in returned commands or error messages (see ``redact``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import shlex
+import time
+
+from .errors import EXIT_USER, Busy, CommandError, FabricError, NotFound, UserError
+from .names import host_iqn, validate_iqn
+
+ISCSIADM = "iscsiadm"
+DEFAULT_PORT = 3260
+MASK = "********"
+
+RC_NO_OBJECTS = 21  # "No active sessions." / "No records found"
+RC_SESSION_EXISTS = 15
+RC_AUTH_FAILED = 24
+RC_UNREACHABLE = (4, 8, 11)  # transport error, transport timeout, PDU timeout
+
+STARTUP_VALUES = ("automatic", "manual", "onboot")
+STATES = ("logged_in", "logged_out")
+
+AUTH_KEYS = {
+    "username": "node.session.auth.username",
+    "password": "node.session.auth.password",
+    "username_in": "node.session.auth.username_in",
+    "password_in": "node.session.auth.password_in",
+}
+SECRET_KEYS = ("node.session.auth.password", "node.session.auth.password_in")
+
+
+# --------------------------------------------------------------------------------------------
+# errors
+
+
+class LoginFailed(CommandError):
+    """`iscsiadm --login` failed. ``reason`` is "authorization", "unreachable" or "other"."""
+
+    exit_code = EXIT_USER
+    reason = "other"
+
+    def __init__(self, argv, rc: int, stdout: str, stderr: str, problem: str, fix: str):
+        super().__init__(argv, rc, stdout, stderr, fix)
+        self.problem = problem
+        self.args = (problem,)
+
+    def __str__(self) -> str:
+        return f"{self.problem}\n  fix: {self.fix}" if self.fix else self.problem
+
+
+class AuthorizationFailed(LoginFailed):
+    """The target refused the login: initiator not in its ACL, or wrong CHAP credentials."""
+
+    reason = "authorization"
+
+
+class PortalUnreachable(LoginFailed):
+    """No iSCSI connection to the portal (down, wrong address, firewall, no target listening)."""
+
+    reason = "unreachable"
+
+
+class DeviceTimeout(FabricError):
+    """Logged in, but the LUN's block device did not appear."""
+
+
+# --------------------------------------------------------------------------------------------
+# names and helpers
+
+
+def initiator_name(base: str, hostname: str) -> str:
+    """The deterministic initiator name of a host: BASE:HOSTNAME (see ``names.host_iqn``)."""
+    return host_iqn(base, hostname)
+
+
+def normalize_portal(portal: str) -> str:
+    """`10.77.0.11` -> `10.77.0.11:3260`; `10.77.0.11:3261` stays; IPv6 as `[addr]:port`."""
+    if not isinstance(portal, str) or not portal.strip():
+        raise UserError("iSCSI portal is empty", "give the storage node's address, for example `10.77.0.11` "
+                        "or `10.77.0.11:3260`")
+    text = portal.strip()
+    host, port = text, str(DEFAULT_PORT)
+    if text.startswith("["):
+        match = re.match(r"^\[([^\]]+)\](?::(\d+))?$", text)
+        if not match:
+            raise UserError(f"invalid iSCSI portal {portal!r}", "write an IPv6 portal as `[ADDRESS]:PORT`")
+        host, port = match.group(1), match.group(2) or port
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        raise UserError(f"invalid iSCSI portal {portal!r}: {host!r} is not an IP address (the stable device path "
+                        "/dev/disk/by-path/ip-ADDRESS:PORT-iscsi-IQN-lun-N is named by the address)",
+                        "give the storage node's IP address, optionally with :PORT") from None
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"invalid iSCSI portal {portal!r}: port {port!r} is not 1-65535", "use the default port 3260")
+    return f"[{addr}]:{int(port)}" if addr.version == 6 else f"{addr}:{int(port)}"
+
+
+def by_path(portal: str, target_iqn: str, lun: int = 0) -> str:
+    """The udev path of a LUN: /dev/disk/by-path/ip-ADDRESS:PORT-iscsi-IQN-lun-N."""
+    return f"/dev/disk/by-path/ip-{normalize_portal(portal)}-iscsi-{target_iqn}-lun-{int(lun)}"
+
+
+def redact(argv) -> list:
+    """A copy of an argv with the value of every CHAP password setting replaced by ``MASK``."""
+    out = [str(a) for a in argv]
+    for i in range(len(out) - 3):
+        if out[i] == "-n" and out[i + 1] in SECRET_KEYS and out[i + 2] == "-v":
+            out[i + 3] = MASK
+    return out
+
+
+def _cmdline(argv) -> str:
+    return shlex.join(redact(argv))
+
+
+def validate_chap(chap: dict | None) -> dict | None:
+    """Normalise CHAP credentials: None or {username, password[, username_in, password_in]}."""
+    if not chap:
+        return None
+    unknown = set(chap) - set(AUTH_KEYS)
+    if unknown:
+        raise UserError(f"unknown CHAP field(s) {sorted(unknown)}",
+                        "use only username, password, username_in, password_in")
+    clean = {k: (chap.get(k) or "") for k in AUTH_KEYS}
+    if not any(clean.values()):
+        return None
+    if not clean["username"] or not clean["password"]:
+        raise UserError("CHAP needs both username and password (the initiator's credentials)",
+                        "set chap.username and chap.password, or leave chap out for no authentication")
+    if bool(clean["username_in"]) != bool(clean["password_in"]):
+        raise UserError("mutual CHAP needs both username_in and password_in (the target's credentials)",
+                        "set both, or neither for one-way CHAP")
+    for key, value in clean.items():
+        if any(c.isspace() for c in value) or len(value) > 255:
+            raise UserError(f"invalid CHAP {key}: it must be 1-255 characters without white space",
+                            "choose another value")
+    return clean
+
+
+# --------------------------------------------------------------------------------------------
+# parsers
+
+_SESSION_LINE = re.compile(r"^(?P<transport>\S+): \[(?P<sid>\d+)\] (?P<portal>\S+),(?P<tpgt>-?\d+) (?P<target>\S+)")
+_NODE_LINE = re.compile(r"^(?P<portal>\S+),(?P<tpgt>-?\d+) (?P<target>\S+)$")
+
+
+def _tpgt(text: str) -> int:
+    value = int(text)
+    return -1 if value == 4294967295 else value  # a record made with `-o new` has no tpgt
+
+
+def parse_sessions(text: str) -> list[dict]:
+    """`iscsiadm -m session` or `iscsiadm -m session -P 1|3` -> list of sessions.
+
+    Each: {target, portal, tpgt, sid, transport, state, connection_state, initiator, disks}; disks
+    is a list of {lun, disk} (from -P 3; empty otherwise). "No active sessions." gives [].
+    """
+    sessions: list[dict] = []
+    target = None
+    current: dict | None = None
+    host_lun = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        match = _SESSION_LINE.match(line)
+        if match:
+            sessions.append({"target": match["target"], "portal": match["portal"], "tpgt": _tpgt(match["tpgt"]),
+                             "sid": int(match["sid"]), "transport": match["transport"], "state": None,
+                             "connection_state": None, "initiator": None, "disks": []})
+            continue
+        if line.startswith("Target: "):
+            target = line.split()[1]
+            continue
+        if line.startswith("Current Portal: ") and target:
+            portal, _, tpgt = line.split(": ", 1)[1].rpartition(",")
+            current = {"target": target, "portal": portal, "tpgt": _tpgt(tpgt), "sid": None, "transport": None,
+                       "state": None, "connection_state": None, "initiator": None, "disks": []}
+            sessions.append(current)
+            continue
+        if current is None:
+            continue
+        disk = re.match(r"^Attached scsi disk (\S+)", line)
+        if disk:
+            current["disks"].append({"lun": host_lun, "disk": disk.group(1)})
+            continue
+        key, sep, value = line.partition(": ")
+        if not sep:
+            continue
+        value = value.strip()
+        if key == "SID":
+            current["sid"] = int(value)
+        elif key == "Iface Transport":
+            current["transport"] = value
+        elif key == "Iface Initiatorname":
+            current["initiator"] = value
+        elif key == "iSCSI Session State":
+            current["state"] = value
+        elif key == "iSCSI Connection State":
+            current["connection_state"] = value
+        elif re.match(r"^scsi\d+ Channel \d+ Id \d+ Lun$", key):
+            host_lun = int(value)
+    return sessions
+
+
+def parse_nodes(text: str) -> list[dict]:
+    """`iscsiadm -m node` -> [{portal, tpgt, target}]; "No records found" gives []."""
+    nodes = []
+    for raw in text.splitlines():
+        match = _NODE_LINE.match(raw.strip())
+        if match:
+            nodes.append({"portal": match["portal"], "tpgt": _tpgt(match["tpgt"]), "target": match["target"]})
+    return nodes
+
+
+def parse_discovery(text: str) -> list[dict]:
+    """`iscsiadm -m discovery -t sendtargets -p PORTAL` -> [{portal, tpgt, target}]."""
+    return parse_nodes(text)
+
+
+def parse_node_record(text: str) -> dict:
+    """`iscsiadm -m node -T IQN -p PORTAL [-S]` -> {key: value}; `<empty>` becomes ""."""
+    record = {}
+    for raw in text.splitlines():
+        key, sep, value = raw.partition(" = ")
+        if sep and key and not key.startswith(("#", "iscsiadm:")):
+            value = value.strip()
+            record[key.strip()] = "" if value == "<empty>" else value
+    return record
+
+
+# --------------------------------------------------------------------------------------------
+# commands
+
+
+def _node_argv(target_iqn: str, portal: str) -> list:
+    return [ISCSIADM, "-m", "node", "-T", target_iqn, "-p", portal]
+
+
+def read_sessions(runner) -> list[dict]:
+    res = runner.run([ISCSIADM, "-m", "session", "-P", "3"], ok_rcs=(0, RC_NO_OBJECTS))
+    return [] if res.rc == RC_NO_OBJECTS else parse_sessions(res.stdout)
+
+
+def read_node_record(runner, target_iqn: str, portal: str, *, secrets: bool = False) -> dict | None:
+    argv = _node_argv(target_iqn, portal) + (["-S"] if secrets else [])
+    res = runner.run(argv, ok_rcs=(0, RC_NO_OBJECTS))
+    return None if res.rc == RC_NO_OBJECTS else parse_node_record(res.stdout)
+
+
+def discover(runner, portal: str) -> list[dict]:
+    """SendTargets discovery without creating node records; raises PortalUnreachable."""
+    argv = [ISCSIADM, "-m", "discovery", "-t", "sendtargets", "-p", portal, "-o", "nonpersistent"]
+    res = runner.run(argv, check=False)
+    if res.rc != 0:
+        raise PortalUnreachable(
+            argv, res.rc, res.stdout, res.stderr,
+            f"iSCSI discovery on portal {portal} failed (iscsiadm exit {res.rc}): {_last_line(res)}",
+            f"check that {portal} is the storage node's storage address, that the node is up and its iSCSI target "
+            "listens there (`ss -tln` on the node shows the port), and that no firewall is in between")
+    return parse_discovery(res.stdout)
+
+
+def _last_line(res) -> str:
+    lines = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()]
+    return lines[-1].removeprefix("iscsiadm: ") if lines else "no output"
+
+
+def find_session(sessions: list[dict], target_iqn: str, portal: str) -> dict | None:
+    for s in sessions:
+        if s["target"] == target_iqn and s["portal"] == portal:
+            return s
+    return None
+
+
+def _login_error(argv, res, target_iqn: str, portal: str, initiator: str | None) -> LoginFailed:
+    if res.rc == RC_AUTH_FAILED:
+        who = f"this initiator ({initiator})" if initiator else "this initiator"
+        return AuthorizationFailed(
+            argv, res.rc, res.stdout, res.stderr,
+            f"login to {target_iqn} at {portal} was refused: authorization failure (iscsiadm exit 24): either "
+            f"{who} is not in the target's ACL, or the CHAP credentials are wrong",
+            "on the storage node, add this host's initiator name (/etc/iscsi/initiatorname.iscsi) to the export's "
+            "ACL; if the target uses CHAP, give the same username/password (and username_in/password_in for "
+            "mutual CHAP) as the target's ACL; without CHAP the target's TPG needs authentication=0")
+    if res.rc in RC_UNREACHABLE:
+        return PortalUnreachable(
+            argv, res.rc, res.stdout, res.stderr,
+            f"login to {target_iqn} at {portal} failed: the portal cannot be reached or does not serve this target "
+            f"(iscsiadm exit {res.rc}: {_last_line(res)})",
+            f"check that {portal} is the storage node's storage address and the node is up, that the target "
+            f"{target_iqn} exists and its portal is enabled, "
+            f"and that no firewall blocks TCP port {portal.rsplit(':', 1)[1]}")
+    return LoginFailed(argv, res.rc, res.stdout, res.stderr,
+                       f"login to {target_iqn} at {portal} failed (iscsiadm exit {res.rc}): {_last_line(res)}",
+                       "see `journalctl -u iscsid` on this host and the kernel log of the storage node")
+
+
+def _current_initiator(runner) -> str | None:
+    res = runner.run(["cat", "/etc/iscsi/initiatorname.iscsi"], check=False)
+    for line in res.stdout.splitlines():
+        if line.startswith("InitiatorName="):
+            return line.split("=", 1)[1].strip()
+    return None
+
+
+def _masked(settings: dict) -> dict:
+    return {k: (MASK if k in SECRET_KEYS and v else v) for k, v in settings.items()}
+
+
+def desired_settings(chap: dict | None, startup: str, extra: dict | None = None) -> dict:
+    """The node record settings ensure_session enforces, in the order they are applied."""
+    wanted = {"node.startup": startup}
+    for key, value in (extra or {}).items():
+        wanted[str(key)] = str(value)
+    if chap:
+        wanted["node.session.auth.authmethod"] = "CHAP"
+        for field_name, key in AUTH_KEYS.items():
+            wanted[key] = chap[field_name]
+    else:
+        wanted["node.session.auth.authmethod"] = "None"
+    return wanted
+
+
+def wait_for_device(runner, path: str, *, timeout: float = 60.0, interval: float = 0.5, sleep=time.sleep,
+                    clock=time.monotonic) -> str:
+    """Wait (udevadm settle, then a bounded poll) for a by-path link; return the kernel device (/dev/sdX)."""
+    runner.run(["udevadm", "settle", f"--timeout={int(max(timeout, 1))}"], check=False)
+    deadline = clock() + timeout
+    while True:
+        res = runner.run(["readlink", "-e", path], check=False)
+        if res.rc == 0 and res.stdout.strip():
+            return res.stdout.strip()
+        if clock() >= deadline:
+            raise DeviceTimeout(
+                f"logged in, but {path} did not appear within {timeout:g}s",
+                "check on the storage node that the export maps this LUN number to this initiator's ACL "
+                "(MappedLUN), and `dmesg` on this host for SCSI errors")
+        sleep(interval)
+
+
+def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = None, startup: str = "automatic",
+                   state: str = "logged_in", lun: int = 0, settings: dict | None = None,
+                   device_timeout: float = 60.0, sleep=time.sleep) -> dict:
+    """Converge one target's node record and session on this host.
+
+    logged_in: make the node record if it is missing (after a nonpersistent SendTargets discovery
+    proves the portal offers the target), set node.startup, CHAP and ``settings`` where they
+    differ, log in if there is no session, then wait for /dev/disk/by-path/...-lun-LUN.
+    logged_out: log out (refused while the disk is mounted) and delete the node record.
+
+    Returns {changed, commands, session, device, kernel_device, record_created, updated, warnings,
+    before, after}; commands are redacted command lines of the changes (run or, in a dry run, planned).
+    """
+    portal = normalize_portal(portal)
+    validate_iqn(target_iqn)
+    if startup not in STARTUP_VALUES:
+        raise UserError(f"invalid startup {startup!r}", f"use one of {', '.join(STARTUP_VALUES)}")
+    if state not in STATES:
+        raise UserError(f"invalid state {state!r}", f"use one of {', '.join(STATES)}")
+    if not isinstance(lun, int) or lun < 0:
+        raise UserError(f"invalid LUN {lun!r}", "give the LUN number as a non-negative integer (usually 0)")
+    chap = validate_chap(chap)
+    device_path = by_path(portal, target_iqn, lun)
+    commands: list[str] = []
+    warnings: list[str] = []
+
+    def change(argv, **kwargs):
+        commands.append(_cmdline(argv))
+        try:
+            return runner.run(argv, mutating=True, **kwargs)
+        except CommandError as err:  # the argv may carry a secret: rebuild the error from the redacted one
+            raise CommandError(redact(err.argv), err.rc, err.stdout, err.stderr, err.fix) from None
+
+    sessions = read_sessions(runner)
+    session = find_session(sessions, target_iqn, portal)
+    record = read_node_record(runner, target_iqn, portal, secrets=bool(chap))
+    wanted = desired_settings(chap, startup, settings)
+    before = {"logged_in": session is not None, "record": record is not None,
+              **(_masked({k: record.get(k, "") for k in wanted}) if record is not None else {})}
+    result = {"changed": False, "commands": commands, "session": session, "device": None, "kernel_device": None,
+              "record_created": False, "updated": [], "warnings": warnings, "target": target_iqn, "portal": portal,
+              "lun": lun, "before": before}
+
+    if state == "logged_out":
+        if session is not None:
+            mounted = _mounted_disks(runner, session)
+            if mounted:
+                raise Busy(f"{target_iqn} at {portal} is in use: {', '.join(mounted)}",
+                           "unmount it first (stop and disable its .mount unit); logging out under a mounted "
+                           "file system makes it fail with I/O errors")
+            change(_node_argv(target_iqn, portal) + ["--logout"], ok_rcs=(0, RC_NO_OBJECTS))
+        if record is not None:
+            change(_node_argv(target_iqn, portal) + ["-o", "delete"], ok_rcs=(0, RC_NO_OBJECTS))
+        result.update(changed=bool(commands), session=None,
+                      after={"logged_in": False, "record": False})
+        return result
+
+    if record is None:
+        offered = discover(runner, portal)
+        if not any(n["target"] == target_iqn for n in offered):
+            raise NotFound(f"portal {portal} does not offer target {target_iqn} (it offers: "
+                           f"{', '.join(sorted({n['target'] for n in offered})) or 'nothing'})",
+                           "check the target IQN, and that the storage node exports it on this portal")
+        change(_node_argv(target_iqn, portal) + ["-o", "new"])
+        result["record_created"] = True
+        record = {} if runner.dry_run else (read_node_record(runner, target_iqn, portal, secrets=bool(chap)) or {})
+
+    for key, value in wanted.items():
+        if record.get(key) != value:
+            change(_node_argv(target_iqn, portal) + ["-o", "update", "-n", key, "-v", value])
+            result["updated"].append(key)
+    if session is not None and result["updated"] and not result["record_created"]:
+        warnings.append(f"{target_iqn}: changed node settings ({', '.join(result['updated'])}) take effect at the "
+                        "next login; the current session keeps its old ones")
+
+    if session is None:
+        argv = _node_argv(target_iqn, portal) + ["--login"]
+        commands.append(_cmdline(argv))
+        res = runner.run(argv, mutating=True, check=False)
+        if res.rc not in (0, RC_SESSION_EXISTS):
+            raise _login_error(argv, res, target_iqn, portal, _current_initiator(runner))
+
+    after = {"logged_in": True, "record": True, **_masked(wanted)}
+    for key in SECRET_KEYS:
+        if key in wanted and key in result["updated"] and wanted[key]:
+            after[key] = MASK + " (changed)"
+    result["after"] = after
+    result["changed"] = bool(commands)
+    if runner.dry_run and session is None:
+        result["device"] = device_path  # where it will appear; nothing was logged in
+        return result
+    result["kernel_device"] = wait_for_device(runner, device_path, timeout=device_timeout, sleep=sleep)
+    result["device"] = device_path
+    if session is None:
+        result["session"] = find_session(read_sessions(runner), target_iqn, portal)
+    return result
+
+
+def _mounted_disks(runner, session: dict) -> list[str]:
+    """Mount points of the session's disks (and their partitions)."""
+    mounted = []
+    for disk in session.get("disks", []):
+        res = runner.run(["lsblk", "-nro", "MOUNTPOINT", f"/dev/{disk['disk']}"], check=False)
+        mounted += [f"/dev/{disk['disk']} on {m}" for m in res.stdout.split() if m]
+    return mounted

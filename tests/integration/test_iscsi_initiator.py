@@ -1,0 +1,208 @@
+"""Role iscsi_initiator on gpu1 against a real read-only LIO export on storage1.
+
+storage1 gets its own file-backed pool (no real disks), two zvols with an ext4 and an xfs file
+system and known content, exported read-only with raw rtslib (as test_lab.py does), plus a CHAP
+export. gpu1 runs the role through ansible-playbook; every check reads gpu1 separately.
+
+gpu1's initiator name is left as the lab set it (passed as iscsi_initiator_iqn): the lab is
+shared, and other tests' ACLs name gpu1 by that name. The default name is checked with --check.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, run_python, step
+
+PLAYBOOK = [{"hosts": "gpu1", "gather_facts": False, "roles": ["iscsi_initiator"]}]
+
+EXPORT = r'''
+import json, sys
+from rtslib_fb import (BlockStorageObject, FabricModule, LUN, MappedLUN, NetworkPortal, NodeACL, Target, TPG)
+p = json.loads(sys.argv[1])
+so = BlockStorageObject(p["name"], dev=p["dev"], readonly=True)
+target = Target(FabricModule("iscsi"), p["iqn"])
+tpg = TPG(target, 1)
+chap = p.get("chap")
+tpg.set_attribute("authentication", "1" if chap else "0")
+tpg.set_attribute("generate_node_acls", "0")
+tpg.set_attribute("demo_mode_write_protect", "1")
+NetworkPortal(tpg, p["portal"], 3260)
+lun = LUN(tpg, 0, so)
+acl = NodeACL(tpg, p["initiator"])
+MappedLUN(acl, 0, lun, write_protect=True)
+if chap:
+    acl.chap_userid = chap["username"]
+    acl.chap_password = chap["password"]
+tpg.enable = True
+'''
+
+UNEXPORT = r'''
+import json, sys
+from rtslib_fb import FabricModule, RTSRoot
+p = json.loads(sys.argv[1])
+for t in list(FabricModule("iscsi").targets):
+    if t.wwn in p["iqns"]:
+        t.delete()
+for so in list(RTSRoot().storage_objects):
+    if so.name in p["names"]:
+        so.delete()
+'''
+
+
+def initiator_name(host) -> str:
+    text = host.file("/etc/iscsi/initiatorname.iscsi").content_string
+    return next(line.split("=", 1)[1].strip() for line in text.splitlines() if line.startswith("InitiatorName="))
+
+
+def recap(output: str, host: str = "gpu1") -> dict:
+    match = re.search(rf"^{host}\s*:\s*(.*)$", output, re.M)
+    assert match, f"no PLAY RECAP line for {host}:\n{output[-3000:]}"
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(1))}
+
+
+@pytest.fixture
+def exports(hosts, lab, uid):
+    """A file-backed pool with ext4, xfs and CHAP zvols exported read-only to gpu1; removed afterwards."""
+    storage, gpu = hosts["storage1"], hosts["gpu1"]
+    pool = f"hd_it{uid}"
+    img = f"/var/tmp/{pool}.img"
+    portal = lab.addr("storage1")
+    initiator = initiator_name(gpu)
+    made = {"iqns": [], "names": []}
+    saved = {f: gpu.check_output(f"base64 -w0 {f}") for f in ("/etc/iscsi/initiatorname.iscsi",
+                                                              "/etc/iscsi/iscsid.conf")}
+    step(f"storage1: file-backed pool {pool} with ext4, xfs and chap zvols")
+    storage.run_expect([0], f"modprobe zfs && truncate -s 1G {img} && zpool create -O fabric:managed=true {pool} {img}")
+    info = {"pool": pool, "portal": portal, "initiator": initiator, "uid": uid, "chap_password": f"hdchap{uid}secret"}
+    try:
+        for fs, size in (("ext4", "64M"), ("xfs", "320M"), ("chap", "64M")):
+            vol = f"{pool}/{fs}"
+            storage.run_expect([0], f"zfs create -V {size} {vol} && udevadm settle && test -b /dev/zvol/{vol}")
+            mkfs = "mkfs.xfs -q" if fs == "xfs" else "mkfs.ext4 -q"
+            storage.run_expect([0], f"{mkfs} /dev/zvol/{vol} && mkdir -p /mnt/{pool} "
+                                    f"&& mount /dev/zvol/{vol} /mnt/{pool} "
+                                    f"&& echo content-{fs}-{uid} > /mnt/{pool}/hello.txt "
+                                    f"&& umount /mnt/{pool}")
+            iqn = f"iqn.2026-11.io.fabric.lab:hd-{fs}-{uid}"
+            params = {"name": f"hd_{fs}_{uid}", "dev": f"/dev/zvol/{vol}", "iqn": iqn, "portal": portal,
+                      "initiator": initiator}
+            if fs == "chap":
+                params["chap"] = {"username": f"hd{uid}", "password": info["chap_password"]}
+            made["iqns"].append(iqn)
+            made["names"].append(params["name"])
+            out = run_python(storage, EXPORT, json.dumps(params))
+            assert out.rc == 0, out.stderr
+            info[fs] = iqn
+        yield info
+    finally:
+        step("cleanup: mount units, sessions, node records on gpu1; targets, backstores, pool on storage1")
+        for fs in ("ext4", "xfs", "chap"):
+            unit = gpu.run(f"systemd-escape --path --suffix=mount /datasets/hd-{fs}-{uid}").stdout.strip()
+            gpu.run(f"systemctl disable --now '{unit}'; rm -f '/etc/systemd/system/{unit}'")
+        gpu.run("systemctl daemon-reload")
+        for iqn in made["iqns"]:
+            gpu.run(f"iscsiadm -m node -T {iqn} -p {portal}:3260 --logout; iscsiadm -m node -T {iqn} -p {portal}:3260 "
+                    "-o delete")
+        for path, b64 in saved.items():
+            gpu.run(f"echo {b64} | base64 -d > {path}")
+        run_python(storage, UNEXPORT, json.dumps(made))
+        storage.run(f"zpool destroy -f {pool}; rm -f {img}; rmdir /mnt/{pool}")
+
+
+def playbook(tmp_path: Path, lab, extra: dict, *args: str) -> subprocess.CompletedProcess:
+    book = tmp_path / "site.yml"
+    book.write_text(yaml.safe_dump(PLAYBOOK))
+    varfile = tmp_path / "vars.yml"
+    varfile.write_text(yaml.safe_dump(extra))
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(lab.inventory), str(book),
+                           "-e", f"@{varfile}", *args], cwd=REPO, capture_output=True, text=True)
+    return proc
+
+
+def role_vars(info: dict, *names: str, password: str | None = None) -> dict:
+    exports = []
+    for fs in names:
+        export = {"name": f"hd-{fs}-{info['uid']}", "portal": info["portal"], "target_iqn": info[fs],
+                  "fstype": "xfs" if fs == "xfs" else "ext4"}
+        if fs == "chap":
+            export["chap"] = {"username": f"hd{info['uid']}", "password": password or info["chap_password"]}
+        exports.append(export)
+    return {"iscsi_initiator_iqn": info["initiator"], "iscsi_initiator_exports": exports}
+
+
+def test_role_mounts_readonly_exports_idempotently(hosts, lab, exports, tmp_path):
+    gpu, uid = hosts["gpu1"], exports["uid"]
+    variables = role_vars(exports, "ext4", "xfs", "chap")
+
+    step("gpu1: first run of the role (log in, mount read-only)")
+    first = playbook(tmp_path, lab, variables)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr
+    assert recap(first.stdout)["changed"] > 0
+    assert exports["chap_password"] not in first.stdout + first.stderr
+
+    step("gpu1: second run changes nothing")
+    second = playbook(tmp_path, lab, variables)
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert recap(second.stdout)["changed"] == 0, second.stdout[-4000:]
+
+    step("gpu1: --check --diff on the converged node changes nothing")
+    check = playbook(tmp_path, lab, variables, "--check", "--diff")
+    assert check.returncode == 0, check.stdout[-4000:]
+    assert recap(check.stdout)["changed"] == 0, check.stdout[-4000:]
+
+    step("gpu1: sessions, read-only mounts, content, enabled units")
+    sessions = gpu.check_output("iscsiadm -m session")
+    for fs in ("ext4", "xfs", "chap"):
+        assert exports[fs] in sessions
+        mountpoint = f"/datasets/hd-{fs}-{uid}"
+        found = json.loads(gpu.check_output(f"findmnt -J -o TARGET,SOURCE,FSTYPE,OPTIONS --mountpoint {mountpoint}"))
+        fsinfo = found["filesystems"][0]
+        assert "ro" in fsinfo["options"].split(","), fsinfo
+        assert fsinfo["fstype"] == ("xfs" if fs == "xfs" else "ext4")
+        assert gpu.check_output(f"cat {mountpoint}/hello.txt") == f"content-{fs}-{uid}"
+        write = gpu.run(f"echo x > {mountpoint}/new.txt")
+        assert write.rc != 0 and "Read-only file system" in write.stderr, write.stderr
+        unit = gpu.check_output(f"systemd-escape --path --suffix=mount {mountpoint}")
+        assert gpu.check_output(f"systemctl is-enabled '{unit}'") == "enabled"
+        record = gpu.check_output(f"iscsiadm -m node -T {exports[fs]} -p {exports['portal']}:3260")
+        assert "node.startup = automatic" in record
+
+    step("gpu1: --check --diff with the default initiator name shows iqn...:gpu1 and changes nothing")
+    default = dict(variables)
+    del default["iscsi_initiator_iqn"]
+    preview = playbook(tmp_path, lab, default, "--check", "--diff")
+    assert preview.returncode == 0, preview.stdout[-4000:]
+    assert "+InitiatorName=iqn.2026-11.io.fabric.lab:gpu1" in preview.stdout
+    assert initiator_name(gpu) == exports["initiator"]
+
+
+def test_wrong_chap_secret_fails_clearly(hosts, lab, exports, tmp_path):
+    step("gpu1: the CHAP export with a wrong secret")
+    wrong = f"wrong{exports['uid']}secret"
+    run = playbook(tmp_path, lab, role_vars(exports, "chap", password=wrong))
+    assert run.returncode != 0
+    out = run.stdout + run.stderr
+    assert "authorization failure" in out and "CHAP" in out and "ACL" in out, out[-4000:]
+    assert wrong not in out
+    assert exports["chap"] not in hosts["gpu1"].run("iscsiadm -m session").stdout
+
+
+def test_invalid_iqn_fails_in_preflight_before_any_change(hosts, lab, exports, tmp_path):
+    gpu = hosts["gpu1"]
+    before = gpu.check_output("md5sum /etc/iscsi/initiatorname.iscsi /etc/iscsi/iscsid.conf")
+    variables = role_vars(exports, "ext4")
+    variables["iscsi_initiator_iqn"] = "iqn.2026-11.lab:GPU1"
+    run = playbook(tmp_path, lab, variables)
+    assert run.returncode != 0
+    assert "Preflight | initiator name is a valid IQN" in run.stdout
+    assert "is not a valid iSCSI name" in run.stdout
+    counts = recap(run.stdout)
+    assert counts["changed"] == 0 and counts["failed"] == 1
+    assert gpu.check_output("md5sum /etc/iscsi/initiatorname.iscsi /etc/iscsi/iscsid.conf") == before
+    assert exports["ext4"] not in gpu.run("iscsiadm -m session").stdout

@@ -1,0 +1,376 @@
+"""fabric_core.iscsi: parsers on recorded iscsiadm output, ensure_session command sequences."""
+
+from __future__ import annotations
+
+import pytest
+
+# isort: off
+from support import ScriptedRunner, data  # first: it puts module_utils on sys.path
+from fabric_core.errors import Busy, CommandError, InvalidName, NotFound, UserError
+from fabric_core.iscsi import (
+    AuthorizationFailed,
+    DeviceTimeout,
+    PortalUnreachable,
+    by_path,
+    ensure_session,
+    initiator_name,
+    normalize_portal,
+    parse_discovery,
+    parse_node_record,
+    parse_nodes,
+    parse_sessions,
+    redact,
+)
+# isort: on
+
+PORTAL = "10.77.0.11:3260"
+EXT4 = "iqn.2026-11.io.fabric.lab:hd-ext4"
+XFS = "iqn.2026-11.io.fabric.lab:hd-xfs"
+CHAPT = "iqn.2026-11.io.fabric.lab:hd-chap"
+CHAP = {"username": "hduser", "password": "hdsecret12345", "username_in": "hdtarget", "password_in": "hdmutual12345"}
+
+
+def rec(name: str) -> tuple[str, int]:
+    """A recorded .txt file: (output without the __rc line, exit status)."""
+    text = data("iscsi", name)
+    lines = text.splitlines(keepends=True)
+    if lines and lines[-1].startswith("__rc="):
+        return "".join(lines[:-1]), int(lines[-1].strip().split("=")[1])
+    return text, 0
+
+
+def step(argv, name=None, rc=None, stdout=None, stderr=""):
+    out, recorded_rc = rec(name) if name else ("", 0)
+    return {"command": argv, "rc": recorded_rc if rc is None else rc,
+            "stdout": out if stdout is None else stdout, "stderr": stderr}
+
+
+def node(iqn, *extra):
+    return ["iscsiadm", "-m", "node", "-T", iqn, "-p", PORTAL, *extra]
+
+
+SESSIONS = ["iscsiadm", "-m", "session", "-P", "3"]
+DISCOVERY = ["iscsiadm", "-m", "discovery", "-t", "sendtargets", "-p", PORTAL, "-o", "nonpersistent"]
+
+
+def device_steps(iqn, kernel="sda"):
+    return [step(["udevadm", "settle", "--timeout=60"]),
+            step(["readlink", "-e", by_path(PORTAL, iqn)], stdout=f"/dev/{kernel}\n")]
+
+
+def update(iqn, key, value):
+    return node(iqn, "-o", "update", "-n", key, "-v", value)
+
+
+# ------------------------------------------------------------------------------------- parsers
+
+def test_parse_sessions_plain():
+    sessions = parse_sessions(rec("session_two.txt")[0])
+    assert [(s["sid"], s["target"], s["portal"], s["tpgt"], s["transport"]) for s in sessions] == [
+        (2, EXT4, PORTAL, 1, "tcp"), (3, XFS, PORTAL, 1, "tcp")]
+    assert parse_sessions(rec("session_none.txt")[0]) == []
+    assert rec("session_none.txt")[1] == 21
+
+
+def test_parse_sessions_p3_has_state_initiator_and_disks():
+    sessions = parse_sessions(rec("session_p3.txt")[0])
+    assert len(sessions) == 2
+    ext4, xfs = sessions
+    assert ext4 == {"target": EXT4, "portal": PORTAL, "tpgt": 1, "sid": 2, "transport": "tcp", "state": "LOGGED_IN",
+                    "connection_state": "LOGGED IN", "initiator": "iqn.2004-10.com.debian:fa49841e5fe",
+                    "disks": [{"lun": 0, "disk": "sdb"}]}
+    assert (xfs["target"], xfs["sid"], xfs["disks"]) == (XFS, 3, [{"lun": 0, "disk": "sda"}])
+
+
+def test_parse_sessions_p1():
+    sessions = parse_sessions(rec("session_p1.txt")[0])
+    assert [(s["target"], s["sid"], s["state"]) for s in sessions] == [(CHAPT, 1, "LOGGED_IN"), (EXT4, 2, "LOGGED_IN")]
+    assert all(s["disks"] == [] for s in sessions)
+
+
+def test_parse_nodes_and_discovery():
+    assert parse_nodes(rec("node_list.txt")[0]) == [
+        {"portal": PORTAL, "tpgt": 1, "target": t} for t in (CHAPT, EXT4, XFS)]
+    # records made with `-o new` print the tpgt as 4294967295 (-1)
+    assert parse_nodes(rec("node_list2.txt")[0]) == [
+        {"portal": PORTAL, "tpgt": -1, "target": t} for t in (EXT4, XFS)]
+    assert parse_nodes(rec("node_none.txt")[0]) == []
+    assert [n["target"] for n in parse_discovery(rec("discovery.txt")[0])] == [EXT4, XFS, CHAPT]
+    assert parse_discovery(rec("discovery_unreachable.txt")[0]) == []
+
+
+def test_parse_node_record_masks_and_empty():
+    default = parse_node_record(data("iscsi", "node_default.txt"))
+    assert default["node.name"] == XFS
+    assert default["node.startup"] == "manual"
+    assert default["node.session.auth.authmethod"] == "None"
+    assert default["node.session.auth.username"] == ""
+    chap = parse_node_record(data("iscsi", "node_chap.txt"))
+    assert chap["node.startup"] == "automatic"
+    assert chap["node.session.auth.username"] == "hduser"
+    assert chap["node.session.auth.password"] == "********"  # masked without -S
+    shown = parse_node_record(data("iscsi", "node_chap_show.txt"))
+    assert shown["node.session.auth.password"] == "hdsecret12345"
+    assert shown["node.session.auth.password_in"] == "hdmutual12345"
+
+
+# ------------------------------------------------------------------------------------- helpers
+
+def test_names_and_portals():
+    assert initiator_name("iqn.2026-11.io.fabric.lab", "gpu1") == "iqn.2026-11.io.fabric.lab:gpu1"
+    assert normalize_portal("10.77.0.11") == PORTAL
+    assert normalize_portal("10.77.0.11:3261") == "10.77.0.11:3261"
+    assert normalize_portal("fd00::1") == "[fd00::1]:3260"
+    assert normalize_portal("[fd00::1]:3270") == "[fd00::1]:3270"
+    for bad in ("storage1", "10.77.0.11:0", "", "10.77.0.300"):
+        with pytest.raises(UserError):
+            normalize_portal(bad)
+    assert by_path("10.77.0.11", EXT4, 2) == f"/dev/disk/by-path/ip-{PORTAL}-iscsi-{EXT4}-lun-2"
+    argv = update(CHAPT, "node.session.auth.password", "s3cret")
+    assert redact(argv)[-1] == "********" and "s3cret" not in redact(argv)
+    assert redact(update(CHAPT, "node.session.auth.username", "hduser"))[-1] == "hduser"
+
+
+def test_bad_input_fails_before_any_command():
+    runner = ScriptedRunner([])
+    with pytest.raises(InvalidName):
+        ensure_session(runner, portal=PORTAL, target_iqn="iqn.bad")
+    with pytest.raises(UserError, match="both username and password"):
+        ensure_session(runner, portal=PORTAL, target_iqn=EXT4, chap={"username": "x"})
+    with pytest.raises(UserError, match="mutual"):
+        ensure_session(runner, portal=PORTAL, target_iqn=EXT4,
+                       chap={"username": "x", "password": "y" * 12, "username_in": "z"})
+    with pytest.raises(UserError, match="startup"):
+        ensure_session(runner, portal=PORTAL, target_iqn=EXT4, startup="sometimes")
+    assert runner.calls == []
+
+
+# ------------------------------------------------------------------------------- ensure_session
+
+def fresh_login_script(iqn=XFS):
+    return [
+        step(SESSIONS, "session_none.txt"),
+        step(node(iqn), "node_show_missing.txt"),
+        step(DISCOVERY, "discovery.txt"),
+        step(node(iqn, "-o", "new"), stdout=data("iscsi", "node_new.txt")),
+        step(node(iqn), stdout=data("iscsi", "node_default.txt")),
+        step(update(iqn, "node.startup", "automatic")),
+        step(["iscsiadm", "-m", "node", "-T", iqn, "-p", PORTAL, "--login"],
+             stdout=data("iscsi", "login_ok.stdout"), stderr=data("iscsi", "login_ok.stderr")),
+        *device_steps(iqn, "sda"),
+        step(SESSIONS, stdout=data("iscsi", "session_p3.txt")),
+    ]
+
+
+def test_fresh_login():
+    runner = ScriptedRunner(fresh_login_script())
+    res = ensure_session(runner, portal="10.77.0.11", target_iqn=XFS, sleep=lambda s: None)
+    runner.assert_done()
+    assert res["changed"] and res["record_created"]
+    assert res["updated"] == ["node.startup"]  # authmethod is None already on a fresh record
+    assert res["commands"] == [
+        f"iscsiadm -m node -T {XFS} -p {PORTAL} -o new",
+        f"iscsiadm -m node -T {XFS} -p {PORTAL} -o update -n node.startup -v automatic",
+        f"iscsiadm -m node -T {XFS} -p {PORTAL} --login"]
+    assert res["device"] == f"/dev/disk/by-path/ip-{PORTAL}-iscsi-{XFS}-lun-0"
+    assert res["kernel_device"] == "/dev/sda"
+    assert res["session"]["sid"] == 3 and res["session"]["disks"] == [{"lun": 0, "disk": "sda"}]
+    assert res["before"] == {"logged_in": False, "record": False}
+    assert res["after"]["logged_in"] and res["after"]["node.startup"] == "automatic"
+
+
+def test_fresh_login_dry_run_plans_changes_and_does_all_reads():
+    script = fresh_login_script()[:3]  # reads only: sessions, record, discovery
+    runner = ScriptedRunner(script, dry_run=True)
+    res = ensure_session(runner, portal=PORTAL, target_iqn=XFS)
+    runner.assert_done()
+    assert res["changed"]
+    assert [list(a) for a in runner.planned][-1] == node(XFS, "--login")
+    assert len(runner.planned) == 4  # new, startup, authmethod (record unknown), login
+    assert res["device"] == by_path(PORTAL, XFS) and res["kernel_device"] is None
+
+
+def test_already_logged_in_changes_nothing():
+    automatic = data("iscsi", "node_default.txt").replace("node.startup = manual", "node.startup = automatic")
+    runner = ScriptedRunner([
+        step(SESSIONS, stdout=data("iscsi", "session_p3.txt")),
+        step(node(EXT4), stdout=automatic),
+        *device_steps(EXT4, "sdb"),
+    ])
+    res = ensure_session(runner, portal=PORTAL, target_iqn=EXT4)
+    runner.assert_done()
+    assert not res["changed"] and res["commands"] == [] and res["updated"] == []
+    assert res["session"]["sid"] == 2 and res["kernel_device"] == "/dev/sdb"
+    assert res["before"] == {k: v for k, v in res["after"].items()}
+
+
+def test_chap_update_sets_only_differences_and_redacts():
+    # the record has the CHAP of node_chap_show.txt; the password changes, the rest is equal
+    new = dict(CHAP, password="anothersecret1")
+    chap_session = data("iscsi", "session_p1.txt")
+    runner = ScriptedRunner([
+        step(SESSIONS, stdout=chap_session),
+        step(node(CHAPT, "-S"), stdout=data("iscsi", "node_chap_show.txt")),
+        step(update(CHAPT, "node.session.auth.password", "anothersecret1")),
+        *device_steps(CHAPT),
+    ])
+    res = ensure_session(runner, portal=PORTAL, target_iqn=CHAPT, chap=new)
+    runner.assert_done()
+    assert res["changed"] and res["updated"] == ["node.session.auth.password"]
+    assert res["commands"] == [
+        f"iscsiadm -m node -T {CHAPT} -p {PORTAL} -o update -n node.session.auth.password -v '********'"]
+    assert "anothersecret1" not in repr(res) and "hdsecret12345" not in repr(res)
+    assert res["warnings"] and "next login" in res["warnings"][0]
+    assert res["after"]["node.session.auth.password"] == "******** (changed)"
+    assert res["before"]["node.session.auth.password"] == "********"
+
+
+def test_chap_same_credentials_is_idempotent():
+    runner = ScriptedRunner([
+        step(SESSIONS, stdout=data("iscsi", "session_p1.txt")),
+        step(node(CHAPT, "-S"), stdout=data("iscsi", "node_chap_show.txt")),
+        *device_steps(CHAPT),
+    ])
+    res = ensure_session(runner, portal=PORTAL, target_iqn=CHAPT, chap=CHAP)
+    runner.assert_done()
+    assert not res["changed"]
+
+
+def test_one_way_chap_clears_mutual_credentials():
+    runner = ScriptedRunner([
+        step(SESSIONS, stdout=data("iscsi", "session_p1.txt")),
+        step(node(CHAPT, "-S"), stdout=data("iscsi", "node_chap_show.txt")),
+        step(update(CHAPT, "node.session.auth.username_in", "")),
+        step(update(CHAPT, "node.session.auth.password_in", "")),
+        *device_steps(CHAPT),
+    ])
+    res = ensure_session(runner, portal=PORTAL, target_iqn=CHAPT,
+                         chap={"username": "hduser", "password": "hdsecret12345"})
+    runner.assert_done()
+    assert res["updated"] == ["node.session.auth.username_in", "node.session.auth.password_in"]
+
+
+def test_logout_and_delete_record():
+    runner = ScriptedRunner([
+        step(SESSIONS, stdout=data("iscsi", "session_p3.txt")),
+        step(node(XFS), stdout=data("iscsi", "node_default.txt")),
+        step(["lsblk", "-nro", "MOUNTPOINT", "/dev/sda"], stdout="\n"),
+        step(node(XFS, "--logout"), "logout.txt"),
+        step(node(XFS, "-o", "delete")),
+    ])
+    res = ensure_session(runner, portal=PORTAL, target_iqn=XFS, state="logged_out")
+    runner.assert_done()
+    assert res["changed"] and res["session"] is None
+    assert res["commands"] == [f"iscsiadm -m node -T {XFS} -p {PORTAL} --logout",
+                               f"iscsiadm -m node -T {XFS} -p {PORTAL} -o delete"]
+
+
+def test_logout_when_gone_changes_nothing():
+    runner = ScriptedRunner([step(SESSIONS, "session_none.txt"), step(node(XFS), "node_show_missing.txt")])
+    res = ensure_session(runner, portal=PORTAL, target_iqn=XFS, state="logged_out")
+    runner.assert_done()
+    assert not res["changed"] and res["commands"] == []
+
+
+def test_logout_refused_while_mounted():
+    runner = ScriptedRunner([
+        step(SESSIONS, stdout=data("iscsi", "session_p3.txt")),
+        step(node(XFS), stdout=data("iscsi", "node_default.txt")),
+        step(["lsblk", "-nro", "MOUNTPOINT", "/dev/sda"], stdout="/datasets/hd-xfs\n"),
+    ])
+    with pytest.raises(Busy, match="/datasets/hd-xfs"):
+        ensure_session(runner, portal=PORTAL, target_iqn=XFS, state="logged_out")
+    runner.assert_done()
+
+
+def login_failure_script(name, chap=None):
+    text, rc = rec(name)
+    record = data("iscsi", "node_chap_show.txt").replace("hdsecret12345", "wrongsecret99") if chap else \
+        data("iscsi", "node_default.txt").replace("node.startup = manual", "node.startup = automatic")
+    iqn = CHAPT if chap else EXT4
+    return [
+        step(SESSIONS, "session_none.txt"),
+        step(node(iqn, *(["-S"] if chap else [])), stdout=record),
+        *([step(update(iqn, "node.session.auth.password", chap["password"]))] if chap else []),
+        step(node(iqn, "--login"), rc=rc, stdout="", stderr=text),
+        step(["cat", "/etc/iscsi/initiatorname.iscsi"], stdout="InitiatorName=iqn.2026-11.io.fabric.lab:gpu1\n"),
+    ]
+
+
+def test_authorization_failure_is_typed_and_redacted():
+    chap = dict(CHAP, password="notthesecret1")
+    runner = ScriptedRunner(login_failure_script("login_badchap.txt", chap))
+    with pytest.raises(AuthorizationFailed) as exc:
+        ensure_session(runner, portal=PORTAL, target_iqn=CHAPT, chap=chap)
+    runner.assert_done()
+    err = exc.value
+    assert err.rc == 24 and err.reason == "authorization"
+    assert "not in the target's ACL" in str(err) and "CHAP" in str(err)
+    assert "iqn.2026-11.io.fabric.lab:gpu1" in str(err)
+    assert "fix:" in str(err)
+    assert "notthesecret1" not in str(err) and "hdmutual12345" not in str(err)
+
+
+def test_authorization_failure_without_chap_acl():
+    runner = ScriptedRunner(login_failure_script("login_noacl.txt"))
+    with pytest.raises(AuthorizationFailed, match="ACL"):
+        ensure_session(runner, portal=PORTAL, target_iqn=EXT4)
+    runner.assert_done()
+
+
+def test_unreachable_portal_on_login():
+    runner = ScriptedRunner(login_failure_script("login_refused.txt"))
+    with pytest.raises(PortalUnreachable) as exc:
+        ensure_session(runner, portal=PORTAL, target_iqn=EXT4)
+    assert exc.value.rc == 8 and "cannot be reached" in str(exc.value) and "firewall" in str(exc.value)
+
+
+def test_unreachable_portal_on_discovery():
+    text, rc = rec("discovery_unreachable.txt")
+    portal = "10.77.0.99:3260"
+    runner = ScriptedRunner([
+        step(SESSIONS, "session_none.txt"),
+        step(["iscsiadm", "-m", "node", "-T", EXT4, "-p", portal], "node_show_missing.txt"),
+        step(["iscsiadm", "-m", "discovery", "-t", "sendtargets", "-p", portal, "-o", "nonpersistent"],
+             rc=rc, stdout="", stderr=text),
+    ])
+    with pytest.raises(PortalUnreachable, match="discovery on portal 10.77.0.99:3260 failed") as exc:
+        ensure_session(runner, portal="10.77.0.99", target_iqn=EXT4)
+    runner.assert_done()
+    assert exc.value.rc == 11 and "PDU timed out" in str(exc.value)
+
+
+def test_target_not_offered():
+    runner = ScriptedRunner([
+        step(SESSIONS, "session_none.txt"),
+        step(node("iqn.2026-11.io.fabric.lab:other"), "node_show_missing.txt"),
+        step(DISCOVERY, "discovery.txt"),
+    ])
+    with pytest.raises(NotFound, match="does not offer target iqn.2026-11.io.fabric.lab:other"):
+        ensure_session(runner, portal=PORTAL, target_iqn="iqn.2026-11.io.fabric.lab:other")
+
+
+def test_failed_update_error_is_redacted():
+    runner = ScriptedRunner([
+        step(SESSIONS, "session_none.txt"),
+        step(node(CHAPT, "-S"), stdout=data("iscsi", "node_default.txt")),
+        step(update(CHAPT, "node.startup", "automatic")),
+        step(update(CHAPT, "node.session.auth.authmethod", "CHAP")),
+        step(update(CHAPT, "node.session.auth.username", "hduser")),
+        step(update(CHAPT, "node.session.auth.password", "hdsecret12345"), rc=6, stderr="iscsiadm: idbm error"),
+    ])
+    with pytest.raises(CommandError) as exc:
+        ensure_session(runner, portal=PORTAL, target_iqn=CHAPT, chap=CHAP)
+    assert "hdsecret12345" not in str(exc.value) and "********" in str(exc.value)
+
+
+def test_device_that_never_appears_times_out():
+    clock = iter([0.0, 0.0, 1.0, 2.5])
+    runner = ScriptedRunner([
+        step(["udevadm", "settle", "--timeout=2"]),
+        *[step(["readlink", "-e", by_path(PORTAL, EXT4)], rc=1) for _ in range(3)],
+    ])
+    from fabric_core.iscsi import wait_for_device
+    with pytest.raises(DeviceTimeout, match="did not appear"):
+        wait_for_device(runner, by_path(PORTAL, EXT4), timeout=2, sleep=lambda s: None, clock=lambda: next(clock))
+    runner.assert_done()
