@@ -90,6 +90,9 @@ def normalize(prop: str, value) -> str:
         return _CHECKSUM_ALIASES.get(low, low)
     if prop == "dedup":
         return _DEDUP_ALIASES.get(low, low)
+    if prop == "acltype":
+        # zfs(8): posixacl and noacl are accepted aliases; `zfs get` reports posix and off
+        return {"posixacl": "posix", "noacl": "off"}.get(low, low)
     if prop in ("mountpoint", "sharenfs", "sharesmb", "keylocation", "comment"):
         return text
     return low
