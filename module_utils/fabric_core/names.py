@@ -18,9 +18,10 @@ _RESERVED_POOLS = {"mirror", "raidz", "raidz1", "raidz2", "raidz3", "draid", "sp
                    "log", "cache", "special", "dedup"}
 ZFS_MAX_NAME = 255
 
-# RFC 3720 3.2.6.3.1: iqn.YYYY-MM.reversed.domain[:unique]; LIO (rtslib) also wants a dotted
+# RFC 3720 3.2.6.3.1: iqn.YYYY-MM.reversed.domain[:unique] of a-z, 0-9, "-", ".", ":" (rtslib refuses
+# "_" too, seen in the lab); LIO (rtslib) also wants a dotted
 # naming authority: iqn.2026-11.lab:x is refused, iqn.2026-11.io.example.lab:x is accepted.
-_IQN = re.compile(r"^iqn\.(\d{4})-(0[1-9]|1[0-2])\.([a-z0-9-]+(?:\.[a-z0-9-]+)+)(?::([a-z0-9.:_-]+))?$")
+_IQN = re.compile(r"^iqn\.(\d{4})-(0[1-9]|1[0-2])\.([a-z0-9-]+(?:\.[a-z0-9-]+)+)(?::([a-z0-9.:-]+))?$")
 _EUI = re.compile(r"^eui\.[0-9A-F]{16}$")
 IQN_MAX = 223
 _HOST = re.compile(r"^(?=.{1,63}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
@@ -93,6 +94,9 @@ def validate_iqn(iqn: str) -> str:
     if iqn.lower().startswith("iqn.") and iqn != iqn.lower():
         raise InvalidName(f"invalid iSCSI name {iqn!r}: iqn names are lower case (RFC 3722 stringprep)",
                           f"use {iqn.lower()!r}")
+    if "_" in iqn:
+        raise InvalidName(f"invalid iSCSI name {iqn!r}: '_' is not allowed in iSCSI names (RFC 3720; LIO refuses it)",
+                          f"use '-' instead: {iqn.replace('_', '-')!r}")
     if not _IQN.match(iqn):
         raise InvalidName(
             f"invalid iSCSI name {iqn!r}: expected iqn.YYYY-MM.reversed.domain[:unique], with a date the domain "
