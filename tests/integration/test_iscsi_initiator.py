@@ -22,10 +22,17 @@ from conftest import REPO, run_python, step
 PLAYBOOK = [{"hosts": "gpu1", "gather_facts": False, "roles": ["iscsi_initiator"]}]
 
 EXPORT = r'''
-import json, sys
+import json, sys, time
 from rtslib_fb import (BlockStorageObject, FabricModule, LUN, MappedLUN, NetworkPortal, NodeACL, Target, TPG)
 p = json.loads(sys.argv[1])
-so = BlockStorageObject(p["name"], dev=p["dev"], readonly=True)
+for attempt in range(30):  # right after umount, udev's probe may still hold the zvol open
+    try:
+        so = BlockStorageObject(p["name"], dev=p["dev"], readonly=True)
+        break
+    except Exception:
+        if attempt == 29:
+            raise
+        time.sleep(1)
 target = Target(FabricModule("iscsi"), p["iqn"])
 tpg = TPG(target, 1)
 chap = p.get("chap")
@@ -43,7 +50,7 @@ tpg.enable = True
 '''
 
 UNEXPORT = r'''
-import json, sys
+import json, sys, time
 from rtslib_fb import FabricModule, RTSRoot
 p = json.loads(sys.argv[1])
 for t in list(FabricModule("iscsi").targets):
@@ -88,7 +95,7 @@ def exports(hosts, lab, uid):
             storage.run_expect([0], f"{mkfs} /dev/zvol/{vol} && mkdir -p /mnt/{pool} "
                                     f"&& mount /dev/zvol/{vol} /mnt/{pool} "
                                     f"&& echo content-{fs}-{uid} > /mnt/{pool}/hello.txt "
-                                    f"&& umount /mnt/{pool}")
+                                    f"&& umount /mnt/{pool} && udevadm settle")
             iqn = f"iqn.2026-11.io.fabric.lab:hd-{fs}-{uid}"
             params = {"name": f"hd_{fs}_{uid}", "dev": f"/dev/zvol/{vol}", "iqn": iqn, "portal": portal,
                       "initiator": initiator}
