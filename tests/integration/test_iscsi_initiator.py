@@ -111,7 +111,8 @@ def exports(hosts, lab, uid):
         step("cleanup: mount units, sessions, node records on gpu1; targets, backstores, pool on storage1")
         for fs in ("ext4", "xfs", "chap"):
             unit = gpu.run(f"systemd-escape --path --suffix=mount /datasets/hd-{fs}-{uid}").stdout.strip()
-            gpu.run(f"systemctl disable --now '{unit}'; rm -f '/etc/systemd/system/{unit}'")
+            gpu.run(f"systemctl disable --now '{unit}'; rm -f '/etc/systemd/system/{unit}'; "
+                    f"rmdir /datasets/hd-{fs}-{uid}")
         gpu.run("systemctl daemon-reload")
         for iqn in made["iqns"]:
             gpu.run(f"iscsiadm -m node -T {iqn} -p {portal}:3260 --logout; iscsiadm -m node -T {iqn} -p {portal}:3260 "
