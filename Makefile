@@ -20,10 +20,12 @@ STORAGE2     ?=
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-demo: venv lab-up ## boot the lab and run the fabric smoke on it (pool, read-only iSCSI export, gpu1 login)
-	@echo "== fabric smoke on the lab: a pool on by-id disks, a zvol exported read-only, gpu1 logs in =="
-	FABRIC_LAB_KEEP=1 $(PYTEST) tests/integration/test_lab.py -v -s -p no:cacheprovider
-	@echo "== lab is still up: 'make lab-status', 'python3 lab/labctl.py ssh storage1', 'make lab-down' =="
+demo: venv lab-up ## boot the lab, converge playbooks/site.yml on it, print pools, exports and sessions
+	@echo "== site.yml: storage nodes (ZFS, pools, datasets, LIO), then GPU nodes (initiators, ro mounts) =="
+	$(VENV)/bin/ansible-playbook playbooks/site.yml
+	@echo "== the fabric: pools, datasets and exports on storage nodes; sessions and mounts on GPU nodes =="
+	$(VENV)/bin/ansible-playbook playbooks/report.yml
+	@echo "== lab is still up: 'make lab-status', 'python3 lab/labctl.py ssh gpu1', 'make lab-down' =="
 
 test: venv ## all tests: unit (seconds, no root), then integration on the lab VMs (root)
 	$(PYTEST) tests/unit -q

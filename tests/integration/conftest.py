@@ -1,8 +1,9 @@
 """Integration tests run against the lab VMs: real ZFS, real LIO, real iSCSI sessions.
 
-The lab boots once per test run (session fixture `lab`) and is shared by every test. If it
-was already up, it is reused and left up; if this run booted it, this run stops it at the end
-(set FABRIC_LAB_KEEP=1 to keep it for the next run).
+The lab boots once per test run (session fixture `lab`) and is shared by every test. A run
+starts from freshly booted VMs: a lab that is already up is stopped and booted again, because
+tests assume blank disks (set FABRIC_LAB_REUSE=1 to reuse it as it is while developing). The run
+stops the lab at the end (set FABRIC_LAB_KEEP=1 to keep it).
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def lab() -> LabInfo:
         pytest.fail("integration tests need root: they boot the lab (network namespace, taps, VMs). "
                     "Run `make test` as root.", pytrace=False)
     status = _status()
-    booted_here = not status["up"]
-    if booted_here:
+    if not (status["up"] and os.environ.get("FABRIC_LAB_REUSE")):
+        if status["netns_present"]:
+            subprocess.run([*LABCTL, "down"], check=True)
         proc = subprocess.run([*LABCTL, "up"])
         if proc.returncode != 0:
             pytest.fail(f"`labctl up` failed (exit {proc.returncode}); see its output above", pytrace=False)
@@ -58,7 +60,7 @@ def lab() -> LabInfo:
     info = LabInfo(ssh_config=state / "ssh_config", inventory=REPO / "inventory" / "lab" / "hosts.yml",
                    vms={v["name"]: v for v in status["vms"]})
     yield info
-    if booted_here and not os.environ.get("FABRIC_LAB_KEEP"):
+    if not os.environ.get("FABRIC_LAB_KEEP"):
         subprocess.run([*LABCTL, "down"])
 
 
