@@ -15,7 +15,7 @@ PYTEST       := tests/run-pytest $(PY)
 STORAGE2     ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image lint lock clean
+.PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image bench-site lint lock clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -60,6 +60,9 @@ lab-status: ## what is up
 
 lab-image: ## build (or find) the cached guest image only
 	$(LABCTL) image
+
+bench-site: venv ## issue 3 benchmark on a fresh lab (site.yml times, iSCSI vs local read) -> docs/benchmarks.md
+	$(PY) bench/site_bench.py
 
 lint: venv ## ruff over the Python code
 	$(VENV)/bin/ruff check lab fabricctl module_utils library tests

@@ -141,7 +141,10 @@ def role_vars(info: dict, *names: str, password: str | None = None) -> dict:
         if fs == "chap":
             export["chap"] = {"username": f"hd{info['uid']}", "password": password or info["chap_password"]}
         exports.append(export)
-    return {"iscsi_initiator_iqn": info["initiator"], "iscsi_initiator_exports": exports}
+    # the lab inventory gives GPU nodes default CHAP credentials (for storage1's own exports);
+    # this test's targets carry their own settings, so the defaults are cleared here
+    no_default_chap = {f"iscsi_initiator_chap_{k}": "" for k in ("username", "password", "username_in", "password_in")}
+    return {"iscsi_initiator_iqn": info["initiator"], "iscsi_initiator_exports": exports, **no_default_chap}
 
 
 def test_role_mounts_readonly_exports_idempotently(hosts, lab, exports, tmp_path):

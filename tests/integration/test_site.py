@@ -30,8 +30,11 @@ def converged(lab):
     """Molecule's default scenario: syntax, check on the fresh lab, converge, idempotence, verify."""
     step("molecule test -s default (syntax, check, converge, idempotence, verify)")
     started = time.monotonic()
+    # molecule runs ansible-config and ansible-playbook by name: the virtualenv's bin goes first on PATH
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", PY_COLORS="0",
+               PATH=f"{MOLECULE.parent}{os.pathsep}{os.environ.get('PATH', '')}")
     proc = subprocess.run([str(MOLECULE), "test", "-s", "default"], cwd=REPO, capture_output=True, text=True,
-                          env=dict(os.environ, ANSIBLE_NOCOLOR="1", PY_COLORS="0"), timeout=3600)
+                          env=env, timeout=3600)
     elapsed = time.monotonic() - started
     tail = f"{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0, f"molecule failed (exit {proc.returncode}):\n{tail}"
