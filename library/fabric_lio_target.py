@@ -214,6 +214,8 @@ def main():
         result.update({k: v for k, v in partial.items() if k not in ("before", "after")})
         module.fail_json(msg=str(err), **result)
     result.update(changed=out["changed"], actions=out["actions"], kept=out["kept"], targets=out["targets"])
+    for warning in out.get("warnings", []):
+        module.warn(warning)
     if "done" in out:
         result["done"] = out["done"]
     if module._diff:

@@ -924,11 +924,19 @@ def reconcile(desired: dict | DesiredState, *, purge: bool = False, force: bool 
     state = parse_desired(desired)
     rts = rts or _rtslib()
     before = read_live(state, rts)
+    warnings = []
+    if dry_run:
+        # check mode of a whole run: a zvol that an earlier task would create does not exist yet
+        for path, info in before["devices"].items():
+            if not info["exists"]:
+                before["devices"][path] = {"exists": True, "block": True, "realpath": path}
+                warnings.append(f"{path} does not exist yet: check mode assumes an earlier task creates it "
+                                "(a real run refuses a missing device)")
     actions = plan(state, before, purge=purge, force=force)
     todo = changes(actions)
     result = {"changed": bool(todo), "actions": [a.describe() for a in todo],
               "kept": [a.describe() for a in actions if not a.changes],
-              "before": summarize(before, state)}
+              "before": summarize(before, state), "warnings": warnings}
     if not todo:
         result["after"] = result["before"]
         result["targets"] = result["before"]["targets"]

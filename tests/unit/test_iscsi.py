@@ -374,3 +374,23 @@ def test_device_that_never_appears_times_out():
     with pytest.raises(DeviceTimeout, match="did not appear"):
         wait_for_device(runner, by_path(PORTAL, EXT4), timeout=2, sleep=lambda s: None, clock=lambda: next(clock))
     runner.assert_done()
+
+
+@pytest.mark.parametrize("offered", ["not offered", "portal down"])
+def test_check_mode_plans_the_login_when_the_export_does_not_exist_yet(offered):
+    """A site run in check mode: the storage layer's export was only simulated, so discovery on a
+    fresh storage node fails or lacks the target. Check mode plans the login and warns; a real
+    run refuses (test_target_not_offered, test_unreachable_portal_on_discovery)."""
+    other = "iqn.2026-11.io.fabric.lab:other"
+    if offered == "not offered":
+        discovery = step(DISCOVERY, "discovery.txt")
+    else:
+        text, rc = rec("discovery_unreachable.txt")
+        discovery = step(DISCOVERY, rc=rc, stdout="", stderr=text)
+    runner = ScriptedRunner([step(SESSIONS, "session_none.txt"), step(node(other), "node_show_missing.txt"),
+                             discovery], dry_run=True)
+    res = ensure_session(runner, portal=PORTAL, target_iqn=other)
+    runner.assert_done()
+    assert res["changed"] and runner.executed == []
+    assert [list(a) for a in runner.planned][-1] == node(other, "--login")
+    assert any("check mode assumes the storage nodes export it" in w for w in res["warnings"])

@@ -7,6 +7,7 @@ Recorded data: tests/unit/data/lio/ (see its README.md for the exact commands on
 from __future__ import annotations
 
 import copy
+from unittest import mock
 import json
 
 import pytest
@@ -318,3 +319,15 @@ def test_apply_failure_removes_what_this_run_created(tmp_path):
 
 def test_nothing_to_do_touches_nothing():
     assert lio.apply(lio.plan(desired(), live()), rts=None) == []
+
+
+def test_check_mode_assumes_a_missing_device_is_created_earlier_in_the_run():
+    """A site run in check mode plans the export of a zvol whose creation was only simulated."""
+    state = empty()
+    state["devices"] = {d: {"exists": False, "block": False, "realpath": ""} for d in DEVICES}
+    with mock.patch.object(lio, "read_live", lambda desired, rts=None: copy.deepcopy(state)):
+        out = lio.reconcile(desired(), dry_run=True, rts=object())
+        assert out["changed"] and any("create_backstore" in a or "backstore" in a for a in out["actions"])
+        assert any("/dev/zvol/hc_pool/rec_a does not exist yet" in w for w in out["warnings"])
+        with pytest.raises(UserError, match="does not exist"):  # a real run refuses it
+            lio.reconcile(desired(), dry_run=False, rts=object())

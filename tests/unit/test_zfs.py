@@ -109,11 +109,24 @@ def test_create_dataset_with_properties():
 def test_dry_run_create_uses_zfs_create_n_v():
     check = ["zfs", "create", "-n", "-v", "-p", "-o", "compression=zstd", "-o", "quota=2G",
              "-o", "fabric:managed=true", "hb_rec/nope"]
-    runner = ScriptedRunner([MISSING, {"command": check, "stdout": data("zfs", "create_n_v.txt")}], dry_run=True)
+    pool_exists = {"command": ["zpool", "list", "-H", "-o", "name", "hb_rec"], "stdout": "hb_rec\n"}
+    runner = ScriptedRunner([MISSING, pool_exists, {"command": check, "stdout": data("zfs", "create_n_v.txt")}],
+                            dry_run=True)
     out = zfs.ensure_dataset(runner, name="hb_rec/nope", properties={"compression": "zstd", "quota": "2G"})
     runner.assert_done()
     assert out["changed"] and out["prepared"].startswith("would create ancestors of hb_rec/dry/a")
     assert runner.executed == [] and len(runner.planned) == 1
+
+
+def test_dry_run_before_the_pool_exists_plans_the_create_with_a_warning():
+    # check mode of a whole site run: the pool's creation was only simulated by an earlier task
+    no_pool = {"command": ["zpool", "list", "-H", "-o", "name", "hb_rec"], "rc": 1,
+               "stderr": "cannot open 'hb_rec': no such pool\n"}
+    runner = ScriptedRunner([MISSING, no_pool], dry_run=True)
+    out = zfs.ensure_dataset(runner, name="hb_rec/nope", properties={"compression": "zstd"})
+    runner.assert_done()
+    assert out["changed"] and out["created"] and runner.executed == []
+    assert any("pool hb_rec does not exist yet" in w for w in out["warnings"])
 
 
 def test_existing_dataset_unchanged_on_second_run():
