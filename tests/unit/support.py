@@ -34,6 +34,15 @@ def data(*parts: str) -> str:
     return DATA.joinpath(*parts).read_text()
 
 
+def script_of(case: dict) -> list[dict]:
+    """A YAML case's `commands` as a ScriptedRunner script; `stdout_file`/`stderr_file` name
+    recorded outputs under tests/unit/data/."""
+    return [{"command": [str(a) for a in step["command"]], "rc": step.get("rc", 0),
+             "stdout": data(step["stdout_file"]) if "stdout_file" in step else step.get("stdout", ""),
+             "stderr": data(step["stderr_file"]) if "stderr_file" in step else step.get("stderr", "")}
+            for step in case.get("commands", [])]
+
+
 class ScriptedRunner(Runner):
     """A Runner that expects exactly the scripted commands, in order, and returns their output.
 
@@ -76,9 +85,11 @@ def run_module(name: str, args: dict, script: list[dict] | None = None, *, check
     """Run library/<name>.py in-process; return its result dict with `failed` set on fail_json.
 
     Every command goes through the script (see ScriptedRunner); leftover scripted commands fail.
+    Messages given to ``module.warn`` come back as ``warnings``, as Ansible reports them.
     """
     module = load_module(name)
     runner = ScriptedRunner(script or [])
+    warnings: list[str] = []
     full_args = dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)
 
     def exit_json(self, **kwargs):
@@ -98,6 +109,7 @@ def run_module(name: str, args: dict, script: list[dict] | None = None, *, check
         mock.patch.object(basic.AnsibleModule, "fail_json", fail_json),
         mock.patch.object(basic.AnsibleModule, "run_command", run_command),
         mock.patch.object(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: f"/usr/sbin/{name}"),
+        mock.patch.object(basic.AnsibleModule, "warn", lambda self, msg, **kw: warnings.append(msg)),
         *(extra_patches or []),
     ]
     with patch_module_args(full_args):
@@ -114,4 +126,5 @@ def run_module(name: str, args: dict, script: list[dict] | None = None, *, check
                 p.stop()
     runner.assert_done()
     result["_commands"] = runner.calls
+    result["warnings"] = warnings
     return json.loads(json.dumps(result, default=str))
