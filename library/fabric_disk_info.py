@@ -148,6 +148,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.fabric_core.disks import discover, free_for_pool
 from ansible.module_utils.fabric_core.errors import FabricError
 from ansible.module_utils.fabric_core.layout import plan
+from ansible.module_utils.fabric_core.names import validate_pool_name
 from ansible.module_utils.fabric_core.runner import ModuleRunner
 
 
@@ -162,6 +163,8 @@ def main():
     )
     result = {"changed": False}
     try:
+        if module.params["pool"]:
+            validate_pool_name(module.params["pool"])  # before any command: a bad name is bad input
         found = discover(ModuleRunner(module, dry_run=module.check_mode))
         excluded = set(module.params["exclude"] or [])
         matched = set()

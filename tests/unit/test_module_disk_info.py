@@ -59,3 +59,10 @@ def test_module_documentation_parses_and_matches_the_argument_spec():
     returned = yaml.safe_load(module.RETURN)
     assert set(returned) == {"disks", "layout"}
     assert all({"description", "returned", "type"} <= set(v) for v in returned.values())
+
+
+def test_invalid_pool_name_fails_before_any_command():
+    args = {"pool": "mirror-bad", "spec": {"data": {"type": "mirror", "class": "hdd"}}}
+    result = run_module("fabric_disk_info", args, [])
+    assert result["failed"] and result["_commands"] == []
+    assert "invalid pool name 'mirror-bad'" in result["msg"] and "fix:" in result["msg"]
