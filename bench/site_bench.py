@@ -30,7 +30,7 @@ SECTION = "site"
 
 
 def sh(*argv, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(list(argv), cwd=REPO, text=True, capture_output=True, **kw)
+    return subprocess.run(list(argv), cwd=REPO, text=True, capture_output=True, stdin=subprocess.DEVNULL, **kw)
 
 
 def ssh(host: str, command: str) -> str:
@@ -71,8 +71,8 @@ def write_section(rows: list[str]) -> None:
 
 
 def main() -> int:
-    subprocess.run([*LABCTL, "down"], check=True)
-    subprocess.run([*LABCTL, "up"], check=True)
+    subprocess.run([*LABCTL, "down"], check=True, stdin=subprocess.DEVNULL)
+    subprocess.run([*LABCTL, "up"], check=True, stdin=subprocess.DEVNULL)
     first, first_changed = playbook()
     second, second_changed = playbook()
     if second_changed != "0":

@@ -26,7 +26,9 @@ RUN_DIR = Path("/run/fabric-lab")
 
 
 def run(argv: list[str], *, check: bool = True, capture: bool = True, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(argv, text=True, capture_output=capture, **kw)
+    """Run a host command. Its stdin is a fresh /dev/null: ssh and QEMU must not inherit (and set
+    O_NONBLOCK on) the caller's terminal or CI's shared /dev/null."""
+    proc = subprocess.run(argv, text=True, capture_output=capture, stdin=subprocess.DEVNULL, **kw)
     if check and proc.returncode != 0:
         detail = (proc.stderr or proc.stdout or "").strip() if capture else ""
         raise LabError(f"command failed (exit {proc.returncode}): {' '.join(argv)}\n  {detail}")
@@ -182,7 +184,7 @@ def probe_kvm(image_dir: Path, cache_dir: Path, log, timeout: float = 25.0) -> s
         "qemu-system-x86_64", "-accel", "kvm", "-cpu", "host", "-m", "256", "-nodefaults",
         "-display", "none", "-no-reboot", "-serial", f"file:{console}",
         "-kernel", str(image_dir / "vmlinuz"), "-append", "console=ttyS0 panic=-1",
-    ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     result = "tcg"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:

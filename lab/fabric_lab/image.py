@@ -104,7 +104,7 @@ def ensure_image(log) -> Path:
     log(f"image {digest}: building (debootstrap + DKMS, about 5-10 minutes) into {building}")
     env = dict(os.environ, FABRIC_LAB_MIRROR=archive, FABRIC_LAB_SECURITY_MIRROR=security or "")
     started = time.monotonic()
-    proc = subprocess.run(["bash", str(RECIPE_DIR / "build.sh"), str(building)], env=env)
+    proc = subprocess.run(["bash", str(RECIPE_DIR / "build.sh"), str(building)], env=env, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         raise LabError(f"image build failed (exit {proc.returncode}); logs are in {building}",
                        "fix the cause shown above and run `make lab-up` again")

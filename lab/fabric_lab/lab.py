@@ -130,8 +130,8 @@ class Lab:
         host.run(["ip", "netns", "exec", NETNS, *argv])
 
     def keyscan(self, vm: VM) -> str:
-        proc = subprocess.run(["ip", "netns", "exec", NETNS, "ssh-keyscan", "-T", "3", "-t", "ed25519", str(vm.addr)],
-                              capture_output=True, text=True)
+        proc = host.run(["ip", "netns", "exec", NETNS, "ssh-keyscan", "-T", "3", "-t", "ed25519", str(vm.addr)],
+                        check=False)
         return proc.stdout.strip() if proc.returncode == 0 else ""
 
     def wait_for_ssh(self, vms: tuple[VM, ...]) -> None:
@@ -170,8 +170,7 @@ class Lab:
             + to_yaml(inv))
 
     def ssh(self, vm_name: str, *command: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-        proc = subprocess.run(["ssh", "-F", str(self.ssh_config_path), vm_name, *command],
-                              capture_output=True, text=True, timeout=timeout)
+        proc = host.run(["ssh", "-F", str(self.ssh_config_path), vm_name, *command], check=False, timeout=timeout)
         if check and proc.returncode != 0:
             raise LabError(f"{vm_name}: `{' '.join(command)}` failed (exit {proc.returncode}): {proc.stderr.strip()}")
         return proc
@@ -189,8 +188,7 @@ class Lab:
         with self.locked():
             for vm in self.vms(storage2=True):
                 if self.ssh_config_path.exists():
-                    subprocess.run(["ssh", "-F", str(self.ssh_config_path), "-O", "exit", vm.name],
-                                   capture_output=True, timeout=10)
+                    host.run(["ssh", "-F", str(self.ssh_config_path), "-O", "exit", vm.name], check=False, timeout=10)
                 pid = self.pid(vm)
                 if pid:
                     log(f"{vm.name}: stopping (pid {pid})")

@@ -24,6 +24,17 @@ REPO = Path(__file__).resolve().parents[2]
 LABCTL = [sys.executable, str(REPO / "lab" / "labctl.py")]
 
 
+def run(argv, **kw) -> subprocess.CompletedProcess:
+    """subprocess.run with a stdin of its own.
+
+    The ssh processes of testinfra and of the lab's connection sharing set O_NONBLOCK on the stdin
+    they inherit; when that is CI's /dev/null, every later process sharing it sees a non-blocking
+    stdin, and ansible-core refuses to start ("Ansible requires blocking IO"). A fresh /dev/null
+    per command avoids that.
+    """
+    return subprocess.run(argv, stdin=subprocess.DEVNULL, **kw)
+
+
 @dataclass
 class LabInfo:
     ssh_config: Path
@@ -38,7 +49,7 @@ class LabInfo:
 
 
 def _status() -> dict:
-    proc = subprocess.run([*LABCTL, "status", "--json"], capture_output=True, text=True)
+    proc = run([*LABCTL, "status", "--json"], capture_output=True, text=True)
     return json.loads(proc.stdout)
 
 
@@ -50,8 +61,8 @@ def lab() -> LabInfo:
     status = _status()
     if not (status["up"] and os.environ.get("FABRIC_LAB_REUSE")):
         if status["netns_present"]:
-            subprocess.run([*LABCTL, "down"], check=True)
-        proc = subprocess.run([*LABCTL, "up"])
+            run([*LABCTL, "down"], check=True)
+        proc = run([*LABCTL, "up"])
         if proc.returncode != 0:
             pytest.fail(f"`labctl up` failed (exit {proc.returncode}); see its output above", pytrace=False)
         status = _status()
@@ -61,7 +72,7 @@ def lab() -> LabInfo:
                    vms={v["name"]: v for v in status["vms"]})
     yield info
     if not os.environ.get("FABRIC_LAB_KEEP"):
-        subprocess.run([*LABCTL, "down"])
+        run([*LABCTL, "down"])
 
 
 @pytest.fixture(scope="session")
@@ -131,5 +142,5 @@ def ansible_playbook(lab: LabInfo, playbook: str, *args: str, extra_vars: dict |
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
     if not gather_facts:
         env["ANSIBLE_GATHERING"] = "explicit"
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    proc = run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
     return PlaybookRun(proc.returncode, proc.stdout, proc.stderr, parse_recap(proc.stdout))

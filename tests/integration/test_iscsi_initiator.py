@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, run_python, step
+from conftest import REPO, run, run_python, step
 
 PLAYBOOK = [{"hosts": "gpu1", "gather_facts": False, "roles": ["iscsi_initiator"]}]
 
@@ -128,7 +128,7 @@ def playbook(tmp_path: Path, lab, extra: dict, *args: str) -> subprocess.Complet
     book.write_text(yaml.safe_dump(PLAYBOOK))
     varfile = tmp_path / "vars.yml"
     varfile.write_text(yaml.safe_dump(extra))
-    proc = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(lab.inventory), str(book),
+    proc = run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(lab.inventory), str(book),
                            "-e", f"@{varfile}", *args], cwd=REPO, capture_output=True, text=True)
     return proc
 

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from conftest import LABCTL, REPO, _status
+from conftest import LABCTL, REPO, _status, run
 
 ANSIBLE = Path(sys.executable).parent / "ansible"
 
 
 def test_ansible_reaches_every_lab_host_through_the_generated_inventory(lab):
-    proc = subprocess.run([str(ANSIBLE), "all", "-i", str(lab.inventory), "-m", "ping", "-o"],
+    proc = run([str(ANSIBLE), "all", "-i", str(lab.inventory), "-m", "ping", "-o"],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in lab.vms:
         assert f"{name} | SUCCESS" in proc.stdout
-    groups = subprocess.run([str(ANSIBLE), "storage_nodes", "-i", str(lab.inventory), "--list-hosts"],
+    groups = run([str(ANSIBLE), "storage_nodes", "-i", str(lab.inventory), "--list-hosts"],
                             cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert "storage1" in groups and "gpu1" not in groups
 
@@ -30,7 +29,7 @@ def test_lab_up_as_non_root_is_refused_and_touches_nothing(lab, tmp_path):
     os.chmod(tmp_path, 0o777)
     # the system python: the virtualenv's interpreter may live under root's home (pyenv)
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-    proc = subprocess.run(["runuser", "-u", "nobody", "--", python, *LABCTL[1:], "up"],
+    proc = run(["runuser", "-u", "nobody", "--", python, *LABCTL[1:], "up"],
                           env=dict(os.environ, FABRIC_LAB_STATE=str(state)), capture_output=True, text=True)
     assert proc.returncode == 1
     assert "must run as root" in proc.stderr
@@ -40,7 +39,7 @@ def test_lab_up_as_non_root_is_refused_and_touches_nothing(lab, tmp_path):
 
 def test_lab_up_refuses_another_labs_namespace(lab, tmp_path):
     state = tmp_path / "other-lab"
-    proc = subprocess.run([*LABCTL, "up"], env=dict(os.environ, FABRIC_LAB_STATE=str(state)),
+    proc = run([*LABCTL, "up"], env=dict(os.environ, FABRIC_LAB_STATE=str(state)),
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert "already exists and belongs to the lab at" in proc.stderr
@@ -57,7 +56,7 @@ def test_lab_up_on_a_half_up_lab_converges(lab, hosts):
         time.sleep(0.1)
     half = {v["name"]: v for v in _status()["vms"]}
     assert not half["gpu2"]["running"] and half["storage1"]["running"]
-    proc = subprocess.run([*LABCTL, "up"], capture_output=True, text=True)
+    proc = run([*LABCTL, "up"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "gpu2: starting" in proc.stderr and "storage1: already running" in proc.stderr
     after = {v["name"]: v for v in _status()["vms"]}

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import step
+from conftest import run, step
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "module_utils"))
@@ -39,7 +38,7 @@ def module(lab, args: dict, check: bool = False) -> dict:
     if check:
         argv.append("--check")
     env = {**os.environ, "ANSIBLE_DEPRECATION_WARNINGS": "False", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=600)
+    proc = run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=600)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("storage1 |")), None)
     assert line, f"no result from ansible (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}"
     result = json.loads(line.split(" => ", 1)[1])

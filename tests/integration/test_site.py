@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, ansible_playbook, step
+from conftest import REPO, ansible_playbook, run, step
 
 MOLECULE = Path(sys.executable).parent / "molecule"
 FREE_HDD = "/dev/disk/by-id/ata-LAB_HDD_8TB_7200_HDD1006"  # the HDD the reference layout leaves free
@@ -36,7 +35,7 @@ def converged(lab):
     # molecule runs ansible-config and ansible-playbook by name: the virtualenv's bin goes first on PATH
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", PY_COLORS="0",
                PATH=f"{MOLECULE.parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    proc = subprocess.run([str(MOLECULE), "test", "-s", "default"], cwd=REPO, capture_output=True, text=True,
+    proc = run([str(MOLECULE), "test", "-s", "default"], cwd=REPO, capture_output=True, text=True,
                           env=env, timeout=3600)
     elapsed = time.monotonic() - started
     tail = f"{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
