@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 import time
@@ -202,9 +201,3 @@ def probe_kvm(image_dir: Path, cache_dir: Path, log, timeout: float = 25.0) -> s
     key.write_text(result + "\n")
     return result
 
-
-def which_or_fail(binary: str) -> str:
-    path = shutil.which(binary)
-    if not path:
-        raise LabError(f"{binary} is not installed", "run `make lab-up` as root so it installs its packages")
-    return path

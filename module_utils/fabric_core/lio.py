@@ -130,11 +130,6 @@ def unit_serial(target_iqn: str, lun_name: str) -> str:
     return str(uuid.uuid5(SERIAL_NAMESPACE, f"{target_iqn}/{lun_name}"))
 
 
-def _lio_iqn(iqn: str, what: str) -> str:
-    """An IQN LIO accepts (names.validate_iqn holds LIO's rules, '_' refused included)."""
-    return validate_iqn(iqn)
-
-
 def _bool(value, what: str) -> bool:
     if isinstance(value, bool):
         return value
@@ -176,7 +171,7 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
     if not isinstance(raw, dict):
         raise UserError("desired LIO state must be a mapping with base_iqn and targets")
     base = raw.get("base_iqn") or ""
-    _lio_iqn(base, "base_iqn")
+    validate_iqn(base)
     if ":" in base:
         raise InvalidName(f"invalid base_iqn {base!r}: it must not contain ':'",
                           "give only iqn.YYYY-MM.reversed.domain; target names are appended after ':'")
@@ -199,7 +194,7 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
                               "for example `datasets`")
         iqn = t.get("iqn") or f"{base}:{name}"
         where = f"target {name!r}"
-        _lio_iqn(iqn, f"{where} iqn")
+        validate_iqn(iqn)
         if not state.owns_target(iqn):
             raise UserError(f"{where}: iqn {iqn!r} is not under base_iqn {base!r}",
                             f"name it {base}:<something> or leave iqn out (it defaults to {base}:{name})")
@@ -255,7 +250,7 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
         all_luns = [lun.name for lun in spec.luns]
         for raw_acl in t.get("acls") or []:
             initiator = raw_acl.get("initiator") or ""
-            _lio_iqn(initiator, f"{where}: ACL initiator")
+            validate_iqn(initiator)
             if any(a.initiator == initiator for a in spec.acls):
                 raise UserError(f"{where}: initiator {initiator!r} has two ACLs", "merge them into one")
             luns = raw_acl.get("luns")
