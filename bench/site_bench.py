@@ -21,11 +21,13 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import RESULTS, write_section  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 LABCTL = [sys.executable, str(REPO / "lab" / "labctl.py")]
 SSH_CONFIG = REPO / ".lab" / "ssh_config"
-RESULTS = REPO / "docs" / "benchmarks.md"
 SECTION = "site"
 
 
@@ -59,17 +61,6 @@ def dd_read(host: str, device: str) -> float:
     return size / seconds / 1e6
 
 
-def write_section(rows: list[str]) -> None:
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmarks\n"
-    begin, end = f"<!-- BEGIN {SECTION} -->", f"<!-- END {SECTION} -->"
-    block = "\n".join([begin, *rows, end])
-    if begin in text:
-        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    RESULTS.write_text(text)
-
-
 def main() -> int:
     subprocess.run([*LABCTL, "down"], check=True, stdin=subprocess.DEVNULL)
     subprocess.run([*LABCTL, "up"], check=True, stdin=subprocess.DEVNULL)
@@ -86,7 +77,7 @@ def main() -> int:
     local_mbs = dd_read("storage1", "/dev/zvol/tank/exports/bench")
     remote_mbs = dd_read("gpu1", remote)
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    write_section([
+    write_section(SECTION, [
         "## Issue 3: site.yml and read-only iSCSI reads (lab, TCG)",
         "",
         f"Measured in one run by `make bench-site` on {when}: a freshly booted lab (storage1, gpu1, gpu2).",

@@ -1,0 +1,25 @@
+"""Write one benchmark's section of docs/benchmarks.md (between BEGIN/END markers), keeping the others."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+HEADER = """# Benchmarks
+
+Each section is written by one benchmark script in `bench/`, measured in one run on the lab (QEMU
+with software emulation, TCG) or on the host, and names its baseline. This machine is shared and
+noisy and the lab is emulated: compare the ratios, not the absolute times.
+"""
+
+
+def write_section(name: str, rows: list[str], results: Path = RESULTS) -> None:
+    text = results.read_text() if results.exists() else HEADER
+    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
+    block = "\n".join([begin, *rows, end])
+    if begin in text:
+        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    results.write_text(text)
