@@ -127,3 +127,48 @@ def host_iqn(base: str, hostname: str) -> str:
         digest = hashlib.sha256(hostname.encode()).hexdigest()[:8]
         unique = re.sub(r"[^a-z0-9.-]+", "-", unique).strip("-") + "-" + digest
     return validate_iqn(f"{base}:{unique}")
+
+
+# --- fabricctl objects: dataset names, versions, job names ------------------------------------------
+# They become parts of ZFS names, iSCSI target names (no '_', lower case), LIO backstore names,
+# systemd unit names and mount paths, so the rules are the intersection of all of those.
+# Lengths: "ds.<name>.<version>" must fit a 63-character LIO target name and "<name>.<version>" a
+# 48-character LUN name.
+FABRIC_NAME_MAX, VERSION_MAX = 30, 16
+_FABRIC_NAME = re.compile(rf"^[a-z0-9][a-z0-9-]{{0,{FABRIC_NAME_MAX - 1}}}$")
+_VERSION = re.compile(rf"^[a-z0-9][a-z0-9.-]{{0,{VERSION_MAX - 1}}}$")
+RESERVED_VERSIONS = {"current", "restore"}
+
+
+def validate_fabric_name(name: str, what: str = "dataset") -> str:
+    """A dataset or job name as fabricctl uses it: a-z, 0-9, '-', at most 30, starting alphanumeric."""
+    if not isinstance(name, str) or not _FABRIC_NAME.match(name):
+        raise InvalidName(f"invalid {what} name {name!r}: use lower-case letters, digits and '-' (at most "
+                          f"{FABRIC_NAME_MAX}, starting with a letter or digit; no '_' or '.', which iSCSI target "
+                          "names or ZFS paths would not keep)", "for example `imagenet-2026`")
+    return name
+
+
+def validate_version(version: str) -> str:
+    """A dataset version: a-z, 0-9, '.', '-' (at most 16, starting alphanumeric); not a reserved word."""
+    if not isinstance(version, str) or not _VERSION.match(version) or ".." in version:
+        raise InvalidName(f"invalid version {version!r}: use lower-case letters, digits, '.' and '-' (at most "
+                          f"{VERSION_MAX}, starting with a letter or digit)",
+                          "for example `v1`, `v1.2` or `2026-11-22`")
+    if version in RESERVED_VERSIONS:
+        raise InvalidName(f"invalid version {version!r}: the word is reserved for the mount layout "
+                          f"({', '.join(sorted(RESERVED_VERSIONS))})", "choose another version, for example `v1`")
+    return version
+
+
+def parse_ref(ref: str, *, version_required: bool = True) -> tuple[str, str | None]:
+    """NAME@VERSION (or NAME alone when version_required is False) -> (name, version)."""
+    if not isinstance(ref, str) or ref.count("@") > 1:
+        raise InvalidName(f"invalid reference {ref!r}: expected NAME@VERSION", "for example `imagenet@v1`")
+    name, _, version = ref.partition("@")
+    validate_fabric_name(name)
+    if not version:
+        if version_required:
+            raise InvalidName(f"invalid reference {ref!r}: the version is missing", f"write it as `{name}@v1`")
+        return name, None
+    return name, validate_version(version)
