@@ -60,11 +60,11 @@ def dataset_export(dataset_root: str, mount_root: str, name: str, version: str, 
 
 def desired_state(export: Export, *, iqn_base: str, backstore_prefix: str, portal_ip: str, portal_port: int,
                   initiators: list[str], chap: dict | None) -> dict:
-    """The LIO desired state of one export (a dict for ``lio.reconcile``; other targets are left alone)."""
-    lio_chap = None
-    if chap:
-        lio_chap = {"userid": chap["username"], "password": chap["password"],
-                    "mutual_userid": chap.get("username_in", ""), "mutual_password": chap.get("password_in", "")}
+    """The LIO desired state of one export (a dict for ``lio.reconcile``; other targets are left alone).
+
+    ``chap`` uses LIO's field names (userid, password, mutual_userid, mutual_password).
+    """
+    lio_chap = dict(chap) if chap else None
     return {
         "base_iqn": iqn_base,
         "backstore_prefix": backstore_prefix,

@@ -1,0 +1,85 @@
+"""Create a dataset's writable staging volume: a zvol with a file system, mounted on this node.
+
+The volume is DATASET_ROOT/NAME (fully reserved, so the pool cannot run out under it), with
+snapshot devices visible (each sealed version becomes a read-only block device). It is mounted
+read-write at STAGING_ROOT/NAME: ingest data with `fabricctl dataset ingest` or any copy tool,
+then seal a version.
+
+Examples:
+  fabricctl dataset create imagenet --size 200G
+  fabricctl dataset create imagenet --size 200G --fs xfs --dry-run
+"""
+
+from __future__ import annotations
+
+from fabric_core import zfs
+from fabric_core.errors import AlreadyExists, UserError
+from fabric_core.mounts import FSTYPES
+from fabric_core.names import validate_fabric_name
+
+from .. import common
+from ..main import command_main
+
+PATH = ("dataset", "create")
+HELP = "create a writable staging volume for a dataset"
+# room for ZFS metadata beyond volsize when checking that a fully reserved volume fits
+RESERVE_SLACK = 1.02
+
+
+def configure(p) -> None:
+    p.add_argument("name", metavar="NAME", help="dataset name: a-z, 0-9, '-' (at most 30)")
+    p.add_argument("--size", required=True, help="volume size, e.g. 500G or 2T")
+    p.add_argument("--fs", choices=FSTYPES, default=None, help="file system (default: the config's defaults.fs)")
+    p.add_argument("--dry-run", action="store_true", help="show what would be done; change nothing")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run(ctx, args) -> int:
+    name = validate_fabric_name(args.name)
+    size = zfs.parse_size(args.size)
+    if size < 64 * 2**20:
+        raise UserError(f"--size {args.size} is too small", "give at least 64M")
+    cfg = ctx.config
+    fstype = args.fs or cfg.defaults.fs
+    volume = common.zvol(cfg, name)
+    if name in common.volumes(ctx) or zfs.get_props(ctx.local, volume, ["type"]):
+        raise AlreadyExists(f"dataset {name!r} exists already ({volume})",
+                            f"ingest into it (`fabricctl dataset ingest {name} ...`) or choose another name")
+    avail = zfs.get_props(ctx.local, cfg.dataset_root, ["available"]).get(cfg.dataset_root, {}).get("available")
+    if avail is None:
+        raise UserError(f"the dataset root {cfg.dataset_root} does not exist",
+                        "run playbooks/site.yml (it creates the dataset tree) or fix dataset_root in the config")
+    free = int(avail[0])
+    if size * RESERVE_SLACK > free:
+        raise UserError(f"the pool is too full for a {args.size} staging volume: {cfg.dataset_root} has "
+                        f"{free / 2**30:.1f} GiB available, the volume reserves {size * RESERVE_SLACK / 2**30:.1f} GiB",
+                        "give a smaller --size, free space (unpublish and destroy old versions, `fabricctl rotate`), "
+                        "or grow the pool")
+    props = {"volblocksize": "16K", "snapdev": "visible", "fabric:kind": "dataset", "fabric:fs": fstype,
+             "fabric:created-by": common.versions.created_by(), "fabric:created-at": common.versions.now_iso()}
+    result = zfs.ensure_dataset(ctx.local, name=volume, properties=props, volume_size=size)
+    device = "/dev/zvol/" + volume
+    if not ctx.dry_run:
+        ctx.local.run(["udevadm", "settle"], check=False)
+        common.wait_for(device)
+    mkfs = (["mkfs.ext4", "-q", "-m", "0", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0"]
+            if fstype == "ext4" else ["mkfs.xfs", "-q", "-K"])
+    ctx.local.run([*mkfs, device], mutating=True)
+    where = common.mount_staging(ctx, name, fstype)
+    out = {"dataset": name, "volume": volume, "size": size, "fs": fstype, "staging": where,
+           "dry_run": ctx.dry_run, "commands": result["commands"] + ctx.planned()}
+    if args.json:
+        ctx.emit(out)
+    elif ctx.dry_run:
+        print(f"would create {volume} ({args.size}, {fstype}) and mount it at {where}:")
+        for line in ctx.planned():
+            print("  " + line)
+    else:
+        print(f"created {name}: {volume} ({args.size}, {fstype}), mounted read-write at {where}")
+        print(f"next: copy data in (`fabricctl dataset ingest {name} SOURCE...`), then "
+              f"`fabricctl dataset seal {name} VERSION`")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_main(PATH, argv)

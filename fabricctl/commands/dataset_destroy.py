@@ -1,0 +1,80 @@
+"""Destroy a sealed version, or a whole dataset with its staging volume and every version.
+
+Refused while the version (or any version of the dataset) is published or held: unpublish
+first. Destroying is permanent, so it needs --yes (or --dry-run to see what would go). Only what
+fabricctl created (fabric:managed=true) is ever destroyed.
+
+Examples:
+  fabricctl dataset destroy imagenet@v1 --yes
+  fabricctl dataset destroy imagenet --dry-run
+"""
+
+from __future__ import annotations
+
+from fabric_core import lio, lzc
+from fabric_core.errors import Busy, UnsafeOperation, UserError
+from fabric_core.names import parse_ref
+
+from .. import common
+from ..main import command_main
+
+PATH = ("dataset", "destroy")
+HELP = "destroy a version or a whole dataset (refused while published or held)"
+
+
+def configure(p) -> None:
+    p.add_argument("ref", metavar="NAME[@VERSION]", help="a version, or a dataset with all its versions")
+    p.add_argument("--yes", action="store_true", help="confirm: this is permanent")
+    p.add_argument("--dry-run", action="store_true", help="show what would be destroyed; destroy nothing")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run(ctx, args) -> int:
+    name, version = parse_ref(args.ref, version_required=False)
+    cfg = ctx.config
+    vol = common.require_volume(ctx, name)
+    rows = common.dataset_versions(ctx, name)
+    if version is not None:
+        rows = [common.require_version(ctx, name, version)]
+    live = lio.read_live()
+    blocked = []
+    for r in rows:
+        export = common.export_of(ctx, name, r["snapshot"], r.get("fabric:fs") or "ext4")
+        to = common.published_to(cfg, live, export)
+        holds = lzc.holds(r["name"]) if r.get("userrefs") else []
+        target = export.target_iqn(cfg.iqn_base)
+        if to or holds or any(t["wwn"] == target for t in live["dump"].get("targets", [])):
+            blocked.append(f"{name}@{r['snapshot']} (published to {', '.join(to) or 'no host'}; "
+                           f"holds: {', '.join(holds) or 'none'})")
+    if blocked:
+        raise Busy("refused: " + "; ".join(blocked),
+                   "unpublish first (`fabricctl unpublish NAME@VERSION`); then destroy")
+    if version is None:
+        res = ctx.local.run(["zfs", "list", "-H", "-o", "name,fabric:managed", "-t", "snapshot", "-r", vol["name"]])
+        foreign = [line.split("\t")[0] for line in res.stdout.splitlines() if line.split("\t")[-1] != "true"]
+        if foreign:
+            raise UnsafeOperation(f"{vol['name']} has snapshots fabricctl did not create: {', '.join(foreign)}",
+                                  "destroy or keep them yourself; fabricctl only destroys what it created")
+    what = [r["name"] for r in rows] + ([vol["name"]] if version is None else [])
+    if not args.yes and not ctx.dry_run:
+        raise UserError(f"destroying {', '.join(what)} is permanent and needs --yes",
+                        f"run `fabricctl dataset destroy {args.ref} --yes` (or --dry-run to look first)")
+    if not ctx.dry_run:
+        if version is not None:
+            lzc.destroy_snapshots(what)
+        else:
+            common.unmount_staging(ctx, name)
+            ctx.local.run(["zfs", "destroy", "-r", vol["name"]], mutating=True)
+            ctx.local.run(["rmdir", common.staging_dir(cfg, name)], check=False, mutating=True)
+    out = {"destroyed" if not ctx.dry_run else "would_destroy": what, "dry_run": ctx.dry_run}
+    if args.json:
+        ctx.emit(out)
+    else:
+        print(("would destroy: " if ctx.dry_run else "destroyed: ") + ", ".join(what))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_main(PATH, argv)
+
+

@@ -1,0 +1,140 @@
+"""Check a version's content against its manifest, on this node or as mounted on a GPU node.
+
+On this node, the version's read-only snapshot device is mounted (read-only, temporarily) and
+every file is compared with the manifest sealed into it; the manifest's own SHA-256 is compared
+with the one recorded on the snapshot. With --on HOST, the same check runs on that GPU node
+over its read-only mount (the manifest code is copied there for the run). Every difference is
+reported: missing, extra, size or content changed. Exit 1 when anything differs.
+
+Examples:
+  fabricctl verify imagenet@v1
+  fabricctl verify imagenet@v1 --on gpu1 --json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+
+from fabric_core import manifest, mounts
+from fabric_core.errors import FabricError, NotFound, UserError
+from fabric_core.names import parse_ref
+
+from .. import common
+from ..main import command_main
+
+PATH = ("verify",)
+HELP = "check a version's files against its manifest"
+MANIFEST = os.path.join(".fabric", "manifest.tsv")
+
+
+class VerifyFailed(FabricError):
+    exit_code = 1
+
+
+def configure(p) -> None:
+    p.add_argument("ref", metavar="NAME@VERSION", help="the sealed version")
+    p.add_argument("--on", metavar="HOST", help="check the copy mounted on this GPU node")
+    p.add_argument("--workers", type=int, default=None, help="parallel digest workers (default: config)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def file_sha256(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+    except FileNotFoundError:
+        return "(missing)"
+
+
+def report_text(report: dict) -> str:
+    """One line per difference, grouped by kind, then a count."""
+    lines = []
+    for kind, items in sorted(report.items()):
+        if not isinstance(items, list):
+            continue
+        for item in items:
+            if not isinstance(item, dict):
+                item = {"path": item}
+            detail = ", ".join(f"{k}={v}" for k, v in sorted(item.items()) if k != "path")
+            path = item.get("path")
+            lines.append(f"{kind:>15}  {path}" + (f"  ({detail})" if detail else ""))
+    return "\n".join(lines) if lines else "no differences"
+
+
+def verify_local(ctx, export, workers: int, expected_sha: str) -> dict:
+    run = ctx.local
+    where = tempfile.mkdtemp(prefix=f"fabricctl-verify-{export.name}-", dir="/run")
+    try:
+        run.run(["udevadm", "settle"], check=False)
+        if not os.path.exists(export.device):
+            raise UserError(f"{export.device} does not exist", f"run `zfs set snapdev=visible "
+                            f"{export.snapshot.split('@')[0]}` (fabricctl dataset create sets it)")
+        run.run(["mount", "-t", export.fstype, "-o", mounts.options(export.fstype, readonly=True), export.device,
+                 where])
+        try:
+            path = os.path.join(where, MANIFEST)
+            got_sha = file_sha256(path)
+            report = manifest.verify(where, path, workers=workers).to_dict()
+        finally:
+            run.run(["umount", where])
+    finally:
+        os.rmdir(where)
+    report["manifest_sha256"] = {"expected": expected_sha, "actual": got_sha, "ok": got_sha == expected_sha}
+    return report
+
+
+def verify_remote(ctx, export, host, workers: int, expected_sha: str) -> dict:
+    runner = ctx.ssh(host)
+    if not mounts.current_mount(runner, export.mountpoint):
+        raise NotFound(f"{export.name}@{export.version} is not mounted on {host.name} at {export.mountpoint}",
+                       f"publish it there first (`fabricctl publish {export.name}@{export.version} --to {host.name}`)")
+    script = f"/run/fabricctl-manifest-{os.getpid()}.py"
+    runner.put_file(manifest.__file__, script, 0o600)
+    try:
+        path = f"{export.mountpoint}/{MANIFEST}"
+        sha = runner.run(["sha256sum", path]).stdout.split()[0]
+        res = runner.run(["python3", script, "verify", export.mountpoint, path, "--workers", str(workers), "--json"],
+                         check=False)
+    finally:
+        runner.run(["rm", "-f", script], check=False)
+    if res.rc not in (0, 1):
+        raise UserError(f"verification on {host.name} failed to run: {res.stderr.strip() or res.stdout.strip()}")
+    report = json.loads(res.stdout)
+    report["manifest_sha256"] = {"expected": expected_sha, "actual": sha, "ok": sha == expected_sha}
+    return report
+
+
+def run(ctx, args) -> int:
+    name, version = parse_ref(args.ref)
+    cfg = ctx.config
+    row = common.require_version(ctx, name, version)
+    export = common.export_of(ctx, name, version, row.get("fabric:fs") or "ext4")
+    workers = args.workers or cfg.defaults.manifest_workers
+    expected = row.get("fabric:manifest-sha256") or ""
+    if args.on:
+        report = verify_remote(ctx, export, cfg.host(args.on), workers, expected)
+    else:
+        report = verify_local(ctx, export, workers, expected)
+    ok = bool(report.get("ok")) and report["manifest_sha256"]["ok"]
+    report.update(ref=f"{name}@{version}", where=args.on or "storage node", ok=ok)
+    if args.json:
+        ctx.emit(report)
+    else:
+        print(report_text(report))
+        if not report["manifest_sha256"]["ok"]:
+            print(f"manifest changed: sha256 {report['manifest_sha256']['actual']} but the version records "
+                  f"{expected}")
+    if not ok:
+        raise VerifyFailed(f"{name}@{version} on {args.on or 'the storage node'} differs from its manifest",
+                           "see the differences above; a published version is read-only, so a difference means "
+                           "a damaged device or a copy that is not this version")
+    if not args.json:
+        print(f"{name}@{version} on {args.on or 'the storage node'}: OK")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_main(PATH, argv)

@@ -1,0 +1,137 @@
+"""Helpers shared by the dataset commands: where things live, lookups with helpful errors."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from fabric_core import lio, mounts, publish, versions, zfs
+from fabric_core.errors import NotFound, UserError
+
+
+def zvol(cfg, name: str) -> str:
+    return f"{cfg.dataset_root}/{name}"
+
+
+def staging_dir(cfg, name: str) -> str:
+    return os.path.join(cfg.staging_root, name)
+
+
+def volumes(ctx) -> dict:
+    return {v["name"].rsplit("/", 1)[-1]: v for v in versions.list_volumes(ctx.local, ctx.config.dataset_root)}
+
+
+def require_volume(ctx, name: str) -> dict:
+    vols = volumes(ctx)
+    if name not in vols:
+        known = ", ".join(sorted(vols)) or "none yet"
+        raise NotFound(f"unknown dataset {name!r} (fabricctl datasets on this node: {known})",
+                       f"create it with `fabricctl dataset create {name} --size SIZE`, or check the name")
+    return vols[name]
+
+
+def dataset_versions(ctx, name: str | None = None) -> list[dict]:
+    rows = versions.list_snapshots(ctx.local, ctx.config.dataset_root)
+    return [r for r in rows if name is None or r["name_short"] == name]
+
+
+def require_version(ctx, name: str, version: str) -> dict:
+    require_volume(ctx, name)
+    rows = {r["snapshot"]: r for r in dataset_versions(ctx, name)}
+    if version not in rows:
+        known = ", ".join(rows) or "none sealed yet"
+        raise NotFound(f"unknown version {name}@{version} (versions of {name}: {known})",
+                       f"seal it first with `fabricctl dataset seal {name} {version}`, or check the version")
+    return rows[version]
+
+
+def export_of(ctx, name: str, version: str, fstype: str) -> publish.Export:
+    cfg = ctx.config
+    return publish.dataset_export(cfg.dataset_root, cfg.mount_root, name, version, fstype)
+
+
+def wait_for(path: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise UserError(f"{path} did not appear within {timeout:g}s", "run `udevadm settle` and check `dmesg`")
+        time.sleep(0.2)
+
+
+def mount_staging(ctx, name: str, fstype: str) -> str:
+    """Mount the staging volume read-write at STAGING_ROOT/NAME (idempotent); return the path."""
+    cfg, run = ctx.config, ctx.local
+    where = staging_dir(cfg, name)
+    device = "/dev/zvol/" + zvol(cfg, name)
+    if mounts.current_mount(run, where):
+        return where
+    if not run.dry_run:
+        run.run(["udevadm", "settle"], check=False)
+        wait_for(device)
+    run.run(["mkdir", "-p", where], mutating=True)
+    run.run(["mount", "-t", fstype, "-o", mounts.options(fstype, readonly=False), device, where], mutating=True)
+    return where
+
+
+def unmount_staging(ctx, name: str) -> bool:
+    where = staging_dir(ctx.config, name)
+    if not mounts.current_mount(ctx.local, where):
+        return False
+    ctx.local.run(["sync", "-f", where], mutating=True)
+    ctx.local.run(["umount", where], mutating=True)
+    return True
+
+
+def live_lio(ctx) -> dict:
+    return lio.read_live()
+
+
+def host_by_initiator(cfg) -> dict:
+    return {h.initiator: h for h in cfg.hosts.values()}
+
+
+def published_to(cfg, live: dict, export: publish.Export) -> list[str]:
+    """Host names (or raw initiator names for ACLs of unknown hosts) the export is published to."""
+    by_init = host_by_initiator(cfg)
+    inits = publish.acl_initiators(live, export.target_iqn(cfg.iqn_base))
+    return [by_init[i].name if i in by_init else i for i in inits]
+
+
+def volume_props(ctx, name: str) -> dict:
+    props = zfs.get_props(ctx.local, zvol(ctx.config, name)).get(zvol(ctx.config, name), {})
+    return {k: v[0] for k, v in props.items()}
+
+
+def fan(ctx, hosts, fn, what: str, *, quiet: bool = False):
+    """Run ``fn(host, step)`` on every host in parallel with a per-host progress display.
+
+    Returns the FanoutResult; ``outcome_dict(result)`` gives its JSON form.
+    """
+    from .fanout import HostProgress, run_on_hosts  # noqa: PLC0415
+
+    progress = None if quiet or not hosts else HostProgress(hosts, title=what)
+
+    def call(host):
+        return fn(host, (lambda text: progress.set(host, text)) if progress else (lambda text: None))
+
+    try:
+        return run_on_hosts(hosts, call, parallel=ctx.config.defaults.parallel_hosts, progress=progress)
+    finally:
+        if progress:
+            progress.close()
+
+
+def outcome_dict(result) -> dict:
+    out = {}
+    for o in result.outcomes:
+        item = {"status": o.status}
+        if o.ok:
+            item["result"] = o.value
+        elif o.error is not None:
+            item["error"] = str(o.error)
+        out[o.name] = item
+    return out
+
+
+def ok_names(result) -> list[str]:
+    return [o.name for o in result.ok]

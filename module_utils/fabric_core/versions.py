@@ -1,0 +1,82 @@
+"""Dataset staging volumes and their sealed versions, read from ZFS in one listing each.
+
+A dataset NAME is a zvol ``DATASET_ROOT/NAME`` (the writable staging volume, carrying
+``fabric:kind=dataset`` and ``fabric:fs``); each version is a snapshot ``DATASET_ROOT/NAME@VERSION``
+with ``fabric:kind=dataset-version`` and the seal's user properties. Checkpoint volumes
+(``fabric:kind=checkpoint-volume``) and their snapshots (``fabric:kind=checkpoint``) use the same
+listing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import getpass
+import os
+import socket
+
+from .errors import CommandError
+
+PROPS = ("fabric:managed", "fabric:kind", "fabric:version", "fabric:created-by", "fabric:created-at", "fabric:note",
+         "fabric:files", "fabric:bytes", "fabric:manifest-sha256", "fabric:step", "fabric:tags", "fabric:fs")
+SNAPSHOT_COLUMNS = ("name", "creation", "used", "referenced", "userrefs", *PROPS)
+VOLUME_COLUMNS = ("name", "volsize", "used", "referenced", "snapdev", "fabric:managed", "fabric:kind", "fabric:fs",
+                  "fabric:writer")
+INT_COLUMNS = {"creation", "used", "referenced", "userrefs", "volsize", "fabric:files", "fabric:bytes"}
+
+
+def _rows(text: str, columns) -> list[dict]:
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        row = dict(zip(columns, line.split("\t"), strict=False))
+        for key, value in list(row.items()):
+            if value == "-":
+                row[key] = None
+            elif key in INT_COLUMNS and value.isdigit():
+                row[key] = int(value)
+        rows.append(row)
+    return rows
+
+
+def _list(runner, root: str, kind: str, columns, extra=()) -> list[dict]:
+    argv = ["zfs", "list", "-H", "-p", "-t", kind, "-o", ",".join(columns), *extra, "-r", root]
+    res = runner.run(argv, check=False)
+    if res.rc != 0:
+        if "does not exist" in res.stderr:
+            return []
+        raise CommandError(res.argv, res.rc, res.stdout, res.stderr)
+    return _rows(res.stdout, columns)
+
+
+def parse_snapshots(text: str) -> list[dict]:
+    return _rows(text, SNAPSHOT_COLUMNS)
+
+
+def list_snapshots(runner, root: str, kinds=("dataset-version",)) -> list[dict]:
+    """Project snapshots under root, oldest first, with their fabric properties and userrefs (holds)."""
+    rows = _list(runner, root, "snapshot", SNAPSHOT_COLUMNS, ("-s", "createtxg"))
+    out = []
+    for row in rows:
+        if row.get("fabric:managed") != "true" or (kinds and row.get("fabric:kind") not in kinds):
+            continue
+        dataset, _, snap = row["name"].partition("@")
+        row["dataset"], row["snapshot"] = dataset, snap
+        row["name_short"] = dataset.rsplit("/", 1)[-1]
+        out.append(row)
+    return out
+
+
+def list_volumes(runner, root: str, kinds=("dataset",)) -> list[dict]:
+    rows = _list(runner, root, "volume", VOLUME_COLUMNS)
+    return [r for r in rows if r.get("fabric:managed") == "true" and (not kinds or r.get("fabric:kind") in kinds)]
+
+
+def created_by() -> str:
+    user = os.environ.get("SUDO_USER") or getpass.getuser()
+    return f"{user}@{socket.gethostname()}"
+
+
+def now_iso(now: datetime.datetime | None = None) -> str:
+    now = now or datetime.datetime.now(datetime.UTC)
+    return now.astimezone(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
