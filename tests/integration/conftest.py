@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,3 +145,43 @@ def ansible_playbook(lab: LabInfo, playbook: str, *args: str, extra_vars: dict |
         env["ANSIBLE_GATHERING"] = "explicit"
     proc = run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
     return PlaybookRun(proc.returncode, proc.stdout, proc.stderr, parse_recap(proc.stdout))
+
+
+# Test modules that change the fabric run in this order (pytest would take them alphabetically):
+# the lab itself, single modules, the whole site, fabricctl on the converged site, and the reboot last.
+MODULE_ORDER = ["test_lab.py", "test_lab_lifecycle.py", "test_lio_target.py", "test_iscsi_initiator.py",
+                "test_site.py", "test_fabricctl.py", "test_reboot.py"]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item):
+        name = Path(str(item.fspath)).name
+        return MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER)
+
+    items.sort(key=rank)  # stable: the order inside a module is kept
+
+
+MOLECULE = Path(sys.executable).parent / "molecule"
+
+
+@pytest.fixture(scope="session")
+def converged(lab):
+    """The fabric converged once per run by Molecule's default scenario: syntax, check on the fresh
+    lab, converge, idempotence, verify.
+
+    Molecule's idempotence step runs site.yml a second time and fails unless it reports changed=0
+    on every host."""
+    step("molecule test -s default (syntax, check, converge, idempotence, verify)")
+    started = time.monotonic()
+    # molecule runs ansible-config and ansible-playbook by name: the virtualenv's bin goes first on PATH
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", PY_COLORS="0",
+               PATH=f"{MOLECULE.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    proc = run([str(MOLECULE), "test", "-s", "default"], cwd=REPO, capture_output=True, text=True,
+                          env=env, timeout=3600)
+    elapsed = time.monotonic() - started
+    tail = f"{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"molecule failed (exit {proc.returncode}):\n{tail}"
+    step(f"molecule sequence passed in {elapsed:.0f} s")
+    return proc.stdout + proc.stderr
+
+

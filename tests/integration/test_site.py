@@ -11,37 +11,12 @@ nodes, and the GPU nodes' read-only mounts at /datasets/welcome.
 from __future__ import annotations
 
 import json
-import os
-import sys
-import time
-from pathlib import Path
 
 import pytest
-from conftest import REPO, ansible_playbook, run, step
+from conftest import ansible_playbook
 
-MOLECULE = Path(sys.executable).parent / "molecule"
 FREE_HDD = "/dev/disk/by-id/ata-LAB_HDD_8TB_7200_HDD1006"  # the HDD the reference layout leaves free
 WELCOME = "tank/exports/welcome"
-
-
-@pytest.fixture(scope="module")
-def converged(lab):
-    """Molecule's default scenario: syntax, check on the fresh lab, converge, idempotence, verify.
-
-    Molecule's idempotence step runs site.yml a second time and fails unless it reports changed=0
-    on every host."""
-    step("molecule test -s default (syntax, check, converge, idempotence, verify)")
-    started = time.monotonic()
-    # molecule runs ansible-config and ansible-playbook by name: the virtualenv's bin goes first on PATH
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", PY_COLORS="0",
-               PATH=f"{MOLECULE.parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    proc = run([str(MOLECULE), "test", "-s", "default"], cwd=REPO, capture_output=True, text=True,
-                          env=env, timeout=3600)
-    elapsed = time.monotonic() - started
-    tail = f"{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
-    assert proc.returncode == 0, f"molecule failed (exit {proc.returncode}):\n{tail}"
-    step(f"molecule sequence passed in {elapsed:.0f} s")
-    return proc.stdout + proc.stderr
 
 
 def test_molecule_ran_the_whole_sequence(converged):

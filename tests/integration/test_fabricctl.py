@@ -1,0 +1,306 @@
+"""fabricctl on the lab (issue 4): every command and every bad input, checked through separate
+read paths (`zfs get`, `zfs holds`, configfs on storage1; `iscsiadm -m session`, `findmnt` and
+the files themselves on the GPU nodes).
+
+fabricctl runs on storage1, installed there by playbooks/site.yml (role fabricctl), and reaches
+the GPU nodes over SSH with host keys from /etc/fabricctl/known_hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+
+import pytest
+from conftest import run_python, step
+
+NAME = "sample"
+POOL_ROOT = "tank/datasets"
+CONFIGFS = "/sys/kernel/config/target/iscsi"
+IQN_BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
+
+
+class Fctl:
+    def __init__(self, host):
+        self.host = host
+
+    def __call__(self, *args: str, env: str = "", timeout: int = 900):
+        cmd = f"{env} timeout {timeout} fabricctl " + " ".join(shlex.quote(a) for a in args)
+        return self.host.run(cmd.strip())
+
+    def json(self, *args: str, env: str = ""):
+        res = self(*args, "--json", env=env)
+        assert res.rc == 0, f"fabricctl {' '.join(args)} failed ({res.rc}): {res.stderr}"
+        return json.loads(res.stdout)
+
+
+@pytest.fixture(scope="module")
+def storage(hosts, converged):
+    return hosts["storage1"]
+
+
+@pytest.fixture(scope="module")
+def fctl(storage):
+    return Fctl(storage)
+
+
+def target_dir(version: str, name: str = NAME) -> str:
+    return f"{CONFIGFS}/{IQN_BASE}:ds.{name}.{version}/tpgt_1"
+
+
+def zget(storage, prop: str, name: str) -> str:
+    return storage.check_output(f"zfs get -H -o value {prop} {name}")
+
+
+def state_of(hosts, storage, version: str, name: str = NAME) -> dict:
+    """What a separate read path says about one version: holds, target, sessions, mounts."""
+    snap = f"{POOL_ROOT}/{name}@{version}"
+    out = {"holds": storage.run(f"zfs holds -H {snap}").stdout.split(),
+           "target": storage.run(f"test -d {target_dir(version, name)}").rc == 0, "hosts": {}}
+    for gpu in ("gpu1", "gpu2"):
+        sessions = hosts[gpu].run("iscsiadm -m session").stdout
+        mnt = hosts[gpu].run(f"findmnt -n -o OPTIONS /datasets/{name}/{version}").stdout.strip()
+        out["hosts"][gpu] = {"session": f"ds.{name}.{version}" in sessions, "mount": mnt}
+    return out
+
+
+@pytest.fixture(scope="module")
+def source(storage):
+    """A small image-like tree on storage1: 300 files in 3 directories, and one bigger file."""
+    storage.check_output(
+        "rm -rf /srv/src && mkdir -p /srv/src/train/a /srv/src/train/b /srv/src/val && "
+        "for d in train/a train/b val; do for i in $(seq 1 100); do "
+        "head -c $((1000 + i * 37)) /dev/urandom > /srv/src/$d/img$i.jpg; done; done && "
+        "head -c 3000000 /dev/urandom > /srv/src/labels.bin")
+    return "/srv/src/"
+
+
+def test_help_of_every_command(fctl):
+    for args in (["--help"], ["dataset", "--help"], ["dataset", "create", "--help"], ["dataset", "ingest", "--help"],
+                 ["dataset", "seal", "--help"], ["dataset", "destroy", "--help"], ["publish", "--help"],
+                 ["unpublish", "--help"], ["list", "--help"], ["status", "--help"], ["verify", "--help"]):
+        res = fctl(*args)
+        assert res.rc == 0, res.stderr
+        assert "usage: fabricctl" in res.stdout
+
+
+def test_config_with_a_typo_key_is_refused(storage, fctl):
+    storage.check_output("sed 's/^dataset_root:/dataset_rot:/' /etc/fabricctl/config.yml > /tmp/typo.yml")
+    res = fctl("list", env="FABRICCTL_CONFIG=/tmp/typo.yml")
+    assert res.rc == 1
+    assert "dataset_rot" in res.stderr and "dataset_root" in res.stderr
+
+
+def test_create_a_staging_volume(storage, fctl):
+    step("fabricctl dataset create")
+    out = fctl.json("dataset", "create", NAME, "--size", "256M")
+    vol = f"{POOL_ROOT}/{NAME}"
+    assert out["volume"] == vol
+    assert zget(storage, "fabric:managed", vol) == "true"
+    assert zget(storage, "volsize", vol) == "256M"
+    assert zget(storage, "snapdev", vol) == "visible"
+    opts = storage.check_output(f"findmnt -n -o OPTIONS /srv/fabricctl/staging/{NAME}")
+    assert "rw" in opts.split(",")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["dataset", "create", NAME, "--size", "256M"], ["exists already"]),
+    (["dataset", "create", "Bad_Name", "--size", "256M"], ["invalid dataset name"]),
+    (["dataset", "create", "huge", "--size", "40T"], ["too full", "smaller --size"]),
+    (["dataset", "ingest", NAME, "/nonexistent/path"], ["does not exist", "/nonexistent/path"]),
+    (["dataset", "ingest", "nosuch", "/srv"], ["unknown dataset 'nosuch'"]),
+    (["dataset", "seal", "nosuch", "v1"], ["unknown dataset 'nosuch'"]),
+    (["publish", f"{NAME}@nosuch", "--to", "gpu_nodes"], ["unknown version"]),
+    (["publish", f"{NAME}@v1", "--to", "gpu7"], ["gpu7"]),
+])
+def test_bad_input_is_refused_and_changes_nothing(storage, fctl, args, words):
+    before = storage.check_output("zfs list -H -t all -o name -r tank | sort | md5sum")
+    res = fctl(*args)
+    assert res.rc == 1, f"exit {res.rc}: {res.stdout} {res.stderr}"
+    for word in words:
+        assert word in res.stderr
+    assert "fix:" in res.stderr
+    assert storage.check_output("zfs list -H -t all -o name -r tank | sort | md5sum") == before
+
+
+def test_ingest_copies_and_is_resumable(storage, fctl, source):
+    step("fabricctl dataset ingest")
+    out = fctl.json("dataset", "ingest", NAME, source)
+    assert out["files"] == 301 and out["copied"] == 301
+    again = fctl.json("dataset", "ingest", NAME, source)
+    assert again["copied"] == 0 and again["skipped"] == 301
+    src = storage.check_output("cd /srv/src && find . -type f | sort | xargs sha256sum | sha256sum")
+    dst = storage.check_output(f"cd /srv/fabricctl/staging/{NAME} && find . -type f -not -path './lost+found/*' "
+                               "| sort | xargs sha256sum | sha256sum")
+    assert src == dst
+
+
+def test_seal_records_the_version_and_its_manifest(storage, fctl, source):
+    step("fabricctl dataset seal")
+    out = fctl.json("dataset", "seal", NAME, "v1", "--note", "first cut")
+    snap = f"{POOL_ROOT}/{NAME}@v1"
+    assert zget(storage, "fabric:version", snap) == "v1"
+    assert zget(storage, "fabric:note", snap) == "first cut"
+    assert zget(storage, "fabric:files", snap) == str(out["files"])
+    assert int(zget(storage, "fabric:files", snap)) >= 301
+    assert zget(storage, "fabric:manifest-sha256", snap) == out["manifest_sha256"]
+    # the manifest travels inside the snapshot
+    listing = fctl.json("list", NAME)
+    assert [v["version"] for v in listing["datasets"][0]["versions"]] == ["v1"]
+    res = fctl("dataset", "seal", NAME, "v1")
+    assert res.rc == 1 and "exists already" in res.stderr
+
+
+def test_publish_to_both_gpu_nodes(hosts, storage, fctl):
+    step("fabricctl publish sample@v1 --to gpu_nodes")
+    res = fctl("publish", f"{NAME}@v1", "--to", "gpu_nodes")
+    assert res.rc == 0, res.stderr
+    st = state_of(hosts, storage, "v1")
+    assert "fabric:published" in st["holds"]
+    assert st["target"]
+    for gpu in ("gpu1", "gpu2"):
+        assert st["hosts"][gpu]["session"], gpu
+        assert "ro" in st["hosts"][gpu]["mount"].split(","), st["hosts"][gpu]
+        assert hosts[gpu].check_output(f"readlink /datasets/{NAME}/current") == "v1"
+        acl = f"{target_dir('v1')}/acls/iqn.2026-11.io.fabric.lab:{gpu}/lun_0/write_protect"
+        assert storage.check_output(f"cat {acl}") == "1"
+    want = storage.check_output("cd /srv/src && sha256sum train/a/img7.jpg labels.bin")
+    got = hosts["gpu1"].check_output(f"cd /datasets/{NAME}/current && sha256sum train/a/img7.jpg labels.bin")
+    assert got == want
+    write = hosts["gpu2"].run(f"touch /datasets/{NAME}/v1/new-file")
+    assert write.rc != 0 and "Read-only file system" in write.stderr
+
+
+def test_publish_again_changes_nothing(fctl):
+    out = fctl.json("publish", f"{NAME}@v1", "--to", "gpu_nodes")
+    assert out["storage"]["lio_changed"] is False and out["storage"]["held"] is False
+    for gpu, item in out["hosts"].items():
+        assert item["status"] == "ok" and item["result"]["changed"] is False, (gpu, item)
+
+
+def test_verify_on_the_storage_node_and_on_a_gpu_node(fctl):
+    local = fctl.json("verify", f"{NAME}@v1")
+    assert local["ok"] is True and local["manifest_sha256"]["ok"] is True
+    remote = fctl.json("verify", f"{NAME}@v1", "--on", "gpu1")
+    assert remote["ok"] is True
+
+
+def test_status_shows_holds_and_sessions(fctl):
+    st = fctl.json("status")
+    assert st["pool"]["health"] == "ONLINE"
+    published = {p["ref"]: p for p in st["published"]}
+    assert sorted(published[f"{NAME}@v1"]["published_to"]) == ["gpu1", "gpu2"]
+    assert "fabric:published" in published[f"{NAME}@v1"]["holds"]
+    assert any("ds.sample.v1" in t for t in st["sessions"]["gpu1"])
+
+
+def test_destroy_of_a_published_version_is_refused(storage, fctl):
+    res = fctl("dataset", "destroy", f"{NAME}@v1", "--yes")
+    assert res.rc == 1 and "published" in res.stderr and "unpublish" in res.stderr
+    assert storage.run(f"zfs list {POOL_ROOT}/{NAME}@v1").rc == 0
+
+
+def test_a_newer_version_moves_current(hosts, storage, fctl, source):
+    storage.check_output(f"echo v2 > /srv/fabricctl/staging/{NAME}/VERSION")
+    fctl.json("dataset", "seal", NAME, "v2")
+    res = fctl("publish", f"{NAME}@v2", "--to", "gpu1,gpu2")
+    assert res.rc == 0, res.stderr
+    for gpu in ("gpu1", "gpu2"):
+        assert hosts[gpu].check_output(f"readlink /datasets/{NAME}/current") == "v2"
+        assert hosts[gpu].check_output(f"cat /datasets/{NAME}/current/VERSION") == "v2"
+        assert hosts[gpu].run(f"test -e /datasets/{NAME}/v1/VERSION").rc != 0  # v1 is unchanged
+
+
+def test_unpublish_refuses_while_in_use_then_cleans_up(hosts, storage, fctl):
+    gpu1 = hosts["gpu1"]
+    gpu1.check_output(f"cd /datasets/{NAME}/v2 && (setsid sleep 600 < labels.bin > /dev/null 2>&1 &)")
+    time.sleep(1)
+    res = fctl("unpublish", f"{NAME}@v2")
+    assert res.rc == 1 and "gpu1" in res.stderr and "sleep" in res.stderr
+    assert state_of(hosts, storage, "v2")["hosts"]["gpu2"]["session"]  # nothing changed
+    gpu1.run("pkill -f 'sleep 600'")
+    time.sleep(1)
+    res = fctl("unpublish", f"{NAME}@v2")
+    assert res.rc == 0, res.stderr
+    st = state_of(hosts, storage, "v2")
+    assert "fabric:published" not in st["holds"] and not st["target"]
+    for gpu in ("gpu1", "gpu2"):
+        assert not st["hosts"][gpu]["session"] and not st["hosts"][gpu]["mount"]
+        assert hosts[gpu].check_output(f"readlink /datasets/{NAME}/current") == "v1"
+    backstores = storage.check_output("ls /sys/kernel/config/target/core/iblock_*/ || true")
+    assert f"fctl_{NAME}.v2" not in backstores
+
+
+EDIT_CONFIG = """
+import sys, yaml
+c = yaml.safe_load(open("/etc/fabricctl/config.yml"))
+exec(sys.argv[2])
+yaml.safe_dump(c, open(sys.argv[1], "w"))
+"""
+
+
+def edited_config(storage, path: str, change: str) -> str:
+    run_python(storage, EDIT_CONFIG, path, change).stdout  # noqa: B018
+    assert storage.run(f"test -s {path}").rc == 0
+    return f"FABRICCTL_CONFIG={path}"
+
+
+def test_unreachable_host_is_reported_and_the_others_finish(hosts, storage, fctl):
+    env = edited_config(storage, "/tmp/with-gpu9.yml",
+                        "c['hosts']['gpu9'] = {'address': '10.77.0.99', "
+                        "'initiator': 'iqn.2026-11.io.fabric.lab:gpu9'}; c['ssh']['connect_timeout'] = 3")
+    res = fctl("publish", f"{NAME}@v2", "--to", "gpu1,gpu9", env=env)
+    assert res.rc == 2, res.stderr
+    assert "gpu9" in res.stderr and "10.77.0.99" in res.stderr
+    assert state_of(hosts, storage, "v2")["hosts"]["gpu1"]["session"]  # gpu1 finished
+    # gpu9's ACL stays (the export is ready for it when it comes back); --force also drops ACLs of
+    # initiators that are not in the config
+    res = fctl("unpublish", f"{NAME}@v2", "--force")
+    assert res.rc == 0, res.stderr
+    st = state_of(hosts, storage, "v2")
+    assert not st["target"] and "fabric:published" not in st["holds"], st
+
+
+def test_a_changed_host_key_is_refused(hosts, storage, fctl):
+    storage.check_output("rm -f /tmp/otherkey /tmp/otherkey.pub && ssh-keygen -q -t ed25519 -N '' -f /tmp/otherkey")
+    other = storage.check_output("cut -d' ' -f1,2 /tmp/otherkey.pub")
+    storage.check_output("awk -v k=\"$(cut -d' ' -f1,2 /tmp/otherkey.pub)\" "
+                         "'$1==\"10.77.0.22\" {print $1\" \"k; next} {print}' /etc/fabricctl/known_hosts "
+                         "> /tmp/known_hosts.bad")
+    assert other.split()[1] in storage.check_output("cat /tmp/known_hosts.bad")
+    before = storage.check_output("md5sum < /tmp/known_hosts.bad")
+    env = edited_config(storage, "/tmp/badkey.yml", "c['ssh']['known_hosts'] = '/tmp/known_hosts.bad'")
+    res = fctl("publish", f"{NAME}@v2", "--to", "gpu2", env=env)
+    assert res.rc in (1, 2), res.stderr
+    assert "gpu2" in res.stderr and "host key" in res.stderr.lower()
+    assert not state_of(hosts, storage, "v2")["hosts"]["gpu2"]["session"]
+    assert storage.check_output("md5sum < /tmp/known_hosts.bad") == before  # never auto-added or changed
+
+
+def test_an_interrupted_publish_converges_when_run_again(hosts, storage, fctl):
+    """Kill `fabricctl publish` (SIGKILL, nothing can clean up) at several points, then re-run."""
+    for delay in (3, 8, 15, 25):
+        step(f"publish killed after {delay} s")
+        storage.run(f"timeout -s KILL {delay} fabricctl publish {NAME}@v2 --to gpu_nodes")
+        res = fctl("publish", f"{NAME}@v2", "--to", "gpu_nodes")
+        assert res.rc == 0, f"re-run after a kill at {delay} s: {res.stderr}"
+        st = state_of(hosts, storage, "v2")
+        assert st["target"] and "fabric:published" in st["holds"]
+        for gpu in ("gpu1", "gpu2"):
+            assert st["hosts"][gpu]["session"] and "ro" in st["hosts"][gpu]["mount"].split(","), (delay, st)
+        res = fctl("unpublish", f"{NAME}@v2", "--force")
+        assert res.rc == 0, res.stderr
+        st = state_of(hosts, storage, "v2")
+        assert not st["target"] and "fabric:published" not in st["holds"], st
+        assert not any(h["session"] or h["mount"] for h in st["hosts"].values()), st
+
+
+def test_destroy_needs_yes_and_then_removes_the_version(storage, fctl):
+    res = fctl("dataset", "destroy", f"{NAME}@v2")
+    assert res.rc == 1 and "--yes" in res.stderr
+    assert storage.run(f"zfs list {POOL_ROOT}/{NAME}@v2").rc == 0
+    dry = fctl.json("dataset", "destroy", f"{NAME}@v2", "--dry-run")
+    assert dry["would_destroy"] == [f"{POOL_ROOT}/{NAME}@v2"]
+    assert fctl("dataset", "destroy", f"{NAME}@v2", "--yes").rc == 0
+    assert storage.run(f"zfs list {POOL_ROOT}/{NAME}@v2").rc != 0

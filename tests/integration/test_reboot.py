@@ -1,0 +1,86 @@
+"""The fabric comes back after a reboot (issue 3): storage1 re-imports the pool and restores its
+LIO configuration (rtslib-fb-targetctl, after zfs-volumes.target), and gpu1's read-only mounts
+(the site's systemd units, and fabricctl's for a published version) return on their own.
+
+It runs last (see MODULE_ORDER in conftest.py): it reboots VMs that the other tests use.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from conftest import LABCTL, run, step
+
+BOOT_TIMEOUT = 600  # seconds; software emulation boots slowly, more so under load
+
+
+def ssh(vm: str, command: str, timeout: float = 120):
+    return run([*LABCTL, "ssh", vm, command], capture_output=True, text=True, timeout=timeout)
+
+
+def boot_id(vm: str) -> str:
+    res = ssh(vm, "cat /proc/sys/kernel/random/boot_id")
+    return res.stdout.strip() if res.returncode == 0 else ""
+
+
+def reboot(vm: str) -> float:
+    """Reboot a VM and wait until it answers with a new boot id; return the seconds it took."""
+    before = boot_id(vm)
+    assert before, f"{vm} is not reachable before the reboot"
+    started = time.monotonic()
+    ssh(vm, "systemd-run --on-active=1 systemctl reboot")
+    while time.monotonic() - started < BOOT_TIMEOUT:
+        time.sleep(5)
+        now = boot_id(vm)
+        if now and now != before:
+            return time.monotonic() - started
+    pytest.fail(f"{vm} did not come back within {BOOT_TIMEOUT} s after a reboot")
+
+
+def wait_for(vm: str, command: str, timeout: float = 180) -> str:
+    deadline = time.monotonic() + timeout
+    res = None
+    while time.monotonic() < deadline:
+        res = ssh(vm, command)
+        if res.returncode == 0 and res.stdout.strip():
+            return res.stdout.strip()
+        time.sleep(3)
+    pytest.fail(f"{vm}: `{command}` did not succeed within {timeout} s: {res and (res.stdout + res.stderr)}")
+
+
+@pytest.fixture(scope="module")
+def rebooted(lab, converged):
+    mounts_before = ssh("gpu1", "findmnt -J -t ext4,xfs -o TARGET,OPTIONS").stdout
+    step("rebooting storage1")
+    took = reboot("storage1")
+    step(f"storage1 back after {took:.0f} s; rebooting gpu1")
+    took = reboot("gpu1")
+    step(f"gpu1 back after {took:.0f} s")
+    return {"gpu1_mounts_before": json.loads(mounts_before or '{"filesystems": []}')["filesystems"]}
+
+
+def test_pool_is_imported_and_healthy(rebooted):
+    assert wait_for("storage1", "zpool list -H -o health tank") == "ONLINE"
+
+
+def test_lio_configuration_is_restored(rebooted):
+    iqn = "iqn.2026-11.io.fabric.lab:storage1-exports"
+    tpg = f"/sys/kernel/config/target/iscsi/{iqn}/tpgt_1"
+    assert wait_for("storage1", f"cat {tpg}/enable") == "1"
+    acls = wait_for("storage1", f"ls {tpg}/acls")
+    assert "iqn.2026-11.io.fabric.lab:gpu1" in acls.split()
+    assert ssh("storage1", f"cat {tpg}/acls/iqn.2026-11.io.fabric.lab:gpu1/lun_0/write_protect").stdout.strip() == "1"
+
+
+def test_gpu_mounts_come_back_read_only(rebooted):
+    before = {m["target"] for m in rebooted["gpu1_mounts_before"] if m["target"].startswith("/datasets/")}
+    assert "/datasets/welcome" in before
+    for target in sorted(before):
+        options = wait_for("gpu1", f"findmnt -n -o OPTIONS {target}")
+        assert "ro" in options.split(","), (target, options)
+    sessions = wait_for("gpu1", "iscsiadm -m session")
+    assert "storage1-exports" in sessions
+    write = ssh("gpu1", "touch /datasets/welcome/after-reboot")
+    assert write.returncode != 0 and "Read-only file system" in write.stderr
