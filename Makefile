@@ -20,11 +20,13 @@ STORAGE2     ?=
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-demo: venv lab-up ## boot the lab, converge playbooks/site.yml on it, print pools, exports and sessions
+demo: venv lab-up ## boot the lab, converge site.yml, print the fabric, publish a sample dataset with fabricctl
 	@echo "== site.yml: storage nodes (ZFS, pools, datasets, LIO), then GPU nodes (initiators, ro mounts) =="
 	$(VENV)/bin/ansible-playbook playbooks/site.yml
 	@echo "== the fabric: pools, datasets and exports on storage nodes; sessions and mounts on GPU nodes =="
 	$(VENV)/bin/ansible-playbook playbooks/report.yml
+	@echo "== fabricctl on storage1: a sample dataset created, ingested, sealed, published to gpu1 and gpu2, read, verified =="
+	lab/demo-datasets.sh
 	@echo "== lab is still up: 'make lab-status', 'python3 lab/labctl.py ssh gpu1', 'make lab-down' =="
 
 test: venv ## all tests: unit (seconds, no root), then integration on the lab VMs (root)
