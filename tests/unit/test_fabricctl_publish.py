@@ -1,0 +1,257 @@
+"""fabricctl's building blocks without a lab: fabric names, the export's LIO desired state and its
+removal plan (on the recorded rtslib dump), mount units, the version listing parser, the command
+tree and the mapping of errors to exit codes."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from fabric_core import lio, mounts, names, publish, versions
+from fabric_core.errors import Busy, InvalidName, NotFound, UserError
+from fabric_core.runner import Runner
+
+DATA = Path(__file__).parent / "data"
+BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
+GPU1, GPU2 = "iqn.2026-11.io.fabric.lab:gpu1", "iqn.2026-11.io.fabric.lab:gpu2"
+
+
+# --- names -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ref, expected", [
+    ("imagenet@v1", ("imagenet", "v1")),
+    ("imagenet-1k@2026-11-22", ("imagenet-1k", "2026-11-22")),
+    ("a@v1.2.3", ("a", "v1.2.3")),
+])
+def test_valid_references(ref, expected):
+    assert names.parse_ref(ref) == expected
+
+
+@pytest.mark.parametrize("ref, words", [
+    ("ImageNet@v1", "lower-case"),
+    ("image_net@v1", "'_'"),
+    ("image.net@v1", "'.'"),
+    ("imagenet@", "the version is missing"),
+    ("imagenet", "the version is missing"),
+    ("imagenet@current", "reserved"),
+    ("imagenet@V1", "lower-case"),
+    ("imagenet@v1..2", "invalid version"),
+    ("a@b@c", "expected NAME@VERSION"),
+    ("x" * 31 + "@v1", "at most 30"),
+    ("x@" + "v" * 17, "at most 16"),
+])
+def test_invalid_references_name_the_problem_and_the_fix(ref, words):
+    with pytest.raises(InvalidName) as err:
+        names.parse_ref(ref)
+    assert words in str(err.value)
+    assert err.value.fix
+
+
+def test_a_name_without_version_when_allowed():
+    assert names.parse_ref("imagenet", version_required=False) == ("imagenet", None)
+
+
+def test_longest_names_still_fit_lio_limits():
+    export = publish.dataset_export("tank/datasets", "/datasets", "n" * names.FABRIC_NAME_MAX, "v" * names.VERSION_MAX,
+                                    "ext4")
+    state = lio.parse_desired(publish.desired_state(export, iqn_base=BASE, backstore_prefix="fctl_",
+                                                    portal_ip="10.77.0.11", portal_port=3260, initiators=[GPU1],
+                                                    chap=None))
+    assert state.targets[0].iqn == f"{BASE}:ds.{'n' * 30}.{'v' * 16}"
+    assert state.targets[0].luns[0].backstore == f"fctl_{'n' * 30}.{'v' * 16}"
+
+
+# --- the export ------------------------------------------------------------------------------------
+
+def export():
+    return publish.dataset_export("tank/datasets", "/datasets", "imagenet", "v1", "ext4")
+
+
+def test_export_names_and_paths():
+    e = export()
+    assert e.snapshot == "tank/datasets/imagenet@v1"
+    assert e.device == "/dev/zvol/tank/datasets/imagenet@v1"
+    assert e.mountpoint == "/datasets/imagenet/v1"
+    assert e.target_iqn(BASE) == f"{BASE}:ds.imagenet.v1"
+
+
+def test_desired_state_is_read_only_with_one_acl_per_host_and_chap():
+    chap = {"userid": "fabric", "password": "s3cret-s3cret", "mutual_userid": "", "mutual_password": ""}
+    raw = publish.desired_state(export(), iqn_base=BASE, backstore_prefix="fctl_", portal_ip="10.77.0.11",
+                                portal_port=3260, initiators=[GPU2, GPU1, GPU2], chap=chap)
+    state = lio.parse_desired(raw)
+    (t,) = state.targets
+    assert [a.initiator for a in t.acls] == [GPU1, GPU2]  # sorted, duplicates collapsed
+    assert all(a.chap and a.chap.userid == "fabric" for a in t.acls)
+    assert t.luns[0].readonly is True and t.writable is False
+    assert t.luns[0].device == "/dev/zvol/tank/datasets/imagenet@v1"
+
+
+def test_plan_for_a_new_export_creates_it_and_leaves_other_targets_alone():
+    live = json.loads((DATA / "lio" / "rec_dump_with_session.json").read_text())
+    live["devices"] = {"/dev/zvol/tank/datasets/imagenet@v1": {"exists": True, "block": True,
+                                                               "realpath": "/dev/zd32"}}
+    raw = publish.desired_state(export(), iqn_base=BASE, backstore_prefix="fctl_", portal_ip="10.77.0.11",
+                                portal_port=3260, initiators=[GPU1], chap=None)
+    actions = lio.plan(raw, live)
+    ops = [a.op for a in lio.changes(actions)]
+    assert ops[:2] == ["create_backstore", "create_target"]
+    assert "create_acl" in ops and "create_mapped_lun" in ops and ops[-1] == "enable_tpg"
+    touched = {a.target for a in lio.changes(actions) if a.target}
+    assert touched == {f"{BASE}:ds.imagenet.v1"}  # the recorded hc-rec and foreign targets are untouched
+
+
+def test_acl_initiators_reads_the_dump():
+    live = json.loads((DATA / "lio" / "rec_dump_with_session.json").read_text())
+    assert publish.acl_initiators(live, "iqn.2026-11.io.fabric.lab:hc-rec") == ["iqn.2004-10.com.debian:cfea9e9490c1"]
+    assert publish.acl_initiators(live, "iqn.2026-11.io.fabric.lab:nothing") == []
+
+
+def test_removal_is_refused_while_an_initiator_is_logged_in_and_allowed_with_force():
+    live = json.loads((DATA / "lio" / "rec_dump_with_session.json").read_text())
+    iqn = "iqn.2026-11.io.fabric.lab:hc-rec"
+    with pytest.raises(Busy) as err:
+        publish.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_",
+                             target_iqns=[iqn])
+    assert "cfea9e9490c1" in str(err.value)
+    actions = lio.changes(publish.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab",
+                                               backstore_prefix="fabric_", target_iqns=[iqn], force=True))
+    assert [a.op for a in actions] == ["delete_target", "delete_backstore", "delete_backstore"]
+    assert {a.params.get("name") for a in actions if a.op == "delete_backstore"} == {"fabric_hc_rec_a",
+                                                                                     "fabric_hc_rec_b"}
+
+
+def test_removal_never_touches_a_foreign_target():
+    live = json.loads((DATA / "lio" / "rec_dump_with_session.json").read_text())
+    live = copy.deepcopy(live)
+    live["sessions"] = []
+    with pytest.raises(UserError) as err:
+        publish.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_",
+                             target_iqns=["iqn.2026-11.io.other.lab:hc-foreign"])
+    assert "not fabricctl's" in str(err.value)
+
+
+# --- host side through a scripted runner --------------------------------------------------------
+
+class Scripted(Runner):
+    """Answers commands from a table of argv prefixes; records every command."""
+
+    def __init__(self, answers: dict, dry_run: bool = False):
+        super().__init__(dry_run=dry_run)
+        self.answers = answers
+        self.seen: list = []
+
+    def _run(self, argv, data):
+        self.seen.append(argv)
+        for prefix, answer in self.answers.items():
+            if tuple(argv[: len(prefix)]) == prefix:
+                return answer(argv) if callable(answer) else answer
+        return (0, "", "")
+
+
+def test_switch_link_is_atomic_and_idempotent():
+    r = Scripted({("readlink",): (0, "v1\n", "")})
+    assert publish.switch_link(r, "/datasets/imagenet/current", "v2") is True
+    assert r.seen[-2:] == [("ln", "-sfn", "v2", "/datasets/imagenet/current.fabric-tmp"),
+                           ("mv", "-T", "/datasets/imagenet/current.fabric-tmp", "/datasets/imagenet/current")]
+    r2 = Scripted({("readlink",): (0, "v2\n", "")})
+    assert publish.switch_link(r2, "/datasets/imagenet/current", "v2") is False
+    assert all(c[0] == "readlink" for c in r2.seen)
+
+
+def test_mount_unit_is_read_only_and_ordered_after_iscsi():
+    text = mounts.unit_text(device="/dev/disk/by-path/ip-10.77.0.11:3260-iscsi-x-lun-0", mountpoint="/datasets/a/v1",
+                            fstype="ext4", readonly=True, description="d", device_unit="dev-x.device")
+    assert "Options=ro,noload,nodev,nosuid" in text
+    assert "After=dev-x.device iscsid.service" in text and "Requires=dev-x.device" in text
+    assert "WantedBy=remote-fs.target" in text
+    assert "ro,norecovery" in mounts.options("xfs")
+    with pytest.raises(UserError):
+        mounts.options("btrfs")
+
+
+FUSER = """                     USER        PID ACCESS COMMAND
+/datasets/a/v1:      root     kernel mount /datasets/a/v1
+                     root        812 f.... sleep
+                     root        900 ..c.. bash
+"""
+
+
+def test_users_of_a_mount_come_from_fuser():
+    r = Scripted({("findmnt",): (0, "/dev/sda ext4 ro\n", ""), ("fuser",): (0, "", FUSER)})
+    assert mounts.users(r, "/datasets/a/v1") == ["812 sleep", "900 bash"]
+
+
+def test_remove_mount_refuses_while_in_use():
+    r = Scripted({("findmnt",): (0, "/dev/sda ext4 ro\n", ""), ("fuser",): (0, "", FUSER),
+                  ("systemd-escape",): (0, "datasets-a-v1.mount\n", "")})
+    with pytest.raises(Busy) as err:
+        mounts.remove_mount(r, "/datasets/a/v1")
+    assert "812 sleep" in str(err.value) and "--force" in err.value.fix
+    assert not any(c[0] in ("umount", "systemctl", "rm") for c in r.seen)
+
+
+# --- listing parser ------------------------------------------------------------------------------
+
+def test_snapshot_listing_keeps_only_managed_versions():
+    cols = len(versions.SNAPSHOT_COLUMNS)
+    own = ["tank/datasets/imagenet@v1", "1795000000", "12288", "1048576", "1", "true", "dataset-version", "v1",
+           "root@storage1", "2026-11-22T10:00:00Z", "first", "300", "1000000", "ab" * 32, "-", "-", "ext4"]
+    foreign = ["tank/datasets/imagenet@manual", "1795000100", "0", "1048576", "0"] + ["-"] * (cols - 5)
+    assert len(own) == cols
+    rows = versions.parse_snapshots("\n".join("\t".join(r) for r in (own, foreign)) + "\n")
+    assert rows[0]["userrefs"] == 1 and rows[0]["fabric:files"] == 300 and rows[1]["fabric:kind"] is None
+    r = Scripted({("zfs", "list"): (0, "\n".join("\t".join(x) for x in (own, foreign)) + "\n", "")})
+    listed = versions.list_snapshots(r, "tank/datasets")
+    assert [x["snapshot"] for x in listed] == ["v1"] and listed[0]["name_short"] == "imagenet"
+
+
+def test_listing_a_missing_root_is_empty():
+    r = Scripted({("zfs", "list"): (1, "", "cannot open 'tank/nope': dataset does not exist\n")})
+    assert versions.list_snapshots(r, "tank/nope") == []
+
+
+# --- the command tree and exit codes -----------------------------------------------------------
+
+def test_every_command_has_help_and_a_main(capsys):
+    from fabricctl import commands
+    from fabricctl.main import build_parser
+
+    parser = build_parser()
+    for module in commands.ALL:
+        assert callable(module.main) and module.HELP and module.__doc__
+        with pytest.raises(SystemExit) as exit_:
+            parser.parse_args([*module.PATH, "--help"])
+        assert exit_.value.code == 0
+        out = capsys.readouterr().out
+        assert "usage: fabricctl " + " ".join(module.PATH) in out
+        changes = module.PATH not in {("list",), ("status",), ("verify",)}
+        assert ("--dry-run" in out) == changes, module.PATH
+        if not changes:
+            assert "--json" in out
+
+
+def test_errors_map_to_exit_codes(tmp_path, capsys):
+    from fabricctl.main import main
+
+    assert main(["--config", str(tmp_path / "missing.yml"), "list"]) == 1
+    assert "missing.yml" in capsys.readouterr().err
+    bad = tmp_path / "typo.yml"
+    bad.write_text("pool: tank\ndataset_rot: tank/datasets\n")
+    assert main(["--config", str(bad), "status"]) == 1
+    assert "dataset_rot" in capsys.readouterr().err
+
+
+def test_invalid_names_fail_before_the_config_is_read(tmp_path, capsys):
+    from fabricctl.main import main
+
+    rc = main(["--config", str(tmp_path / "missing.yml"), "publish", "Bad_Name@v1", "--to", "gpu1"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "invalid dataset name 'Bad_Name'" in err and "missing.yml" not in err
+
+
+def test_not_found_is_a_user_error():
+    assert NotFound("x").exit_code == 1
