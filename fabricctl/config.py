@@ -1,0 +1,533 @@
+"""fabricctl's configuration: /etc/fabricctl/config.yml (written by the fabricctl role), validated whole.
+
+``load(path)`` reads and validates the file; ``from_dict(raw)`` validates an already parsed mapping
+(tests, ``fabricctl config check``). Every problem is a ``UserError`` that names the key, where it is
+(``ssh.connect_timeout``), the file, and the fix; an unknown key also names the closest valid one.
+
+What is validated here: names (fabric_core.names), addresses, paths, numbers, CHAP, hosts and
+groups. ``retention`` is kept as the raw mapping (only its two top-level keys are checked):
+``fabric_core.retention.parse_policies(config.retention, config.metrics)`` validates the policies.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabric_core.errors import InvalidName, NotFound, UserError
+from fabric_core.iscsi import normalize_portal, validate_chap
+from fabric_core.lio import CHAP_SECRET_MAX, CHAP_SECRET_MIN
+from fabric_core.names import validate_dataset_name, validate_hostname, validate_iqn, validate_pool_name
+
+DEFAULT_PATH = "/etc/fabricctl/config.yml"
+ENV_PATH = "FABRICCTL_CONFIG"
+
+GET_CONFIG_FIX = ("the fabricctl role writes it: run `ansible-playbook playbooks/fabricctl.yml` (or the whole "
+                  "`playbooks/site.yml`) from the repository; to use another file set FABRICCTL_CONFIG=PATH")
+
+# Directories a mount or staging root must never be (mounting over them hides the system).
+FORBIDDEN_ROOTS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc",
+                             "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var"})
+FILESYSTEMS = ("ext4", "xfs")
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
+                       r"[A-Za-z0-9])?)*\.?$")
+_BACKSTORE_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")  # as fabric_core.lio accepts it
+_METRIC = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")  # goes into the ZFS user property fabric:metric.<name>
+_GROUP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # Ansible group names; no ',' (target lists)
+_SSH_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+
+CHAP_KEYS = ("userid", "password", "mutual_userid", "mutual_password")
+# config (LIO's names) -> open-iscsi's names (fabric_core.iscsi.validate_chap / ensure_session)
+_CHAP_TO_INITIATOR = {"userid": "username", "password": "password", "mutual_userid": "username_in",
+                      "mutual_password": "password_in"}
+RETENTION_KEYS = ("policies", "assign")
+
+
+# --------------------------------------------------------------------------------------------
+# the configuration
+
+
+@dataclass(frozen=True)
+class SSHConfig:
+    user: str = "root"
+    key_file: str = "/etc/fabricctl/id_ed25519"
+    known_hosts: str = "/etc/fabricctl/known_hosts"
+    connect_timeout: float = 10.0
+    port: int = 22
+
+
+@dataclass(frozen=True)
+class Host:
+    """A GPU node: its inventory name, the address fabricctl reaches it at, its initiator IQN."""
+
+    name: str
+    address: str
+    initiator: str
+
+
+@dataclass(frozen=True)
+class Portal:
+    ip: str
+    port: int = 3260
+
+    @property
+    def address(self) -> str:
+        """``IP:PORT`` (``[IP]:PORT`` for IPv6), as iscsiadm and the by-path device names write it."""
+        return normalize_portal(f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}")
+
+
+@dataclass(frozen=True)
+class Defaults:
+    fs: str = "ext4"
+    manifest_workers: int = 4
+    parallel_hosts: int = 16
+
+
+@dataclass(frozen=True)
+class Rotation:
+    lock_file: str = "/run/fabricctl-rotate.lock"
+    metrics_file: str | None = "/var/lib/prometheus/node-exporter/fabricctl.prom"  # None: no metrics written
+
+
+@dataclass
+class Config:
+    pool: str
+    dataset_root: str
+    checkpoint_root: str
+    iqn_base: str
+    portal: Portal
+    backstore_prefix: str = "fctl_"
+    mount_root: str = "/datasets"
+    checkpoint_mount_root: str = "/checkpoints"
+    staging_root: str = "/srv/fabricctl/staging"
+    state_dir: str = "/var/lib/fabricctl"
+    ssh: SSHConfig = field(default_factory=SSHConfig)
+    hosts: dict[str, Host] = field(default_factory=dict)
+    groups: dict[str, list[str]] = field(default_factory=dict)
+    chap: dict[str, str] | None = None  # {userid, password, mutual_userid, mutual_password} (LIO's names)
+    defaults: Defaults = field(default_factory=Defaults)
+    metrics: list[str] = field(default_factory=list)
+    retention: dict = field(default_factory=dict)  # raw: fabric_core.retention.parse_policies validates it
+    rotation: Rotation = field(default_factory=Rotation)
+    source: str = "<dict>"
+
+    # ---- paths
+
+    def dataset(self, name: str) -> str:
+        """The ZFS dataset of dataset NAME: <dataset_root>/<NAME>."""
+        return validate_dataset_name(f"{self.dataset_root}/{name}")
+
+    def checkpoint(self, job: str) -> str:
+        """The ZFS dataset of checkpoint job JOB: <checkpoint_root>/<JOB>."""
+        return validate_dataset_name(f"{self.checkpoint_root}/{job}")
+
+    # ---- CHAP
+
+    def initiator_chap(self) -> dict[str, str] | None:
+        """The CHAP credentials in open-iscsi's names (for fabric_core.iscsi.ensure_session), or None."""
+        if not self.chap:
+            return None
+        return {_CHAP_TO_INITIATOR[k]: v for k, v in self.chap.items()}
+
+    # ---- hosts
+
+    def host(self, name: str) -> Host:
+        try:
+            return self.hosts[name]
+        except KeyError:
+            raise self._unknown_target(name) from None
+
+    def resolve_targets(self, spec: str) -> list[Host]:
+        """``"gpu_nodes"``, ``"gpu1,gpu2"`` or a mix -> hosts, duplicates collapsed, in the order given."""
+        names = [part.strip() for part in str(spec or "").split(",")]
+        names = [n for n in names if n]
+        if not names:
+            raise UserError("no hosts given", f"name hosts or groups, for example `{self._example_spec()}`")
+        out: dict[str, Host] = {}
+        for name in names:
+            if name in self.groups:
+                members = self.groups[name]
+                if not members:
+                    raise UserError(f"group {name!r} has no hosts ({self.source})",
+                                    "add hosts to it in the configuration (fabricctl_groups of the role), "
+                                    "or name hosts instead")
+                for member in members:
+                    out.setdefault(member, self.hosts[member])
+            elif name in self.hosts:
+                out.setdefault(name, self.hosts[name])
+            else:
+                raise self._unknown_target(name)
+        return list(out.values())
+
+    def _unknown_target(self, name: str) -> NotFound:
+        known = sorted(self.hosts) + sorted(self.groups)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        listing = (f"hosts: {', '.join(sorted(self.hosts)) or 'none'}; "
+                   f"groups: {', '.join(sorted(self.groups)) or 'none'}")
+        return NotFound(f"unknown host or group {name!r} (known {listing}; from {self.source})",
+                        f"{hint}use one of the known names; new GPU nodes are added by re-running "
+                        "playbooks/fabricctl.yml after adding them to the inventory")
+
+    def _example_spec(self) -> str:
+        if self.groups:
+            return sorted(self.groups)[0]
+        return ",".join(sorted(self.hosts)[:2]) or "gpu1,gpu2"
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def default_path() -> str:
+    return os.environ.get(ENV_PATH) or DEFAULT_PATH
+
+
+def load(path: str | os.PathLike | None = None) -> Config:
+    """Read and validate the configuration file (default: $FABRICCTL_CONFIG or /etc/fabricctl/config.yml)."""
+    import yaml  # PyYAML: python3-yaml on the nodes
+
+    path = os.fspath(path) if path is not None else default_path()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise UserError(f"fabricctl configuration {path} does not exist", GET_CONFIG_FIX) from None
+    except PermissionError:
+        raise UserError(f"cannot read the fabricctl configuration {path}: permission denied (it may hold CHAP "
+                        "secrets and is readable by root only)", "run fabricctl as root (sudo fabricctl ...)") from None
+    except IsADirectoryError:
+        raise UserError(f"fabricctl configuration {path} is a directory", GET_CONFIG_FIX) from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"fabricctl configuration {path} is not UTF-8 text ({exc.reason})", GET_CONFIG_FIX) from None
+    try:
+        raw = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass (duplicate keys refused)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise UserError(f"{path} is not valid YAML{where}: {exc.problem or exc}",
+                        "fix the syntax (the role writes valid YAML: re-run playbooks/fabricctl.yml to restore it)"
+                        ) from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path} is not valid YAML: {exc}", "fix the syntax") from None
+    if raw is None:
+        raise UserError(f"fabricctl configuration {path} is empty", GET_CONFIG_FIX)
+    return from_dict(raw, source=path)
+
+
+def _strict_loader():
+    """yaml.SafeLoader that refuses duplicate keys (PyYAML would keep the last one silently)."""
+    import yaml
+
+    class StrictSafeLoader(yaml.SafeLoader):
+        pass
+
+    def construct_mapping(loader, node, deep=False):
+        seen: dict = {}
+        for key_node, _value in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"duplicate key {key!r} (first at line {seen[key].line + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return loader.construct_mapping(node, deep=deep)
+
+    StrictSafeLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return StrictSafeLoader
+
+
+# --------------------------------------------------------------------------------------------
+# validation
+
+
+class _Checker:
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, where: str, problem: str, fix: str = "") -> UserError:
+        return UserError(f"{self.source}: {where}: {problem}", fix or "correct the value (the fabricctl role writes "
+                         "this file from its fabricctl_* variables; fix them and re-run playbooks/fabricctl.yml)")
+
+    def mapping(self, value, where: str, allowed: tuple, required: tuple = ()) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(where or "top level", f"expected a mapping with keys {', '.join(allowed)}, "
+                            f"got {_kind(value)}")
+        for key in value:
+            if not isinstance(key, str) or key not in allowed:
+                place = f"{where}.{key}" if where else str(key)
+                close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise UserError(f"{self.source}: unknown key {key!r} at {place}",
+                                f"{hint}valid keys {'at ' + where if where else 'at the top level'}: "
+                                f"{', '.join(allowed)}")
+        for key in required:
+            if value.get(key) in (None, ""):
+                place = f"{where}.{key}" if where else key
+                raise self.fail(place, "is required and missing")
+        return value
+
+    def string(self, value, where: str, pattern: re.Pattern | None = None, what: str = "") -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(where, f"expected a non-empty string, got {_kind(value)}")
+        if pattern is not None and not pattern.match(value):
+            raise self.fail(where, f"{value!r} is not a valid {what}")
+        return value
+
+    def integer(self, value, where: str, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(where, f"expected an integer {low}-{high}, got {_kind(value)}")
+        if not low <= value <= high:
+            raise self.fail(where, f"{value} is out of range {low}-{high}")
+        return value
+
+    def number(self, value, where: str, low: float, high: float) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(where, f"expected a number of seconds, got {_kind(value)}")
+        if not low < value <= high:
+            raise self.fail(where, f"{value} is out of range (more than {low:g}, at most {high:g})")
+        return float(value)
+
+    def path(self, value, where: str, *, mount_root: bool = False) -> str:
+        value = self.string(value, where)
+        if not value.startswith("/") or posixpath.normpath(value) != value or "//" in value:
+            raise self.fail(where, f"{value!r} must be an absolute, normalised path (no '..', '.', '//' or "
+                            "trailing '/')")
+        if mount_root and value in FORBIDDEN_ROOTS:
+            raise self.fail(where, f"{value!r} is a system directory; mounting there would hide it",
+                            "choose a directory of its own, such as /datasets")
+        return value
+
+    def name(self, validator, value, where: str) -> str:
+        try:
+            return validator(value)
+        except InvalidName as exc:
+            raise UserError(f"{self.source}: {where}: {exc.problem}", exc.fix) from None
+
+    def address(self, value, where: str) -> str:
+        value = self.string(value, where)
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            pass
+        if _HOSTNAME.match(value) and not re.match(r"^[0-9.]+$", value):
+            return value
+        raise self.fail(where, f"{value!r} is neither an IP address nor a host name",
+                        "give the address fabricctl reaches the host at (its storage-network IP)")
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "nothing (null)"
+    return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) else type(value).__name__
+
+
+TOP_KEYS = ("pool", "dataset_root", "checkpoint_root", "iqn_base", "portal", "backstore_prefix", "mount_root",
+            "checkpoint_mount_root", "staging_root", "state_dir", "ssh", "hosts", "groups", "chap", "defaults",
+            "metrics", "retention", "rotation")
+SSH_KEYS = ("user", "key_file", "known_hosts", "connect_timeout", "port")
+PORTAL_KEYS = ("ip", "port")
+HOST_KEYS = ("address", "initiator")
+DEFAULTS_KEYS = ("fs", "manifest_workers", "parallel_hosts")
+ROTATION_KEYS = ("lock_file", "metrics_file")
+
+
+def from_dict(raw: Any, source: str = "<dict>") -> Config:
+    """Validate a parsed configuration mapping; fill in defaults for missing optional keys."""
+    c = _Checker(source)
+    raw = c.mapping(raw, "", TOP_KEYS, required=("pool", "iqn_base", "portal"))
+
+    pool = c.name(validate_pool_name, c.string(raw["pool"], "pool"), "pool")
+    roots = {}
+    for key, default in (("dataset_root", f"{pool}/datasets"), ("checkpoint_root", f"{pool}/checkpoints")):
+        value = c.name(validate_dataset_name, c.string(raw.get(key, default), key), key)
+        if value.split("/")[0] != pool or "/" not in value:
+            raise c.fail(key, f"{value!r} is not a dataset inside pool {pool!r}",
+                         f"use {pool}/{value.split('/')[-1]} or similar")
+        roots[key] = value
+    d, k = roots["dataset_root"], roots["checkpoint_root"]
+    if d == k or d.startswith(k + "/") or k.startswith(d + "/"):
+        raise c.fail("checkpoint_root", f"{k!r} and dataset_root {d!r} overlap",
+                     "give datasets and checkpoints separate trees, such as tank/datasets and tank/checkpoints")
+
+    iqn_base = c.string(raw["iqn_base"], "iqn_base")
+    if ":" in iqn_base:
+        raise c.fail("iqn_base", f"{iqn_base!r} must not contain ':' (fabricctl appends ':<name>' itself)",
+                     f"use {iqn_base.split(':')[0]!r}")
+    c.name(validate_iqn, iqn_base, "iqn_base")
+
+    portal_raw = c.mapping(raw["portal"], "portal", PORTAL_KEYS, required=("ip",))
+    portal_ip = c.string(portal_raw["ip"], "portal.ip")
+    try:
+        portal_ip = str(ipaddress.ip_address(portal_ip))
+    except ValueError:
+        raise c.fail("portal.ip", f"{portal_ip!r} is not an IP address (iSCSI device paths are named by it)",
+                     "give the storage node's storage-network IP address") from None
+    portal = Portal(portal_ip, c.integer(portal_raw.get("port", 3260), "portal.port", 1, 65535))
+
+    prefix = c.string(raw.get("backstore_prefix", "fctl_"), "backstore_prefix", _BACKSTORE_PREFIX,
+                      "backstore prefix (letters, digits, '_', '-', '.', at most 32)")
+    paths = {key: c.path(raw.get(key, default), key, mount_root=True)
+             for key, default in (("mount_root", "/datasets"), ("checkpoint_mount_root", "/checkpoints"),
+                                  ("staging_root", "/srv/fabricctl/staging"))}
+    if paths["mount_root"] == paths["checkpoint_mount_root"]:
+        raise c.fail("checkpoint_mount_root", "is the same directory as mount_root",
+                     "mount checkpoints and datasets under separate roots, such as /checkpoints and /datasets")
+    state_dir = c.path(raw.get("state_dir", "/var/lib/fabricctl"), "state_dir")
+
+    ssh = _ssh(c, raw.get("ssh", {}))
+    hosts = _hosts(c, raw.get("hosts", {}))
+    groups = _groups(c, raw.get("groups", {}), hosts)
+    chap = _chap(c, raw.get("chap"))
+    defaults = _defaults(c, raw.get("defaults", {}))
+    metrics = _metrics(c, raw.get("metrics", []))
+
+    retention = raw.get("retention")
+    retention = {} if retention is None else c.mapping(retention, "retention", RETENTION_KEYS)
+
+    rot = c.mapping(raw.get("rotation") or {}, "rotation", ROTATION_KEYS)
+    metrics_file = rot.get("metrics_file", Rotation.metrics_file)
+    rotation = Rotation(lock_file=c.path(rot.get("lock_file", Rotation.lock_file), "rotation.lock_file"),
+                        metrics_file=None if metrics_file in (None, "") else
+                        c.path(metrics_file, "rotation.metrics_file"))
+
+    return Config(pool=pool, dataset_root=d, checkpoint_root=k, iqn_base=iqn_base, portal=portal,
+                  backstore_prefix=prefix, state_dir=state_dir, ssh=ssh, hosts=hosts, groups=groups, chap=chap,
+                  defaults=defaults, metrics=metrics, retention=retention, rotation=rotation, source=source,
+                  **paths)
+
+
+def _ssh(c: _Checker, raw) -> SSHConfig:
+    raw = c.mapping(raw if raw is not None else {}, "ssh", SSH_KEYS)
+    d = SSHConfig()
+    return SSHConfig(
+        user=c.string(raw.get("user", d.user), "ssh.user", _SSH_USER, "user name"),
+        key_file=c.path(raw.get("key_file", d.key_file), "ssh.key_file"),
+        known_hosts=c.path(raw.get("known_hosts", d.known_hosts), "ssh.known_hosts"),
+        connect_timeout=c.number(raw.get("connect_timeout", d.connect_timeout), "ssh.connect_timeout", 0, 600),
+        port=c.integer(raw.get("port", d.port), "ssh.port", 1, 65535))
+
+
+def _hosts(c: _Checker, raw) -> dict[str, Host]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise c.fail("hosts", f"expected a mapping NAME: {{address, initiator}}, got {_kind(raw)}")
+    hosts: dict[str, Host] = {}
+    by_address: dict[str, str] = {}
+    by_initiator: dict[str, str] = {}
+    for name, entry in raw.items():
+        name = c.name(validate_hostname, name, f"hosts.{name}")
+        where = f"hosts.{name}"
+        entry = c.mapping(entry, where, HOST_KEYS, required=HOST_KEYS)
+        address = c.address(entry["address"], f"{where}.address")
+        initiator = c.name(validate_iqn, c.string(entry["initiator"], f"{where}.initiator"), f"{where}.initiator")
+        if address in by_address:
+            raise c.fail(f"{where}.address", f"{address} is also the address of host {by_address[address]!r}",
+                         "give each host its own address")
+        if initiator in by_initiator:
+            raise c.fail(f"{where}.initiator", f"{initiator} is also the initiator of host "
+                         f"{by_initiator[initiator]!r}; the target ACLs could not tell them apart",
+                         "give each host its own initiator name (see /etc/iscsi/initiatorname.iscsi on it)")
+        by_address[address] = name
+        by_initiator[initiator] = name
+        hosts[name] = Host(name=name, address=address, initiator=initiator)
+    return hosts
+
+
+def _groups(c: _Checker, raw, hosts: dict[str, Host]) -> dict[str, list[str]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise c.fail("groups", f"expected a mapping GROUP: [HOST, ...], got {_kind(raw)}")
+    groups: dict[str, list[str]] = {}
+    for name, members in raw.items():
+        if not isinstance(name, str) or not _GROUP.match(name):
+            raise c.fail(f"groups.{name}", f"invalid group name {name!r}: letters, digits, '_', '-', '.', at most 64",
+                         "use the inventory group name, for example gpu_nodes")
+        if name in hosts:
+            raise c.fail(f"groups.{name}", f"{name!r} is the name of a host too, so `{name}` would be ambiguous",
+                         "rename the group (for example gpu_nodes or rack1)")
+        if members is None:
+            members = []
+        if not isinstance(members, list):
+            raise c.fail(f"groups.{name}", f"expected a list of host names, got {_kind(members)}")
+        clean: list[str] = []
+        for i, member in enumerate(members):
+            if not isinstance(member, str) or member not in hosts:
+                close = difflib.get_close_matches(str(member), list(hosts), n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise c.fail(f"groups.{name}[{i}]", f"{member!r} is not a host of this configuration "
+                             f"(hosts: {', '.join(sorted(hosts)) or 'none'})",
+                             f"{hint}list only hosts defined under `hosts`")
+            if member not in clean:
+                clean.append(member)
+        groups[name] = clean
+    return groups
+
+
+def _chap(c: _Checker, raw) -> dict[str, str] | None:
+    if raw in (None, {}):
+        return None
+    raw = c.mapping(raw, "chap", CHAP_KEYS, required=("userid", "password"))
+    values = {}
+    for key in CHAP_KEYS:
+        value = raw.get(key)
+        if value is None:
+            value = ""
+        if not isinstance(value, str):
+            raise c.fail(f"chap.{key}", f"expected a string, got {type(value).__name__}")  # never show a secret
+        values[key] = value
+    try:
+        validate_chap({_CHAP_TO_INITIATOR[k]: v for k, v in values.items()})
+    except UserError as exc:
+        # speak the configuration's names, not open-iscsi's (validate_chap never shows a secret value)
+        problem = (exc.problem.replace("username_in", "mutual_userid").replace("password_in", "mutual_password")
+                   .replace("username", "userid"))
+        raise UserError(f"{c.source}: chap: {problem}", "give userid and password, and optionally both "
+                        "mutual_userid and mutual_password; values without white space") from None
+    for key in ("password", "mutual_password"):
+        if values[key] and not CHAP_SECRET_MIN <= len(values[key]) <= CHAP_SECRET_MAX:
+            raise c.fail(f"chap.{key}", f"must be {CHAP_SECRET_MIN}-{CHAP_SECRET_MAX} characters (got "
+                         f"{len(values[key])}); LIO's rule: shorter is weak, longer is refused by some initiators",
+                         "generate one with `openssl rand -base64 12` and keep it in Ansible Vault")
+    if values["mutual_password"] and values["mutual_password"] == values["password"]:
+        raise c.fail("chap.mutual_password", "equals chap.password",
+                     "use different secrets for the two directions (RFC 3720 8.2.1)")
+    if not values["mutual_userid"]:
+        values.pop("mutual_userid")
+        values.pop("mutual_password")
+    return values
+
+
+def _defaults(c: _Checker, raw) -> Defaults:
+    raw = c.mapping(raw if raw is not None else {}, "defaults", DEFAULTS_KEYS)
+    d = Defaults()
+    fs = raw.get("fs", d.fs)
+    if fs not in FILESYSTEMS:
+        raise c.fail("defaults.fs", f"{fs!r} is not supported", f"use one of {', '.join(FILESYSTEMS)}")
+    return Defaults(fs=fs,
+                    manifest_workers=c.integer(raw.get("manifest_workers", d.manifest_workers),
+                                               "defaults.manifest_workers", 1, 256),
+                    parallel_hosts=c.integer(raw.get("parallel_hosts", d.parallel_hosts),
+                                             "defaults.parallel_hosts", 1, 1024))
+
+
+def _metrics(c: _Checker, raw) -> list[str]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise c.fail("metrics", f"expected a list of metric names, got {_kind(raw)}")
+    out: list[str] = []
+    for i, name in enumerate(raw):
+        c.string(name, f"metrics[{i}]", _METRIC, "metric name (a-z first, then a-z, 0-9, '_', '.', '-'; "
+                 "at most 64: it becomes the ZFS user property fabric:metric.<name>)")
+        if name in out:
+            raise c.fail(f"metrics[{i}]", f"{name!r} is listed twice")
+        out.append(name)
+    return out

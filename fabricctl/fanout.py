@@ -1,0 +1,302 @@
+"""Run one function per host in parallel, collect each host's outcome, show progress per host.
+
+``run_on_hosts(hosts, fn, parallel=16, progress=HostProgress(...))`` calls ``fn(host)`` in a thread
+pool. A host's failure never stops the others; ``FanoutResult.raise_for_partial(what)`` then turns
+failures into one error naming each failed host and why.
+
+Ctrl-C: no new host is started; hosts already running stop at their next step boundary (the next
+``HostProgress.update`` or ``checkpoint()`` call raises ``Interrupted`` in that worker), so no host is
+left in the middle of a step; then KeyboardInterrupt is raised in the caller.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from fabric_core.errors import FabricError, UserError
+
+from .errors import PartialFailure
+
+OK, FAILED, INTERRUPTED, SKIPPED = "ok", "failed", "interrupted", "skipped"
+
+_worker = threading.local()  # .stop: the threading.Event of the fan-out this worker thread belongs to
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised inside a worker at a step boundary after Ctrl-C; the host's outcome is 'interrupted'."""
+
+
+def checkpoint() -> None:
+    """Call between steps in a per-host function: raises ``Interrupted`` once Ctrl-C was pressed.
+
+    Outside a fan-out worker it does nothing. ``HostProgress.update`` calls it too.
+    """
+    stop = getattr(_worker, "stop", None)
+    if stop is not None and stop.is_set():
+        raise Interrupted()
+
+
+def host_name(host) -> str:
+    return getattr(host, "name", None) or str(host)
+
+
+def _one_line(error: BaseException) -> str:
+    text = getattr(error, "problem", None) or str(error) or type(error).__name__
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+# --------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass
+class HostOutcome:
+    host: Any
+    status: str  # ok | failed | interrupted | skipped
+    value: Any = None
+    error: BaseException | None = None
+
+    @property
+    def name(self) -> str:
+        return host_name(self.host)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+@dataclass
+class FanoutResult:
+    outcomes: list[HostOutcome] = field(default_factory=list)  # in the order the hosts were given
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> list[HostOutcome]:
+        return [o for o in self.outcomes if o.status == OK]
+
+    @property
+    def failed(self) -> list[HostOutcome]:
+        return [o for o in self.outcomes if o.status == FAILED]
+
+    @property
+    def not_done(self) -> list[HostOutcome]:
+        """Hosts that failed, were interrupted, or were never started."""
+        return [o for o in self.outcomes if o.status != OK]
+
+    @property
+    def values(self) -> dict[str, Any]:
+        return {o.name: o.value for o in self.outcomes if o.status == OK}
+
+    @property
+    def all_ok(self) -> bool:
+        return all(o.ok for o in self.outcomes)
+
+    def raise_for_partial(self, what: str, fix: str | None = None) -> None:
+        """Raise if any host failed; return quietly when every host succeeded.
+
+        * every host failed with the same user error (same type and problem, e.g. a version that
+          does not exist): that error itself (exit 1, nothing was changed on any host);
+        * otherwise ``PartialFailure`` (exit 2) naming each failed host and why, and which hosts
+          succeeded. ``fix`` replaces the generic advice.
+        """
+        failed = [o for o in self.outcomes if o.status != OK]
+        if not failed:
+            return
+        errors = [o.error for o in failed]
+        if len(failed) == len(self.outcomes) and all(isinstance(e, UserError) for e in errors):
+            first = errors[0]
+            if all(type(e) is type(first) and e.problem == first.problem for e in errors):
+                raise first
+        total = len(self.outcomes)
+        lines = [f"{what} failed on {len(failed)} of {total} host{'s' if total != 1 else ''}"
+                 + (f" (succeeded on {', '.join(o.name for o in self.ok)})" if self.ok else "") + ":"]
+        for o in failed:
+            if o.status == FAILED:
+                err = o.error
+                prefix = "" if isinstance(err, FabricError) else "unexpected error: "
+                detail = str(err) if isinstance(err, FabricError) else repr(err)
+                body = detail.strip().splitlines() or [type(err).__name__]
+                lines.append(f"  {o.name}: {prefix}{body[0]}")
+                lines.extend(f"    {line.strip()}" for line in body[1:])
+            else:
+                lines.append(f"  {o.name}: {o.status} (Ctrl-C)")
+        names = ",".join(o.name for o in failed)
+        err = PartialFailure("\n".join(lines), fix or (
+            f"fix each host's problem (see its fix above), then run the command again for the hosts that "
+            f"did not finish ({names})"))
+        err.result = self  # type: ignore[attr-defined]
+        raise err
+
+
+# --------------------------------------------------------------------------------------------
+# progress
+
+
+class HostProgress:
+    """One status line per host on stderr: redrawn in place on a terminal, appended lines otherwise.
+
+    Thread-safe. ``update(host, step)`` from the per-host function marks a step boundary (and
+    raises ``Interrupted`` there after Ctrl-C, see module doc); run_on_hosts sets "done" and
+    "FAILED: ..." itself.
+    """
+
+    def __init__(self, hosts: Iterable, *, title: str = "", stream: TextIO | None = None, tty: bool | None = None,
+                 width: int = 120):
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.title = title
+        self.width = width
+        self.names = [host_name(h) for h in hosts]
+        self.steps: dict[str, str] = dict.fromkeys(self.names, "waiting")
+        self._lock = threading.Lock()
+        self._drawn = 0  # lines drawn by the last redraw (TTY)
+        if self.tty:
+            self._redraw()
+        elif title:
+            self._write(f"{title}\n")
+
+    def update(self, host, step: str) -> None:
+        checkpoint()
+        self.set(host, step)
+
+    def set(self, host, step: str) -> None:
+        """Set a host's line without the Ctrl-C check (for final states)."""
+        name = host_name(host)
+        with self._lock:
+            if name not in self.steps:
+                self.names.append(name)
+            if self.steps.get(name) == step:
+                return
+            self.steps[name] = step
+            if self.tty:
+                self._redraw()
+            else:
+                self._write(f"{name}: {step}\n")
+
+    def done(self, host, note: str = "done") -> None:
+        self.set(host, note)
+
+    def failed(self, host, error: BaseException | str) -> None:
+        text = error if isinstance(error, str) else _one_line(error)
+        self.set(host, f"FAILED: {text}")
+
+    def _line(self, name: str) -> str:
+        pad = max(len(n) for n in self.names) if self.names else 0
+        text = f"  {name.ljust(pad)}  {self.steps[name]}"
+        return text if len(text) <= self.width else text[: self.width - 1] + "…"
+
+    def _redraw(self) -> None:
+        out = []
+        if self._drawn:
+            out.append(f"\x1b[{self._drawn}A")  # cursor up to the first line we drew
+        lines = ([self.title] if self.title else []) + [self._line(n) for n in self.names]
+        out.extend(f"\r\x1b[2K{line}\n" for line in lines)
+        self._drawn = len(lines)
+        self._write("".join(out))
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed stderr must not fail the operation
+
+    def close(self) -> None:
+        pass  # lines stay on screen; kept for symmetry with ProgressBar
+
+    def __enter__(self) -> HostProgress:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------------------------
+# the fan-out
+
+
+def run_on_hosts(hosts: Iterable, fn: Callable[[Any], Any], *, parallel: int = 16,
+                 progress: HostProgress | None = None, poll: float = 0.2) -> FanoutResult:
+    """Call ``fn(host)`` for every host, at most ``parallel`` at a time; never raises for a host's error.
+
+    Returns the outcomes in the order of ``hosts``. KeyboardInterrupt (Ctrl-C) in the caller: no
+    new host starts, running hosts stop at their next step boundary, then KeyboardInterrupt is
+    re-raised (the outcomes so far are on ``exc.fanout_result``).
+    """
+    hosts = list(hosts)
+    if parallel < 1:
+        raise UserError(f"parallel must be at least 1, got {parallel}", "use --parallel 1 or more")
+    outcomes = [HostOutcome(h, SKIPPED) for h in hosts]
+    result = FanoutResult(outcomes)
+    stop = threading.Event()
+
+    def work(index: int):
+        host = hosts[index]
+        _worker.stop = stop
+        try:
+            if stop.is_set():
+                raise Interrupted()
+            if progress is not None:
+                progress.set(host, "starting")
+            value = fn(host)
+        except Interrupted as exc:
+            outcomes[index] = HostOutcome(host, INTERRUPTED, error=exc)
+            if progress is not None:
+                progress.set(host, "interrupted")
+        except KeyboardInterrupt as exc:  # a plain one raised inside fn: treat as the user's Ctrl-C
+            stop.set()
+            outcomes[index] = HostOutcome(host, INTERRUPTED, error=exc)
+            if progress is not None:
+                progress.set(host, "interrupted")
+        except BaseException as exc:  # noqa: BLE001 - every host's error is reported, none stops the others
+            outcomes[index] = HostOutcome(host, FAILED, error=exc)
+            if progress is not None:
+                progress.failed(host, exc)
+        else:
+            outcomes[index] = HostOutcome(host, OK, value=value)
+            if progress is not None:
+                progress.done(host)
+        finally:
+            _worker.stop = None
+
+    pending = list(range(len(hosts)))
+    running: set[cf.Future] = set()
+    with cf.ThreadPoolExecutor(max_workers=min(parallel, max(len(hosts), 1)),
+                               thread_name_prefix="fabricctl-host") as pool:
+        try:
+            while pending or running:
+                while pending and len(running) < parallel and not stop.is_set():
+                    running.add(pool.submit(work, pending.pop(0)))
+                if not running:
+                    break
+                # a timeout so that the main thread notices Ctrl-C promptly on every platform
+                _done, running = cf.wait(running, timeout=poll, return_when=cf.FIRST_COMPLETED)
+                running = set(running)
+                if stop.is_set():  # a worker saw KeyboardInterrupt
+                    pending.clear()
+        except KeyboardInterrupt as exc:
+            stop.set()
+            pending.clear()
+            result.interrupted = True
+            cf.wait(running)  # running hosts stop at their next step boundary
+            if progress is not None:
+                for o in outcomes:
+                    if o.status == SKIPPED:
+                        progress.set(o.host, "not started (interrupted)")
+            exc.fanout_result = result  # type: ignore[attr-defined]
+            raise
+    if stop.is_set():
+        result.interrupted = True
+        if progress is not None:
+            for o in outcomes:
+                if o.status == SKIPPED:
+                    progress.set(o.host, "not started (interrupted)")
+        interrupt = KeyboardInterrupt()
+        interrupt.fanout_result = result  # type: ignore[attr-defined]
+        raise interrupt
+    return result
