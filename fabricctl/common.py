@@ -135,3 +135,53 @@ def outcome_dict(result) -> dict:
 
 def ok_names(result) -> list[str]:
     return [o.name for o in result.ok]
+
+
+# --- checkpoints ----------------------------------------------------------------------------------
+
+def ck_volume(cfg, job: str) -> str:
+    return f"{cfg.checkpoint_root}/{job}"
+
+
+def checkpoint_volumes(ctx) -> dict:
+    vols = versions.list_volumes(ctx.local, ctx.config.checkpoint_root, kinds=("checkpoint-volume",))
+    return {v["name"].rsplit("/", 1)[-1]: v for v in vols}
+
+
+def require_job(ctx, job: str) -> dict:
+    vols = checkpoint_volumes(ctx)
+    if job not in vols:
+        known = ", ".join(sorted(vols)) or "none yet"
+        raise NotFound(f"unknown job {job!r} (jobs with a checkpoint volume: {known})",
+                       f"create its volume with `fabricctl checkpoint volume create {job} --size SIZE --writer HOST`")
+    return vols[job]
+
+
+def checkpoints(ctx, job: str) -> list[dict]:
+    """The job's checkpoint snapshots, oldest first, with step (int), metrics and tags parsed."""
+    rows = versions.list_snapshots(ctx.local, ck_volume(ctx.config, job), kinds=("checkpoint",))
+    extra = metric_props(ctx, ck_volume(ctx.config, job))
+    for r in rows:
+        r["step"] = int(r["fabric:step"]) if (r.get("fabric:step") or "").isdigit() else None
+        r["tags"] = [t for t in (r.get("fabric:tags") or "").split(",") if t]
+        r["metrics"] = extra.get(r["name"], {})
+    return rows
+
+
+def metric_props(ctx, dataset: str) -> dict:
+    """{snapshot: {metric: float}} from the fabric:metric.* user properties (one `zfs get` for all)."""
+    metrics = ctx.config.metrics
+    if not metrics:
+        return {}
+    props = ",".join(f"fabric:metric.{m}" for m in metrics)
+    res = ctx.local.run(["zfs", "get", "-H", "-p", "-o", "name,property,value", "-t", "snapshot", "-r", props,
+                         dataset], check=False)
+    out: dict = {}
+    for line in res.stdout.splitlines():
+        name, prop, value = (line.split("\t") + ["", "", ""])[:3]
+        if value not in ("-", ""):
+            try:
+                out.setdefault(name, {})[prop.split(".", 1)[1]] = float(value)
+            except ValueError:
+                continue
+    return out

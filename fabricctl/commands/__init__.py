@@ -1,16 +1,23 @@
 """One module per command; ALL lists them in the order `fabricctl --help` shows them."""
 
 from . import (
+    checkpoint_list,
+    checkpoint_restore,
+    checkpoint_rollback,
+    checkpoint_snapshot,
+    checkpoint_volume_create,
     dataset_create,
     dataset_destroy,
     dataset_ingest,
     dataset_seal,
     list_versions,
     publish,
+    rotate,
     status,
     unpublish,
     verify,
 )
 
 ALL = [dataset_create, dataset_ingest, dataset_seal, dataset_destroy, publish, unpublish, list_versions, status,
-       verify]
+       verify, checkpoint_volume_create, checkpoint_snapshot, checkpoint_list, checkpoint_restore,
+       checkpoint_rollback, rotate]

@@ -16,10 +16,10 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lio, lzc, publish, zfs
+from fabric_core import publish
 from fabric_core.names import parse_ref
 
-from .. import common
+from .. import common, publishing
 from ..main import command_main
 
 PATH = ("publish",)
@@ -33,40 +33,11 @@ def configure(p) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def storage_side(ctx, export, hosts) -> dict:
-    """Snapshot device, hold, LIO target with ACLs for (existing + new) hosts. Returns the reconcile result."""
-    cfg, run = ctx.config, ctx.local
-    volume = export.snapshot.split("@")[0]
-    snapdev = zfs.get_props(run, volume, ["snapdev"]).get(volume, {}).get("snapdev", ("hidden",))[0]
-    if snapdev != "visible":
-        run.run(["zfs", "set", "snapdev=visible", volume], mutating=True)
-    held = lzc.hold(export.snapshot, dry_run=ctx.dry_run)
-    if not ctx.dry_run:
-        run.run(["udevadm", "settle"], check=False)
-        common.wait_for(export.device)
-    live = lio.read_live()
-    target_iqn = export.target_iqn(cfg.iqn_base)
-    initiators = sorted(set(publish.acl_initiators(live, target_iqn)) | {h.initiator for h in hosts})
-    desired = publish.desired_state(export, iqn_base=cfg.iqn_base, backstore_prefix=cfg.backstore_prefix,
-                                    portal_ip=cfg.portal.ip, portal_port=cfg.portal.port, initiators=initiators,
-                                    chap=cfg.chap)
-    result = lio.reconcile(desired, dry_run=ctx.dry_run)
-    return {"held": held, "snapdev": snapdev != "visible", "lio_changed": result["changed"],
-            "lio_actions": result["actions"], "warnings": result.get("warnings", [])}
-
-
 def host_side(ctx, export, host, created: dict, step) -> dict:
+    """Session and read-only mount, then `current` moves when this version is newer than its target."""
     cfg = ctx.config
+    res = publishing.host_side(ctx, export, host, step)
     runner = ctx.ssh(host)
-    step("check initiator")
-    actual = publish.host_initiator(runner)
-    if actual != host.initiator:
-        raise common.UserError(
-            f"{host.name} has initiator name {actual!r}, the config says {host.initiator!r}",
-            "run playbooks/site.yml (it sets both from the inventory) or fix hosts in the fabricctl config")
-    target_iqn = export.target_iqn(cfg.iqn_base)
-    res = publish.attach(runner, export, target_iqn=target_iqn, portal=cfg.portal.address,
-                         chap=cfg.initiator_chap(), step=step)
     step("current")
     link = f"{cfg.mount_root}/{export.name}/current"
     now = publish.read_link(runner, link)
@@ -85,7 +56,7 @@ def run(ctx, args) -> int:
     vol = common.require_volume(ctx, name)
     export = common.export_of(ctx, name, version, row.get("fabric:fs") or vol.get("fabric:fs") or "ext4")
     created = {r["snapshot"]: r["creation"] for r in common.dataset_versions(ctx, name)}
-    storage = storage_side(ctx, export, hosts)
+    storage = publishing.storage_side(ctx, export, hosts)
     fan = common.fan(ctx, hosts, lambda host, step: host_side(ctx, export, host, created, step),
                      f"publish {name}@{version}", quiet=args.json)
     out = {"ref": f"{name}@{version}", "target": export.target_iqn(cfg.iqn_base), "dry_run": ctx.dry_run,

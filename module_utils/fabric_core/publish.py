@@ -35,6 +35,11 @@ class Export:
     snapshot: str  # POOL/.../NAME@VERSION
     mountpoint: str  # on the hosts
     fstype: str
+    writable: bool = False  # only a checkpoint volume, exported to exactly one writer
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
 
     @property
     def target_name(self) -> str:
@@ -46,10 +51,27 @@ class Export:
 
     @property
     def device(self) -> str:
-        return "/dev/zvol/" + self.snapshot
+        return "/dev/zvol/" + self.snapshot  # a volume's device, or a snapshot's (snapdev=visible)
 
     def target_iqn(self, iqn_base: str) -> str:
         return f"{iqn_base}:{self.target_name}"
+
+
+def checkpoint_volume_export(checkpoint_root: str, mount_root: str, job: str, fstype: str) -> Export:
+    """The writable checkpoint volume of a job, exported to its one writer."""
+    validate_fabric_name(job, "job")
+    return Export("ck", job, "rw", f"{checkpoint_root}/{job}", f"{mount_root}/{job}", fstype, writable=True)
+
+
+def checkpoint_restore_export(checkpoint_root: str, mount_root: str, job: str, step: int, fstype: str) -> Export:
+    """A checkpoint snapshot, exported read-only to many hosts at MOUNT_ROOT/JOB/restore/STEP."""
+    validate_fabric_name(job, "job")
+    return Export("ck", job, f"s{step}", f"{checkpoint_root}/{job}@{snapshot_name(step)}",
+                  f"{mount_root}/{job}/restore/{step}", fstype)
+
+
+def snapshot_name(step: int) -> str:
+    return f"step-{step}"
 
 
 def dataset_export(dataset_root: str, mount_root: str, name: str, version: str, fstype: str) -> Export:
@@ -71,7 +93,8 @@ def desired_state(export: Export, *, iqn_base: str, backstore_prefix: str, porta
         "targets": [{
             "name": export.target_name,
             "portals": [{"ip": portal_ip, "port": portal_port}],
-            "luns": [{"name": export.lun_name, "device": export.device, "readonly": True, "lun": 0}],
+            "writable": export.writable,
+            "luns": [{"name": export.lun_name, "device": export.device, "readonly": not export.writable, "lun": 0}],
             "acls": [{"initiator": i, "chap": lio_chap} for i in sorted(set(initiators))],
         }],
     }
@@ -126,7 +149,7 @@ def attach(runner, export: Export, *, target_iqn: str, portal: str, chap: dict |
     step("mount")
     what = f"fabric {KINDS[export.kind]} {export.name}@{export.version}"
     mount = mounts.ensure_mount(runner, device=session["device"], mountpoint=export.mountpoint, fstype=export.fstype,
-                                readonly=True, description=what)
+                                readonly=not export.writable, description=what)
     return {"changed": session["changed"] or mount["changed"], "device": session["device"],
             "mountpoint": export.mountpoint, "commands": session["commands"] + mount["commands"]}
 

@@ -80,3 +80,16 @@ def created_by() -> str:
 def now_iso(now: datetime.datetime | None = None) -> str:
     now = now or datetime.datetime.now(datetime.UTC)
     return now.astimezone(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def list_all_snapshots(runner, root: str) -> list[dict]:
+    """Every snapshot under root (managed or not), oldest first, with the fabric properties."""
+    rows = _list(runner, root, "snapshot", SNAPSHOT_COLUMNS, ("-s", "createtxg"))
+    for row in rows:
+        row["dataset"], _, row["snapshot"] = row["name"].partition("@")
+    return rows
+
+
+def as_property_strings(row: dict) -> dict[str, str]:
+    """A listing row back to `zfs get -Hp` strings ("-" for unset), as retention expects."""
+    return {k: "-" if v is None else str(v) for k, v in row.items()}

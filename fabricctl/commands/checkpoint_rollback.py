@@ -1,0 +1,99 @@
+"""Roll a job's writable checkpoint volume back to an earlier checkpoint.
+
+Rolling back destroys every newer checkpoint of the job, so it is refused unless each of them is
+named with --discard-newer (a typo cannot lose a checkpoint), and refused while one of them is
+held or restored somewhere. The writer unmounts and logs out first (refused while a process uses
+the volume, unless --force), the newer snapshots are destroyed in one libzfs_core call, the
+volume is rolled back, and the writer logs in and mounts it again.
+
+Examples:
+  fabricctl checkpoint rollback llama-7b --step 11000 --discard-newer 12000,13000
+"""
+
+from __future__ import annotations
+
+from fabric_core import lzc, publish
+from fabric_core.errors import Busy, NotFound, UnsafeOperation, UserError
+from fabric_core.names import validate_fabric_name
+
+from .. import common, publishing
+from ..main import command_main
+
+PATH = ("checkpoint", "rollback")
+HELP = "roll the writable volume back to a checkpoint (newer ones must be named)"
+
+
+def configure(p) -> None:
+    p.add_argument("job", metavar="JOB", help="the job")
+    p.add_argument("--step", required=True, type=int, help="the checkpoint to go back to")
+    p.add_argument("--discard-newer", default="", metavar="STEP,...",
+                   help="every newer checkpoint's step: they are destroyed")
+    p.add_argument("--force", action="store_true", help="unmount on the writer even while in use")
+    p.add_argument("--dry-run", action="store_true", help="show what would happen; change nothing")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def parse_steps(text: str) -> set[int]:
+    try:
+        return {int(x) for x in text.split(",") if x.strip()}
+    except ValueError:
+        raise UserError(f"--discard-newer {text!r} must be a comma-separated list of steps",
+                        "for example --discard-newer 12000,13000") from None
+
+
+def run(ctx, args) -> int:
+    job = validate_fabric_name(args.job, "job")
+    cfg = ctx.config
+    vol = common.require_job(ctx, job)
+    rows = common.checkpoints(ctx, job)  # oldest first (createtxg)
+    index = next((i for i, r in enumerate(rows) if r["step"] == args.step), None)
+    if index is None:
+        raise NotFound(f"job {job} has no checkpoint at step {args.step}", "see `fabricctl checkpoint list JOB`")
+    newer = rows[index + 1:]
+    named = parse_steps(args.discard_newer)
+    newer_steps = {r["step"] for r in newer}
+    if newer_steps - named:
+        raise UnsafeOperation(
+            f"rolling {job} back to step {args.step} would destroy the newer checkpoints "
+            f"{', '.join(str(s) for s in sorted(newer_steps))}; not named: "
+            f"{', '.join(str(s) for s in sorted(newer_steps - named))}",
+            f"name every one of them: --discard-newer {','.join(str(s) for s in sorted(newer_steps))}")
+    if named - newer_steps:
+        raise UserError(f"--discard-newer names steps that are not newer than {args.step}: "
+                        f"{', '.join(str(s) for s in sorted(named - newer_steps))}", "name only newer checkpoints")
+    held = [f"step {r['step']}" for r in newer if r.get("userrefs")]
+    if held:
+        raise Busy(f"newer checkpoints are held or restored on hosts: {', '.join(held)}",
+                   "remove those restores first (`fabricctl checkpoint restore JOB --step N --to HOSTS --remove`)")
+    writer = cfg.host(vol.get("fabric:writer") or "")
+    export = publish.checkpoint_volume_export(cfg.checkpoint_root, cfg.checkpoint_mount_root, job,
+                                              vol.get("fabric:fs") or "ext4")
+    target = export.target_iqn(cfg.iqn_base)
+    snap = rows[index]["name"]
+    out = {"job": job, "step": args.step, "snapshot": snap, "discarded": [r["name"] for r in newer],
+           "writer": writer.name, "dry_run": ctx.dry_run}
+    if ctx.dry_run:
+        if args.json:
+            ctx.emit(out)
+        else:
+            print(f"would unmount on {writer.name}, destroy {', '.join(out['discarded']) or 'nothing'}, "
+                  f"roll back to {snap}, mount again")
+        return 0
+    runner = ctx.ssh(writer)
+    publish.detach(runner, export, target_iqn=target, portal=cfg.portal.address, force=args.force)
+    try:
+        if newer:
+            lzc.destroy_snapshots([r["name"] for r in newer])
+        lzc.rollback_to(vol["name"], snap)
+    finally:
+        publishing.host_side(ctx, export, writer, lambda text: None)
+    if args.json:
+        ctx.emit(out)
+    else:
+        print(f"{job} rolled back to step {args.step} ({snap}); discarded {len(newer)} newer checkpoint(s); "
+              f"mounted again on {writer.name}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_main(PATH, argv)

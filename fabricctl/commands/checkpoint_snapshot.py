@@ -1,0 +1,120 @@
+"""Take a consistent checkpoint snapshot of a job: freeze on the writer, snapshot, thaw.
+
+On the writer host: `sync -f` then `fsfreeze -f` on CHECKPOINT_MOUNT_ROOT/JOB (new writes wait,
+everything written so far is on the volume); on this node: one libzfs_core call creates
+JOB@step-N together with its user properties (fabric:step, fabric:metric.NAME, fabric:tags,
+created-at); then `fsfreeze -u` on the writer, whatever happened (a failed snapshot still
+thaws). The freeze window (freeze to thaw, as this node sees it) is measured and reported.
+If the writer cannot be reached, nothing is frozen and no snapshot is taken.
+
+Examples:
+  fabricctl checkpoint snapshot llama-7b --step 12000 --metric loss=1.734 --tag nightly
+"""
+
+from __future__ import annotations
+
+import time
+
+from fabric_core import lzc, publish
+from fabric_core.errors import AlreadyExists, UserError
+from fabric_core.names import validate_fabric_name
+
+from .. import common, faults
+from ..main import command_main
+
+PATH = ("checkpoint", "snapshot")
+HELP = "snapshot a job's checkpoint volume consistently (fsfreeze on the writer)"
+
+
+def configure(p) -> None:
+    p.add_argument("job", metavar="JOB", help="the job")
+    p.add_argument("--step", required=True, type=int, help="the training step of this checkpoint")
+    p.add_argument("--metric", action="append", default=[], metavar="NAME=VALUE",
+                   help="a metric of this checkpoint (repeatable); NAME must be listed in the config's metrics")
+    p.add_argument("--tag", action="append", default=[], metavar="TEXT", help="a tag (repeatable), e.g. release")
+    p.add_argument("--dry-run", action="store_true", help="check everything; freeze and snapshot nothing")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def parse_metrics(items: list[str], known: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UserError(f"--metric {item!r} must be NAME=VALUE", "for example --metric loss=1.73")
+        if name not in known:
+            raise UserError(f"unknown metric {name!r} (the config declares: {', '.join(known) or 'none'})",
+                            "add it to `metrics:` in the fabricctl config (the storage role writes it), or fix "
+                            "the name")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise UserError(f"--metric {item!r}: {value!r} is not a number") from None
+    return out
+
+
+def parse_tags(items: list[str]) -> list[str]:
+    for tag in items:
+        if not tag or "," in tag or not tag.isprintable() or len(tag) > 64:
+            raise UserError(f"invalid tag {tag!r}: printable text without ',' (at most 64)", "for example `release`")
+    return sorted(set(items))
+
+
+def run(ctx, args) -> int:
+    job = validate_fabric_name(args.job, "job")
+    if args.step < 0:
+        raise UserError(f"--step {args.step} must be 0 or more")
+    cfg = ctx.config
+    metrics = parse_metrics(args.metric, cfg.metrics)
+    tags = parse_tags(args.tag)
+    vol = common.require_job(ctx, job)
+    snap = f"{vol['name']}@{publish.snapshot_name(args.step)}"
+    if any(r["step"] == args.step for r in common.checkpoints(ctx, job)) or lzc.exists(snap):
+        raise AlreadyExists(f"job {job} already has a checkpoint at step {args.step} ({snap})",
+                            "checkpoints are immutable: use the next step")
+    writer = cfg.host(vol.get("fabric:writer") or "")
+    mountpoint = f"{cfg.checkpoint_mount_root}/{job}"
+    runner = ctx.ssh(writer)
+    mounted = common.mounts.current_mount(runner, mountpoint)  # also proves the writer is reachable
+    if not mounted or "rw" not in mounted["options"]:
+        raise UserError(f"{mountpoint} is not mounted read-write on the writer {writer.name}",
+                        f"run `fabricctl checkpoint volume create {job} --size SIZE --writer {writer.name}` again "
+                        "(it re-attaches the volume)")
+    props = {"fabric:managed": "true", "fabric:kind": "checkpoint", "fabric:step": str(args.step),
+             "fabric:created-by": common.versions.created_by(), "fabric:created-at": common.versions.now_iso(),
+             "fabric:tags": ",".join(tags) or "-", **{f"fabric:metric.{k}": repr(v) for k, v in metrics.items()}}
+    if ctx.dry_run:
+        out = {"job": job, "snapshot": snap, "writer": writer.name, "properties": props, "dry_run": True}
+        if args.json:
+            ctx.emit(out)
+        else:
+            print(f"would freeze {mountpoint} on {writer.name}, snapshot {snap}, thaw")
+        return 0
+    runner.run(["sync", "-f", mountpoint])
+    frozen_at = time.monotonic()
+    runner.run(["fsfreeze", "-f", mountpoint])
+    snapshot_error = None
+    try:
+        faults.point("checkpoint-snapshot")
+        lzc.snapshot([snap], props)
+    except BaseException as exc:  # noqa: BLE001 - re-raised after the thaw
+        snapshot_error = exc
+    finally:
+        thaw = runner.run(["fsfreeze", "-u", mountpoint], check=False)
+        window = time.monotonic() - frozen_at
+    if thaw.rc != 0 and "Invalid argument" not in thaw.stderr:  # EINVAL: it was not frozen
+        raise UserError(f"could not thaw {mountpoint} on {writer.name}: {thaw.stderr.strip()}",
+                        f"run `fsfreeze -u {mountpoint}` on {writer.name} now: writes to it are blocked")
+    if snapshot_error is not None:
+        raise snapshot_error
+    out = {"job": job, "step": args.step, "snapshot": snap, "writer": writer.name, "metrics": metrics, "tags": tags,
+           "freeze_seconds": round(window, 3), "dry_run": False}
+    if args.json:
+        ctx.emit(out)
+    else:
+        print(f"checkpoint {job} step {args.step}: {snap} (writes frozen on {writer.name} for {window * 1000:.0f} ms)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_main(PATH, argv)

@@ -1,0 +1,90 @@
+"""Create a job's writable checkpoint volume, exported read-write to exactly one writer host.
+
+The volume is CHECKPOINT_ROOT/JOB (a zvol with a file system, fully reserved). The LIO target
+has one ACL, the writer's: two initiators writing one block device would corrupt it, so a second
+writer is refused (the same rule as the Ansible role's). The writer logs in and mounts it
+read-write at CHECKPOINT_MOUNT_ROOT/JOB through a systemd unit. Running it again with the same
+writer changes nothing.
+
+Examples:
+  fabricctl checkpoint volume create llama-7b --size 200G --writer gpu1
+"""
+
+from __future__ import annotations
+
+from fabric_core import publish, zfs
+from fabric_core.errors import UnsafeOperation, UserError
+from fabric_core.mounts import FSTYPES
+from fabric_core.names import validate_fabric_name
+
+from .. import common, publishing
+from ..main import command_main
+
+PATH = ("checkpoint", "volume", "create")
+HELP = "create a job's checkpoint volume for its one writer host"
+
+
+def configure(p) -> None:
+    p.add_argument("job", metavar="JOB", help="job name: a-z, 0-9, '-' (at most 30)")
+    p.add_argument("--size", required=True, help="volume size, e.g. 500G")
+    p.add_argument("--writer", required=True, metavar="HOST", help="the one host that writes checkpoints")
+    p.add_argument("--fs", choices=FSTYPES, default=None, help="file system (default: the config's defaults.fs)")
+    p.add_argument("--dry-run", action="store_true", help="show what would be done; change nothing")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run(ctx, args) -> int:
+    job = validate_fabric_name(args.job, "job")
+    size = zfs.parse_size(args.size)
+    cfg = ctx.config
+    writer = cfg.host(args.writer)
+    fstype = args.fs or cfg.defaults.fs
+    volume = common.ck_volume(cfg, job)
+    existing = common.checkpoint_volumes(ctx).get(job)
+    if existing is not None:
+        if existing.get("fabric:writer") != writer.name:
+            raise UnsafeOperation(f"job {job!r} already has a checkpoint volume written by "
+                                  f"{existing.get('fabric:writer')!r}; a second writer ({writer.name}) is refused",
+                                  "a volume has exactly one writer: restore a checkpoint read-only to other hosts "
+                                  "(`fabricctl checkpoint restore`) or use another job name")
+        fstype = existing.get("fabric:fs") or fstype
+    else:
+        avail = zfs.get_props(ctx.local, cfg.checkpoint_root, ["available"]).get(cfg.checkpoint_root, {})
+        if "available" not in avail:
+            raise UserError(f"the checkpoint root {cfg.checkpoint_root} does not exist",
+                            "run playbooks/site.yml (it creates the dataset tree) or fix checkpoint_root")
+        if size * 1.02 > int(avail["available"][0]):
+            raise UserError(f"the pool is too full for a {args.size} checkpoint volume ({cfg.checkpoint_root} has "
+                            f"{int(avail['available'][0]) / 2**30:.1f} GiB available)",
+                            "give a smaller --size, free space (`fabricctl rotate`), or grow the pool")
+        props = {"volblocksize": "64K", "snapdev": "visible", "fabric:kind": "checkpoint-volume",
+                 "fabric:fs": fstype, "fabric:writer": writer.name, "fabric:created-by": common.versions.created_by(),
+                 "fabric:created-at": common.versions.now_iso()}
+        zfs.ensure_dataset(ctx.local, name=volume, properties=props, volume_size=size)
+        if not ctx.dry_run:
+            ctx.local.run(["udevadm", "settle"], check=False)
+            common.wait_for("/dev/zvol/" + volume)
+    blank = ctx.dry_run and existing is None or ctx.local.run(
+        ["blkid", "-p", "-o", "value", "-s", "TYPE", "/dev/zvol/" + volume], check=False).rc == 2
+    if blank:  # new, or an earlier create was interrupted before mkfs (blkid exit 2: no signature)
+        mkfs = (["mkfs.ext4", "-q", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0"]
+                if fstype == "ext4" else ["mkfs.xfs", "-q", "-K"])
+        ctx.local.run([*mkfs, "/dev/zvol/" + volume], mutating=True)
+    export = publish.checkpoint_volume_export(cfg.checkpoint_root, cfg.checkpoint_mount_root, job, fstype)
+    storage = publishing.storage_side(ctx, export, [writer], hold=False)
+    fan = common.fan(ctx, [writer], lambda host, step: publishing.host_side(ctx, export, host, step),
+                     f"checkpoint volume {job}", quiet=args.json)
+    out = {"job": job, "volume": volume, "writer": writer.name, "mountpoint": export.mountpoint,
+           "target": export.target_iqn(cfg.iqn_base), "storage": storage, "hosts": common.outcome_dict(fan),
+           "dry_run": ctx.dry_run, "planned": ctx.planned()}
+    if args.json:
+        ctx.emit(out)
+    elif fan.all_ok:
+        verb = "would create" if ctx.dry_run else "ready"
+        print(f"{verb}: {volume} ({fstype}) mounted read-write at {export.mountpoint} on {writer.name}")
+    fan.raise_for_partial(f"checkpoint volume {job}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_main(PATH, argv)
