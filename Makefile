@@ -15,7 +15,7 @@ PYTEST       := tests/run-pytest $(PY)
 STORAGE2     ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image bench-site lint lock clean
+.PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest lint lock clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -65,6 +65,9 @@ lab-image: ## build (or find) the cached guest image only
 
 bench-site: venv ## issue 3 benchmark on a fresh lab (site.yml times, iSCSI vs local read) -> docs/benchmarks.md
 	$(PY) bench/site_bench.py
+
+bench-manifest: venv ## issue 4 benchmark on the host: manifest of 1,000,000 small files vs find|xargs sha256sum -> docs/benchmarks.md
+	$(PY) bench/manifest_bench.py
 
 lint: venv ## ruff over the Python code
 	$(VENV)/bin/ruff check lab fabricctl module_utils library tests
