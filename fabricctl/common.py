@@ -185,3 +185,10 @@ def metric_props(ctx, dataset: str) -> dict:
             except ValueError:
                 continue
     return out
+
+
+def table(rows: list[list], headers: list[str]) -> None:
+    """Print list rows under headers (output.print_table takes mappings)."""
+    from .output import print_table  # noqa: PLC0415
+
+    print_table([dict(zip(headers, row, strict=True)) for row in rows], [(h, h) for h in headers])

@@ -12,7 +12,7 @@ from fabric_core.names import validate_fabric_name
 
 from .. import common
 from ..main import command_main
-from ..output import human_bytes, print_table
+from ..output import human_bytes
 
 PATH = ("checkpoint", "list")
 HELP = "list a job's checkpoint snapshots (--json for scripts)"
@@ -53,7 +53,7 @@ def run(ctx, args) -> int:
         metrics = " ".join(f"{k}={v:g}" for k, v in sorted(c["metrics"].items()))
         rows.append([str(c["step"]), c["created_at"] or "", metrics, ",".join(c["tags"]), human_bytes(c["used"] or 0),
                      ",".join(c["restored_to"]) or "-"])
-    print_table(rows, ["STEP", "CREATED", "METRICS", "TAGS", "USED", "RESTORED TO"])
+    common.table(rows, ["STEP", "CREATED", "METRICS", "TAGS", "USED", "RESTORED TO"])
     return 0
 
 

@@ -64,7 +64,9 @@ def run(ctx, args) -> int:
     workers = args.workers or cfg.defaults.manifest_workers
     os.makedirs(os.path.join(root, ".fabric"), exist_ok=True)
     out_path = os.path.join(root, ".fabric", "manifest.tsv")
-    bar = None if args.json else ProgressBar(0, 0, label=f"manifest {name}@{version}")
+    fs = os.statvfs(root)  # totals for the bar: used inodes (files and directories) and used bytes
+    bar = None if args.json else ProgressBar(fs.f_files - fs.f_ffree, (fs.f_blocks - fs.f_bfree) * fs.f_frsize,
+                                             label=f"manifest {name}@{version} (totals approximate)")
     try:
         summary = manifest.build(root, out_path, workers=workers,
                                  progress=(lambda f, b: bar.set(f, b)) if bar else None)

@@ -12,7 +12,7 @@ from fabric_core.names import validate_fabric_name
 
 from .. import common
 from ..main import command_main
-from ..output import human_bytes, print_table
+from ..output import human_bytes
 
 PATH = ("list",)
 HELP = "list datasets and versions (--json for scripts)"
@@ -61,7 +61,7 @@ def run(ctx, args) -> int:
     if not rows:
         print("no datasets yet: `fabricctl dataset create NAME --size SIZE`")
         return 0
-    print_table(rows, ["DATASET", "VERSION", "CREATED", "FILES", "BYTES", "PUBLISHED TO", "NOTE"])
+    common.table(rows, ["DATASET", "VERSION", "CREATED", "FILES", "BYTES", "PUBLISHED TO", "NOTE"])
     return 0
 
 

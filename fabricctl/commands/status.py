@@ -12,7 +12,7 @@ from fabric_core import lio, lzc
 
 from .. import common
 from ..main import command_main
-from ..output import human_bytes, print_table
+from ..output import human_bytes
 
 PATH = ("status",)
 HELP = "pool health, published versions, holds and sessions (--json for scripts)"
@@ -56,7 +56,7 @@ def run(ctx, args) -> int:
     print(f"pool {p['name']}: {p['health']}, {human_bytes(p['alloc'])} used of {human_bytes(p['size'])} "
           f"({p['cap']}%), {human_bytes(p['free'])} free")
     if data["published"]:
-        print_table([[x["ref"], ",".join(x["published_to"]) or "-", ",".join(x["holds"]) or "-"]
+        common.table([[x["ref"], ",".join(x["published_to"]) or "-", ",".join(x["holds"]) or "-"]
                      for x in data["published"]], ["VERSION", "PUBLISHED TO", "HOLDS"])
     else:
         print("nothing published")

@@ -1,6 +1,7 @@
 """Check a version's content against its manifest, on this node or as mounted on a GPU node.
 
-On this node, the version's read-only snapshot device is mounted (read-only, temporarily) and
+On this node, the version's snapshot device is mounted read-only for the check (through a loop
+device, since LIO holds an exported device exclusively) and
 every file is compared with the manifest sealed into it; the manifest's own SHA-256 is compared
 with the one recorded on the snapshot. With --on HOST, the same check runs on that GPU node
 over its read-only mount (the manifest code is copied there for the run). Every difference is
@@ -72,14 +73,18 @@ def verify_local(ctx, export, workers: int, expected_sha: str) -> dict:
         if not os.path.exists(export.device):
             raise UserError(f"{export.device} does not exist", f"run `zfs set snapdev=visible "
                             f"{export.snapshot.split('@')[0]}` (fabricctl dataset create sets it)")
-        run.run(["mount", "-t", export.fstype, "-o", mounts.options(export.fstype, readonly=True), export.device,
-                 where])
+        # through a read-only loop device: LIO opens an exported device exclusively, a loop device does not
+        loop = run.run(["losetup", "--find", "--show", "--read-only", export.device]).stdout.strip()
         try:
-            path = os.path.join(where, MANIFEST)
-            got_sha = file_sha256(path)
-            report = manifest.verify(where, path, workers=workers).to_dict()
+            run.run(["mount", "-t", export.fstype, "-o", mounts.options(export.fstype, readonly=True), loop, where])
+            try:
+                path = os.path.join(where, MANIFEST)
+                got_sha = file_sha256(path)
+                report = manifest.verify(where, path, workers=workers).to_dict()
+            finally:
+                run.run(["umount", where])
         finally:
-            run.run(["umount", where])
+            run.run(["losetup", "-d", loop], check=False)
     finally:
         os.rmdir(where)
     report["manifest_sha256"] = {"expected": expected_sha, "actual": got_sha, "ok": got_sha == expected_sha}

@@ -87,19 +87,20 @@ def ensure_mount(runner, *, device: str, mountpoint: str, fstype: str, readonly:
 
 
 def users(runner, mountpoint: str) -> list[str]:
-    """Processes using a mount ("PID COMMAND"), from fuser -m; [] when nothing is mounted there."""
+    """Processes using a mount ("PID COMMAND"); [] when nothing is mounted there.
+
+    `fuser -m` prints the PIDs on stdout (access letters and "kernel" go elsewhere or are words),
+    then `ps` names them.
+    """
     if current_mount(runner, mountpoint) is None:
         return []
-    res = runner.run(["fuser", "-vm", mountpoint], check=False)
-    found = []
-    for line in (res.stderr + res.stdout).splitlines():
-        parts = line.split()
-        # fuser -v prints: USER PID ACCESS COMMAND (the first row also carries the mount point)
-        if len(parts) >= 4 and parts[-3].isdigit():
-            found.append(f"{parts[-3]} {parts[-1]}")
-        elif len(parts) >= 5 and parts[-4].isdigit():
-            found.append(f"{parts[-4]} {' '.join(parts[-1:])}")
-    return sorted(set(found))
+    res = runner.run(["fuser", "-m", mountpoint], check=False)
+    pids = sorted({tok for tok in res.stdout.split() if tok.isdigit()}, key=int)
+    if not pids:
+        return []
+    ps = runner.run(["ps", "-o", "pid=,comm=", "-p", ",".join(pids)], check=False)
+    found = [" ".join(line.split(None, 1)) for line in ps.stdout.splitlines() if line.strip()]
+    return found or [f"{pid} ?" for pid in pids]
 
 
 def remove_mount(runner, mountpoint: str, *, force: bool = False) -> dict:

@@ -170,7 +170,14 @@ def converged(lab):
     lab, converge, idempotence, verify.
 
     Molecule's idempotence step runs site.yml a second time and fails unless it reports changed=0
-    on every host."""
+    on every host.
+
+    While developing against a lab already converged (FABRIC_LAB_REUSE=1), FABRIC_SITE_CONVERGED=1
+    skips the Molecule run; test_site.py's Molecule assertions then fail, so never set it in CI.
+    """
+    if os.environ.get("FABRIC_LAB_REUSE") and os.environ.get("FABRIC_SITE_CONVERGED"):
+        step("FABRIC_SITE_CONVERGED=1: using the lab as converged, Molecule not run")
+        return ""
     step("molecule test -s default (syntax, check, converge, idempotence, verify)")
     started = time.monotonic()
     # molecule runs ansible-config and ansible-playbook by name: the virtualenv's bin goes first on PATH
