@@ -15,7 +15,7 @@ PYTEST       := tests/run-pytest $(PY)
 STORAGE2     ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest lint lock clean
+.PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint lint lock clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -68,6 +68,12 @@ bench-site: venv ## issue 3 benchmark on a fresh lab (site.yml times, iSCSI vs l
 
 bench-manifest: venv ## issue 4 benchmark on the host: manifest of 1,000,000 small files vs find|xargs sha256sum -> docs/benchmarks.md
 	$(PY) bench/manifest_bench.py
+
+bench-publish: venv ## issue 4 benchmark on the running lab: fabricctl publish of 1 and 4 GiB vs rsync to gpu1+gpu2 -> docs/benchmarks.md
+	$(PY) bench/publish_bench.py
+
+bench-checkpoint: venv ## issue 5 benchmark on the running lab: rotate vs sanoid, checkpoint list vs zfs list, freeze window -> docs/benchmarks.md
+	$(PY) bench/checkpoint_bench.py
 
 lint: venv ## ruff over the Python code
 	$(VENV)/bin/ruff check lab fabricctl module_utils library tests

@@ -1,0 +1,523 @@
+#!/usr/bin/env python3
+"""Benchmark of issue 4 on the lab: publishing a dataset version against copying it with rsync.
+
+Issue 4 asks: "Publishing a 1 GiB and a 4 GiB version (many small files, like an image dataset)
+to gpu1 and gpu2: the time of `fabricctl publish` against copying the same content to both hosts
+with rsync, as ratios. Publish time must not grow with the dataset size: show both sizes."
+
+For each size S (1 GiB, then 4 GiB), all in one run:
+1. A tree of many small files totalling S on storage1 (16-256 KiB each, 1000 per directory,
+   pseudo-random content: slices at random offsets of a 64 MiB block from os.urandom, each file
+   starting with its own index, so no two files are alike and nothing compresses), written by one
+   python3 process on storage1 into a ZFS file system of this benchmark (<pool>/pubbench-src-Sg;
+   storage1's root disk is too small for 4 GiB).
+2. `fabricctl dataset create pubbench-Sg --size ceil(1.3 S)G`, `dataset ingest`, `dataset seal
+   pubbench-Sg v1`: timed and reported, not the headline.
+3. The headline: `fabricctl publish pubbench-Sg@v1 --to gpu1,gpu2`, timed on storage1 (GNU time
+   around the command) and on the host (wall clock around the ssh call).
+4. Baseline: `rsync -a --whole-file SRC/ root@GPU:/var/tmp/pubbench-rsync-Sg/` from storage1 to
+   gpu1 and gpu2 in parallel, over fabricctl's own SSH key and known_hosts. The GPU VMs have small
+   root disks: when /var/tmp on either has no room for S plus a reserve, the rsync is skipped and
+   the section says so (no figure is invented). As a second baseline that always fits, the same
+   tree streamed to both hosts and discarded there (`tar -cf - | ssh GPU 'cat >/dev/null'`): the
+   floor of any copy over the lab network, since nothing is written on the GPU side.
+5. First read on gpu1 (page cache dropped first): `tar -cf - | wc -c` of the published version
+   against the same read of the rsync'ed copy.
+6. Clean-up of everything it created: unpublish, `fabricctl dataset destroy --yes`, the rsync
+   copies, the source file system (destroyed only if it carries this benchmark's bench:owner mark).
+
+Precondition: the lab is up and converged: `make lab-up` and `ansible-playbook playbooks/site.yml`
+(which installs fabricctl on storage1 with its config, SSH key and known_hosts). This script does
+not start, stop or converge the lab; it checks the precondition first and stops with a clear
+message when it does not hold. Leftovers of an earlier, interrupted run of this script (its own
+names only) are cleaned up first.
+
+Run as root on the host that runs the lab: `make bench-publish` (`--sizes 1` for a quick run).
+It writes the `publish` section of docs/benchmarks.md. Absolute figures depend on the emulated lab
+(TCG); the ratios are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import RESULTS, write_section  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SSH_CONFIG = REPO / ".lab" / "ssh_config"
+SECTION = "publish"
+STORAGE = "storage1"
+GPUS = ("gpu1", "gpu2")
+VERSION = "v1"
+OWNER_PROP = "bench:owner"
+OWNER = "bench/publish_bench.py"
+GIB = 2**30
+MIB = 2**20
+GPU_RESERVE = 768 * MIB          # left free on a GPU VM's root disk after the rsync copy
+FILE_OVERHEAD = 4096             # per file on the GPU's ext4 (block rounding, inode, directory entry)
+TIME_MARK = "@@bench-node-seconds"
+
+
+class BenchError(Exception):
+    """A step failed; the message says which one and why."""
+
+
+@dataclass
+class Timed:
+    stdout: str
+    stderr: str
+    rc: int
+    wall: float        # seconds, measured on the host around the ssh call
+    node: float        # seconds, measured on the node by GNU time around the command
+
+    def json(self) -> dict:
+        try:
+            return json.loads(self.stdout)
+        except json.JSONDecodeError as exc:
+            raise BenchError(f"expected JSON on stdout, got: {self.stdout[:500]!r} ({exc})") from None
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def ssh(host: str, command: str, *, check: bool = True, timeout: float = 1800,
+        input_text: str | None = None) -> subprocess.CompletedProcess:
+    """Run a shell command as root on a lab VM (through the lab's ssh_config, as bench/site_bench.py)."""
+    io = {"input": input_text} if input_text is not None else {"stdin": subprocess.DEVNULL}
+    try:
+        proc = subprocess.run(["ssh", "-F", str(SSH_CONFIG), host, command], cwd=REPO, text=True,
+                              capture_output=True, timeout=timeout, **io)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{host}: `{command[:300]}` did not finish within {timeout:.0f} s") from None
+    if check and proc.returncode != 0:
+        raise BenchError(f"{host}: `{command[:300]}` exited {proc.returncode}:\n{tail(proc.stderr or proc.stdout)}")
+    return proc
+
+
+def timed(host: str, command: str, *, check: bool = True, timeout: float = 3600) -> Timed:
+    """Run a command on a VM, timed on the VM (GNU time, %e) and on the host (around ssh)."""
+    wrapped = (f'tf=/tmp/.pubbench-time.$$; /usr/bin/time -f %e -o "$tf" sh -c {shlex.quote(command)}; rc=$?; '
+               f'echo "{TIME_MARK} $(tail -n 1 "$tf" 2>/dev/null)" >&2; rm -f "$tf"; exit $rc')
+    started = time.monotonic()
+    proc = ssh(host, wrapped, check=False, timeout=timeout)
+    wall = time.monotonic() - started
+    node, rest = None, []
+    for line in proc.stderr.splitlines():
+        if line.startswith(TIME_MARK):
+            try:
+                node = float(line.split()[-1])
+            except (ValueError, IndexError):
+                node = None
+        else:
+            rest.append(line)
+    stderr = "\n".join(rest)
+    if check and proc.returncode != 0:
+        raise BenchError(f"{host}: `{command[:300]}` exited {proc.returncode}:\n{tail(stderr or proc.stdout)}")
+    if node is None:
+        raise BenchError(f"{host}: no time measured for `{command[:300]}` (is /usr/bin/time installed?)")
+    return Timed(proc.stdout, stderr, proc.returncode, wall, node)
+
+
+def put(host: str, path: str, text: str) -> None:
+    ssh(host, f"cat > {shlex.quote(path)}", input_text=text)
+
+
+# ---- on storage1: the facts this benchmark needs, from fabricctl's own config loader ----------------
+
+FACTS = r'''
+import json, re, shutil, sys
+shim = shutil.which("fabricctl")
+if not shim:
+    print(json.dumps({"error": "fabricctl is not installed on this node (not in PATH)"})); sys.exit(0)
+m = re.search(r'sys\.path\.insert\(0, "([^"]+)"\)', open(shim).read())
+if not m:
+    print(json.dumps({"error": f"cannot find fabricctl's install directory in {shim}"})); sys.exit(0)
+sys.path.insert(0, m.group(1))
+from fabricctl import config
+try:
+    c = config.load()
+except Exception as exc:
+    print(json.dumps({"error": f"fabricctl's configuration does not load: {exc}"})); sys.exit(0)
+print(json.dumps({"install_dir": m.group(1), "pool": c.pool, "dataset_root": c.dataset_root,
+                  "mount_root": c.mount_root, "key_file": c.ssh.key_file, "known_hosts": c.ssh.known_hosts,
+                  "ssh_user": c.ssh.user, "ssh_port": c.ssh.port,
+                  "hosts": {n: h.address for n, h in c.hosts.items()}}))
+'''
+
+GENERATE = r'''
+import json, os, random, sys, time
+root, total, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(seed)
+block = os.urandom(64 << 20)
+started = time.monotonic()
+written = files = 0
+while written < total:
+    size = min(rng.randint(16 << 10, 256 << 10), total - written)
+    d = os.path.join(root, f"class{files // 1000:04d}")
+    if files % 1000 == 0:
+        os.makedirs(d, exist_ok=True)
+    off = rng.randrange(0, len(block) - size)
+    data = (files.to_bytes(8, "little") + block[off + 8:off + size])[:size]
+    with open(os.path.join(d, f"img{files:07d}.bin"), "wb") as fh:
+        fh.write(data)
+    written += size
+    files += 1
+os.sync()
+print(json.dumps({"files": files, "bytes": written, "seconds": round(time.monotonic() - started, 2)}))
+'''
+
+
+@dataclass
+class Lab:
+    pool: str
+    dataset_root: str
+    mount_root: str
+    ssh_e: str                 # rsync -e / ssh command line on storage1 towards the GPU nodes
+    addresses: dict[str, str]  # gpu name -> USER@ADDRESS as fabricctl reaches it
+
+
+def preflight() -> Lab:
+    """The lab is up, converged, fabricctl installed on storage1 and able to reach gpu1 and gpu2."""
+    hint = ("this benchmark needs the lab up and converged: `make lab-up`, then "
+            "`.venv/bin/ansible-playbook playbooks/site.yml` (it installs fabricctl on storage1)")
+    if not SSH_CONFIG.exists():
+        raise BenchError(f"the lab is not up ({SSH_CONFIG} is missing); {hint}")
+    for host in (STORAGE, *GPUS):
+        try:
+            ssh(host, "true", timeout=120)
+        except BenchError as exc:
+            raise BenchError(f"cannot reach {host} over SSH ({exc}); {hint}") from None
+    facts = json.loads(ssh(STORAGE, f"python3 -c {shlex.quote(FACTS)}").stdout)
+    if "error" in facts:
+        raise BenchError(f"storage1: {facts['error']}; {hint}")
+    missing = [g for g in GPUS if g not in facts["hosts"]]
+    if missing:
+        raise BenchError(f"fabricctl's config on storage1 does not name {', '.join(missing)}; {hint}")
+    for host, tool in ((STORAGE, "/usr/bin/time"), (STORAGE, "rsync"), *((g, "rsync") for g in GPUS)):
+        if ssh(host, f"command -v {tool} >/dev/null", check=False).returncode != 0:
+            raise BenchError(f"{host} has no {tool} (it is in lab/image/packages.txt: rebuild the image)")
+    ssh_e = (f"ssh -i {facts['key_file']} -p {facts['ssh_port']} -o UserKnownHostsFile={facts['known_hosts']} "
+             "-o StrictHostKeyChecking=yes -o BatchMode=yes")
+    targets = {g: f"{facts['ssh_user']}@{facts['hosts'][g]}" for g in GPUS}
+    for gpu, target in targets.items():
+        proc = ssh(STORAGE, f"{ssh_e} {target} true", check=False, timeout=120)
+        if proc.returncode != 0:
+            raise BenchError(f"storage1 cannot ssh to {gpu} ({target}) with fabricctl's key and known_hosts:\n"
+                             f"{tail(proc.stderr)}\n{hint}")
+    lab = Lab(facts["pool"], facts["dataset_root"], facts["mount_root"], ssh_e, targets)
+    return lab
+
+
+# ---- names of this benchmark's objects -----------------------------------------------------------
+
+def ds_name(gib: int) -> str:
+    return f"pubbench-{gib}g"
+
+
+def src_dataset(lab: Lab, gib: int) -> str:
+    return f"{lab.pool}/pubbench-src-{gib}g"
+
+
+def src_dir(gib: int) -> str:
+    return f"/srv/pubbench-src-{gib}g"
+
+
+def rsync_dir(gib: int) -> str:
+    return f"/var/tmp/pubbench-rsync-{gib}g"
+
+
+def zfs_exists(name: str) -> bool:
+    return ssh(STORAGE, f"zfs list -H -o name {shlex.quote(name)} >/dev/null 2>&1", check=False).returncode == 0
+
+
+def avail(dataset: str) -> int:
+    return int(ssh(STORAGE, f"zfs get -Hp -o value available {shlex.quote(dataset)}").stdout.strip())
+
+
+def cleanup(lab: Lab, gib: int) -> list[str]:
+    """Remove what this benchmark created for one size; return what could not be removed."""
+    left = []
+    name = ds_name(gib)
+    volume = f"{lab.dataset_root}/{name}"
+    if zfs_exists(volume) and ssh(STORAGE, f"zfs get -H -o value {OWNER_PROP} {volume}").stdout.strip() != OWNER:
+        left.append(f"{volume} exists but is not this benchmark's ({OWNER_PROP} unset): left alone")
+    elif zfs_exists(volume):
+        say(f"clean-up: unpublish and destroy {name}")
+        versions = ssh(STORAGE, f"zfs list -H -o name -t snapshot {lab.dataset_root}/{name}", check=False).stdout
+        if f"@{VERSION}" in versions:
+            proc = ssh(STORAGE, f"fabricctl unpublish {name}@{VERSION} --json", check=False, timeout=900)
+            if proc.returncode != 0:  # only this benchmark's own readers could hold the mount
+                say(f"  unpublish said: {tail(proc.stderr, 5)}; retrying with --force")
+                ssh(STORAGE, f"fabricctl unpublish {name}@{VERSION} --force --json", check=False, timeout=900)
+        proc = ssh(STORAGE, f"fabricctl dataset destroy {name} --yes", check=False, timeout=900)
+        if proc.returncode != 0:
+            left.append(f"{lab.dataset_root}/{name} ({tail(proc.stderr, 3)})")
+    for gpu in GPUS:
+        ssh(gpu, f"rm -rf --one-file-system {rsync_dir(gib)}", check=False, timeout=900)
+    src = src_dataset(lab, gib)
+    if zfs_exists(src):
+        owner = ssh(STORAGE, f"zfs get -H -o value {OWNER_PROP} {src}", check=False).stdout.strip()
+        if owner == OWNER:
+            say(f"clean-up: zfs destroy -r {src}")
+            proc = ssh(STORAGE, f"zfs destroy -r {src}", check=False, timeout=900)
+            if proc.returncode != 0:
+                left.append(f"{src} ({tail(proc.stderr, 3)})")
+            ssh(STORAGE, f"rmdir {src_dir(gib)} 2>/dev/null || true", check=False)
+        else:
+            left.append(f"{src} exists but is not this benchmark's ({OWNER_PROP}={owner!r}); left alone")
+    return left
+
+
+def cleanup_all(lab: Lab, sizes: list[int]) -> list[str]:
+    left = []
+    for gib in sizes:
+        try:
+            left += cleanup(lab, gib)
+        except BenchError as exc:
+            left.append(f"the {gib} GiB case: {exc}")
+    return left
+
+
+def parallel(commands: list[str]) -> str:
+    """A shell snippet running the commands in parallel; fails if any fails."""
+    lines = [f"( {c} ) & p{i}=$!" for i, c in enumerate(commands)]
+    waits = [f"wait $p{i} || rc=1" for i in range(len(commands))]
+    return "rc=0; " + "; ".join(lines + waits) + "; exit $rc"
+
+
+def drop_caches(host: str) -> None:
+    ssh(host, "sync; echo 3 > /proc/sys/vm/drop_caches")
+
+
+def read_tree(host: str, path: str) -> tuple[float, int]:
+    """Seconds and bytes of `tar -cf - PATH | wc -c` on host, page cache dropped first."""
+    drop_caches(host)
+    t = timed(host, f"tar -C {shlex.quote(path)} -cf - . | wc -c", timeout=3600)
+    return t.node, int(t.stdout.strip().splitlines()[-1])
+
+
+def run_size(lab: Lab, gib: int) -> dict:
+    name, src, where = ds_name(gib), src_dataset(lab, gib), src_dir(gib)
+    total = gib * GIB
+    vol_gib = math.ceil(gib * 1.3)
+    r: dict = {"gib": gib, "vol_gib": vol_gib}
+
+    need = total + vol_gib * GIB * 1.02 + GIB
+    have = avail(lab.pool)
+    if have < need:
+        raise BenchError(f"pool {lab.pool} has {have / GIB:.1f} GiB available; the {gib} GiB case needs about "
+                         f"{need / GIB:.1f} GiB (source tree + fully reserved {vol_gib} GiB staging volume)")
+
+    say(f"[{gib} GiB] source tree: zfs create {src}, then many small files (expect minutes under TCG)")
+    ssh(STORAGE, f"zfs create -o mountpoint={where} -o {OWNER_PROP}={OWNER} {src}")
+    put(STORAGE, "/tmp/pubbench-generate.py", GENERATE)
+    gen = json.loads(ssh(STORAGE, f"python3 /tmp/pubbench-generate.py {where} {total} {gib}",
+                         timeout=7200).stdout)
+    r.update(files=gen["files"], bytes=gen["bytes"], generate_s=gen["seconds"])
+    say(f"[{gib} GiB]   {gen['files']} files, {gen['bytes']} bytes in {gen['seconds']:.0f} s")
+
+    say(f"[{gib} GiB] fabricctl dataset create {name} --size {vol_gib}G")
+    r["create_s"] = timed(STORAGE, f"fabricctl dataset create {name} --size {vol_gib}G --json").node
+    ssh(STORAGE, f"zfs set {OWNER_PROP}={OWNER} {lab.dataset_root}/{name}")
+    say(f"[{gib} GiB] fabricctl dataset ingest {name} {where}/")
+    t = timed(STORAGE, f"fabricctl dataset ingest {name} {where}/ --json", timeout=7200)
+    ingest = t.json()
+    if ingest["files"] != gen["files"] or ingest["copied"] != gen["files"]:
+        raise BenchError(f"ingest copied {ingest['copied']} of {ingest['files']} files; {gen['files']} were generated")
+    r["ingest_s"] = t.node
+    say(f"[{gib} GiB]   {t.node:.1f} s")
+    say(f"[{gib} GiB] fabricctl dataset seal {name} {VERSION}")
+    t = timed(STORAGE, f"fabricctl dataset seal {name} {VERSION} --note 'bench/publish_bench.py' --json",
+              timeout=7200)
+    r["seal_s"] = t.node
+    r["sealed_files"] = t.json().get("files")
+    say(f"[{gib} GiB]   {t.node:.1f} s")
+
+    say(f"[{gib} GiB] HEADLINE: fabricctl publish {name}@{VERSION} --to {','.join(GPUS)}")
+    t = timed(STORAGE, f"fabricctl publish {name}@{VERSION} --to {','.join(GPUS)} --json", timeout=1800)
+    hosts = t.json().get("hosts", {})
+    bad = {h: v for h, v in hosts.items() if v.get("status") != "ok"}
+    if bad or set(hosts) != set(GPUS):
+        raise BenchError(f"publish did not succeed on every host: {json.dumps(hosts)[:1000]}")
+    r["publish_s"], r["publish_wall"] = t.node, t.wall
+    say(f"[{gib} GiB]   publish: {t.node:.1f} s on storage1, {t.wall:.1f} s wall on the host")
+    mountpoint = f"{lab.mount_root}/{name}/{VERSION}"
+    for gpu in GPUS:
+        opts = ssh(gpu, f"findmnt -n -o OPTIONS {mountpoint}").stdout.strip()
+        if not opts.split(",")[0] == "ro":
+            raise BenchError(f"{gpu}: {mountpoint} is not mounted read-only (options: {opts})")
+
+    say(f"[{gib} GiB] baseline 1: tar | ssh to both GPU nodes, discarded there (network floor)")
+    floor = parallel([f"tar -C {where} -cf - . | {lab.ssh_e} {lab.addresses[g]} 'cat > /dev/null'" for g in GPUS])
+    r["floor_s"] = timed(STORAGE, floor, timeout=7200).node
+    say(f"[{gib} GiB]   {r['floor_s']:.1f} s")
+
+    need_gpu = gen["bytes"] + gen["files"] * FILE_OVERHEAD + GPU_RESERVE
+    free = {g: int(ssh(g, "df -B1 --output=avail /var/tmp | tail -n 1").stdout.strip()) for g in GPUS}
+    r["gpu_free"] = free
+    short = [g for g in GPUS if free[g] < need_gpu]
+    if short:
+        r["rsync_s"] = None
+        r["rsync_skip"] = (", ".join(f"{g} has {free[g] / GIB:.1f} GiB free in /var/tmp" for g in short)
+                           + f"; the copy needs {need_gpu / GIB:.1f} GiB (with a {GPU_RESERVE // MIB} MiB reserve)")
+        say(f"[{gib} GiB] baseline 2: rsync SKIPPED: {r['rsync_skip']}")
+    else:
+        say(f"[{gib} GiB] baseline 2: rsync -a --whole-file to both GPU nodes in parallel")
+        cmd = parallel([f"rsync -a --whole-file -e {shlex.quote(lab.ssh_e)} {where}/ "
+                        f"{lab.addresses[g]}:{rsync_dir(gib)}/" for g in GPUS])
+        r["rsync_s"] = timed(STORAGE, cmd, timeout=7200).node
+        for gpu in GPUS:
+            count = int(ssh(gpu, f"find {rsync_dir(gib)} -type f | wc -l").stdout.strip())
+            if count != gen["files"]:
+                raise BenchError(f"{gpu}: the rsync copy has {count} files, {gen['files']} expected")
+        say(f"[{gib} GiB]   {r['rsync_s']:.1f} s")
+
+    say(f"[{gib} GiB] first read on {GPUS[0]} of the published version (tar | wc -c, page cache dropped)")
+    r["read_pub_s"], r["read_pub_bytes"] = read_tree(GPUS[0], mountpoint)
+    say(f"[{gib} GiB]   {r['read_pub_s']:.1f} s")
+    if r["rsync_s"] is not None:
+        say(f"[{gib} GiB] first read on {GPUS[0]} of the rsync'ed copy")
+        r["read_copy_s"], r["read_copy_bytes"] = read_tree(GPUS[0], rsync_dir(gib))
+        say(f"[{gib} GiB]   {r['read_copy_s']:.1f} s")
+
+    say(f"[{gib} GiB] fabricctl unpublish {name}@{VERSION}")
+    r["unpublish_s"] = timed(STORAGE, f"fabricctl unpublish {name}@{VERSION} --json", timeout=1800).node
+    left = cleanup(lab, gib)
+    if left:
+        raise BenchError("clean-up left: " + "; ".join(left))
+    return r
+
+
+def fmt(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if a is None or not b:
+        return "-"
+    return f"{a / b:.2f}" if a / b >= 1 else f"{a / b:.3f}"
+
+
+def mbs(nbytes: int, seconds: float) -> str:
+    return f"{nbytes / seconds / 1e6:.1f} MB/s"
+
+
+def section(results: list[dict], when: str) -> list[str]:
+    rows = [
+        "## Issue 4: publishing a dataset version vs copying it with rsync (lab, TCG)",
+        "",
+        f"Measured in one run by `make bench-publish` on {when}: storage1 publishes to gpu1 and gpu2. "
+        "Each tree: files of 16-256 KiB of pseudo-random data, 1000 per directory.",
+        "",
+        "| size | files | ours: `fabricctl publish --to gpu1,gpu2` (on storage1 / host wall) "
+        "| baseline: `rsync -a --whole-file` to both in parallel | ratio publish / rsync "
+        "| floor: `tar \\| ssh 'cat >/dev/null'` to both | ratio publish / floor |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        rsync = fmt(r["rsync_s"]) if r["rsync_s"] is not None else "not run: no room on the GPU VMs (see below)"
+        rows.append(f"| {r['gib']} GiB | {r['files']:,} | {fmt(r['publish_s'])} / {fmt(r['publish_wall'])} "
+                    f"| {rsync} | {ratio(r['publish_s'], r['rsync_s'])} | {fmt(r['floor_s'])} "
+                    f"| {ratio(r['publish_s'], r['floor_s'])} |")
+    by = {r["gib"]: r for r in results}
+    if 1 in by and 4 in by:
+        rows += ["", f"Growth with size, 4 GiB / 1 GiB: publish {ratio(by[4]['publish_s'], by[1]['publish_s'])} "
+                 f"(host wall {ratio(by[4]['publish_wall'], by[1]['publish_wall'])}); "
+                 f"floor copy {ratio(by[4]['floor_s'], by[1]['floor_s'])}"
+                 + (f"; rsync {ratio(by[4]['rsync_s'], by[1]['rsync_s'])}" if by[4]["rsync_s"] else "") + "."]
+    rows += ["", "First read on gpu1 (`tar -cf - DIR | wc -c`, gpu1's page cache dropped before each read):", "",
+             "| size | published version over iSCSI | rsync'ed copy on gpu1's disk | ratio published / copy |",
+             "|---|---|---|---|"]
+    for r in results:
+        pub = f"{fmt(r['read_pub_s'])} ({mbs(r['read_pub_bytes'], r['read_pub_s'])})"
+        copy = (f"{fmt(r['read_copy_s'])} ({mbs(r['read_copy_bytes'], r['read_copy_s'])})"
+                if r.get("read_copy_s") else "- (no copy)")
+        rows.append(f"| {r['gib']} GiB | {pub} | {copy} | {ratio(r['read_pub_s'], r.get('read_copy_s'))} |")
+    rows += ["", "The steps before publishing (on storage1; reported, not compared):", "",
+             "| size | generate tree | `dataset create` | `dataset ingest` | `dataset seal` (manifest + snapshot) "
+             "| `unpublish` |", "|---|---|---|---|---|---|"]
+    for r in results:
+        rows.append(f"| {r['gib']} GiB (volume {r['vol_gib']}G) | {fmt(r['generate_s'])} | {fmt(r['create_s'])} "
+                    f"| {fmt(r['ingest_s'])} | {fmt(r['seal_s'])} | {fmt(r['unpublish_s'])} |")
+    rows += [""]
+    for r in results:
+        if r["rsync_s"] is None:
+            rows.append(f"The {r['gib']} GiB rsync was not run: {r['rsync_skip']}. The floor copy (nothing written "
+                        "on the GPU side) is the lower bound of any copy there.")
+            rows.append("")
+    rows += [
+        "Times on storage1 are GNU time around the command (fabricctl's Python start-up included); the host "
+        "wall time adds the ssh round trip from the host. Publishing exports the sealed snapshot's block device "
+        "read-only (LIO), logs gpu1 and gpu2 in and mounts it: no file data is copied, so its time should not "
+        "depend on the dataset size, while any copy moves every byte. The rsync and the floor copy read the "
+        "source tree from storage1's pool (ARC at most 512 MiB, so mostly from disk) and go over SSH through "
+        "the emulated network. The published read is served by storage1's zvol over iSCSI (storage1's ARC may "
+        "hold part of it), the copy by gpu1's local disk. Absolute numbers are bound by software emulation; "
+        "compare ratios.",
+    ]
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1,4", help="sizes in GiB, comma separated (default 1,4)")
+    parser.add_argument("--cleanup-only", action="store_true", help="remove this benchmark's leftovers and stop")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    if any(s < 1 for s in sizes):
+        parser.error("sizes are whole GiB, at least 1")
+    say("checking the lab (up, converged, fabricctl on storage1, SSH from storage1 to the GPU nodes)")
+    try:
+        lab = preflight()
+    except BenchError as exc:
+        print(f"\nbench-publish: precondition not met: {exc}", file=sys.stderr)
+        return 2
+    left = cleanup_all(lab, sorted(set(sizes) | {1, 4}))
+    if left:
+        print("bench-publish: leftovers of an earlier run could not be removed: " + "; ".join(left), file=sys.stderr)
+        return 1
+    if args.cleanup_only:
+        say("clean-up done")
+        return 0
+    results, failure = [], None
+    try:
+        for gib in sizes:
+            results.append(run_size(lab, gib))
+    except BenchError as exc:
+        failure = exc
+    except KeyboardInterrupt:
+        failure = BenchError("interrupted")
+    finally:
+        say("clean-up (whatever is left)")
+        left = cleanup_all(lab, sizes)
+    if left:
+        print("bench-publish: NOT cleaned up (remove by hand): " + "; ".join(left), file=sys.stderr)
+    if failure is not None:
+        print(f"\nbench-publish FAILED: {failure}", file=sys.stderr)
+        if results:
+            print("figures measured before the failure (not written):\n" + json.dumps(results, indent=1),
+                  file=sys.stderr)
+        return 1
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    write_section(SECTION, section(results, when))
+    print(RESULTS.read_text())
+    return 0 if not left else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
