@@ -12,7 +12,7 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lzc, publish
+from fabric_core import lzc, publish, versions
 from fabric_core.errors import Busy, NotFound, UnsafeOperation, UserError
 from fabric_core.names import validate_fabric_name
 
@@ -61,6 +61,13 @@ def run(ctx, args) -> int:
     if named - newer_steps:
         raise UserError(f"--discard-newer names steps that are not newer than {args.step}: "
                         f"{', '.join(str(s) for s in sorted(named - newer_steps))}", "name only newer checkpoints")
+    later = [r["name"] for r in versions.list_all_snapshots(ctx.local, vol["name"])]
+    later = later[later.index(rows[index]["name"]) + 1:]
+    foreign = [n for n in later if n not in {r["name"] for r in newer}]
+    if foreign:
+        raise UnsafeOperation(f"newer snapshots not created by fabricctl exist: {', '.join(foreign)}",
+                              "fabricctl never destroys what it did not create: destroy or move them yourself, "
+                              "then roll back")
     held = [f"step {r['step']}" for r in newer if r.get("userrefs")]
     if held:
         raise Busy(f"newer checkpoints are held or restored on hosts: {', '.join(held)}",

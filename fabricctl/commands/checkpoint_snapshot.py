@@ -49,7 +49,7 @@ def parse_metrics(items: list[str], known: list[str]) -> dict[str, float]:
         try:
             out[name] = float(value)
         except ValueError:
-            raise UserError(f"--metric {item!r}: {value!r} is not a number") from None
+            raise UserError(f"--metric {item!r}: {value!r} is not a number", "for example --metric loss=1.73") from None
     return out
 
 
@@ -63,7 +63,7 @@ def parse_tags(items: list[str]) -> list[str]:
 def run(ctx, args) -> int:
     job = validate_fabric_name(args.job, "job")
     if args.step < 0:
-        raise UserError(f"--step {args.step} must be 0 or more")
+        raise UserError(f"--step {args.step} must be 0 or more", "give the training step, e.g. --step 12000")
     cfg = ctx.config
     metrics = parse_metrics(args.metric, cfg.metrics)
     tags = parse_tags(args.tag)

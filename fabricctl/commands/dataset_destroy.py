@@ -11,7 +11,7 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lio, lzc
+from fabric_core import lio, lzc, versions
 from fabric_core.errors import Busy, UnsafeOperation, UserError
 from fabric_core.names import parse_ref
 
@@ -50,8 +50,9 @@ def run(ctx, args) -> int:
         raise Busy("refused: " + "; ".join(blocked),
                    "unpublish first (`fabricctl unpublish NAME@VERSION`); then destroy")
     if version is None:
-        res = ctx.local.run(["zfs", "list", "-H", "-o", "name,fabric:managed", "-t", "snapshot", "-r", vol["name"]])
-        foreign = [line.split("\t")[0] for line in res.stdout.splitlines() if line.split("\t")[-1] != "true"]
+        # fabric:kind, not fabric:managed: a snapshot taken by hand inherits the volume's user properties
+        foreign = [r["name"] for r in versions.list_all_snapshots(ctx.local, vol["name"])
+                   if r.get("fabric:kind") not in versions.SNAPSHOT_KINDS]
         if foreign:
             raise UnsafeOperation(f"{vol['name']} has snapshots fabricctl did not create: {', '.join(foreign)}",
                                   "destroy or keep them yourself; fabricctl only destroys what it created")

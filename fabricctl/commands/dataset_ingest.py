@@ -82,7 +82,8 @@ def run(ctx, args) -> int:
         raise NotFound(f"source path does not exist: {', '.join(missing)}", "check the path (on this storage node)")
     into = os.path.normpath(args.into) if args.into else ""
     if into.startswith("..") or os.path.isabs(into) or into.startswith(".fabric"):
-        raise UserError(f"--into {args.into!r} must be a relative path inside the dataset (not .fabric)")
+        raise UserError(f"--into {args.into!r} must be a relative path inside the dataset (not .fabric)",
+                        "for example --into train")
     vol = common.require_volume(ctx, name)
     root = common.mount_staging(ctx, name, vol.get("fabric:fs") or "ext4")
     dest_root = os.path.join(root, into)

@@ -63,6 +63,10 @@ def collect(ctx, now: datetime.datetime) -> tuple[retention.Plan, list[dict]]:
             snaps = []
             for row in versions.list_all_snapshots(ctx.local, vol["name"]):
                 props = versions.as_property_strings(row)
+                if row.get("fabric:kind") not in versions.SNAPSHOT_KINDS:
+                    # user properties are inherited from the volume: a snapshot someone took by hand
+                    # shows fabric:managed=true too; only fabricctl's own kinds are set on the snapshot
+                    props["fabric:managed"] = "false"
                 props.update({f"fabric:metric.{k}": repr(v) for k, v in metrics.get(row["name"], {}).items()})
                 if row["name"] in exported:
                     props["fabric:published"] = "lio"
@@ -96,6 +100,7 @@ def write_metrics(path: str | None, *, kept: int, destroyed: int, seconds: float
 def run(ctx, args) -> int:
     cfg = ctx.config
     started = time.monotonic()
+    retention.parse_retention(cfg.retention, cfg.metrics)  # a bad policy is refused before anything else
     os.makedirs(os.path.dirname(cfg.rotation.lock_file) or ".", exist_ok=True)
     lock = open(cfg.rotation.lock_file, "a")  # noqa: SIM115 - held for the whole run
     try:

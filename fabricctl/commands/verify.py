@@ -106,7 +106,8 @@ def verify_remote(ctx, export, host, workers: int, expected_sha: str) -> dict:
     finally:
         runner.run(["rm", "-f", script], check=False)
     if res.rc not in (0, 1):
-        raise UserError(f"verification on {host.name} failed to run: {res.stderr.strip() or res.stdout.strip()}")
+        raise UserError(f"verification on {host.name} failed to run: {res.stderr.strip() or res.stdout.strip()}",
+                        "check that python3 exists on the host and the mount is readable")
     report = json.loads(res.stdout)
     report["manifest_sha256"] = {"expected": expected_sha, "actual": sha, "ok": sha == expected_sha}
     return report

@@ -21,6 +21,9 @@ PROPS = ("fabric:managed", "fabric:kind", "fabric:version", "fabric:created-by",
 SNAPSHOT_COLUMNS = ("name", "creation", "used", "referenced", "userrefs", *PROPS)
 VOLUME_COLUMNS = ("name", "volsize", "used", "referenced", "snapdev", "fabric:managed", "fabric:kind", "fabric:fs",
                   "fabric:writer")
+# fabric:kind values set on snapshots themselves (volumes carry "dataset" / "checkpoint-volume", which
+# a snapshot taken by hand inherits: that is how a foreign snapshot is told apart)
+SNAPSHOT_KINDS = ("dataset-version", "checkpoint")
 INT_COLUMNS = {"creation", "used", "referenced", "userrefs", "volsize", "fabric:files", "fabric:bytes"}
 
 

@@ -150,7 +150,7 @@ def ansible_playbook(lab: LabInfo, playbook: str, *args: str, extra_vars: dict |
 # Test modules that change the fabric run in this order (pytest would take them alphabetically):
 # the lab itself, single modules, the whole site, fabricctl on the converged site, and the reboot last.
 MODULE_ORDER = ["test_lab.py", "test_lab_lifecycle.py", "test_lio_target.py", "test_iscsi_initiator.py",
-                "test_site.py", "test_fabricctl.py", "test_reboot.py"]
+                "test_site.py", "test_fabricctl.py", "test_checkpoints.py", "test_reboot.py"]
 
 
 def pytest_collection_modifyitems(session, config, items):

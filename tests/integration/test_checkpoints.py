@@ -1,0 +1,223 @@
+"""Checkpoints and rotation on the lab (issue 5): a job's writable volume with one writer,
+consistent snapshots (fsfreeze on the writer, thawed whatever fails), restore to many hosts,
+rollback, retention with its protections, the lock, the textfile metric and the timer.
+
+Checked through separate read paths: `zfs get`/`zfs list`/`zfs holds` and configfs on storage1;
+findmnt and the files themselves on the GPU nodes; the journal for the timer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from conftest import step
+from test_fabricctl import Fctl, edited_config
+
+JOB = "train"
+VOL = f"tank/checkpoints/{JOB}"
+TARGET = "/sys/kernel/config/target/iscsi/iqn.2026-11.io.fabric.lab.fabricctl:ck.train.rw/tpgt_1"
+METRICS_FILE = "/var/lib/prometheus/node-exporter/fabricctl.prom"
+
+
+@pytest.fixture(scope="module")
+def storage(hosts, converged):
+    return hosts["storage1"]
+
+
+@pytest.fixture(scope="module")
+def fctl(storage):
+    return Fctl(storage)
+
+
+def snapshots(storage) -> list[str]:
+    out = storage.run(f"zfs list -H -t snapshot -o name -s createtxg -r {VOL}").stdout
+    return [line.split("@", 1)[1] for line in out.split()]
+
+
+def writable(host, timeout: int = 20) -> bool:
+    """True when a write to the checkpoint file system completes (it hangs while frozen)."""
+    return host.run(f"timeout {timeout} sh -c 'echo x > /checkpoints/{JOB}/probe && sync'").rc == 0
+
+
+def test_volume_for_one_writer(hosts, storage, fctl):
+    step("fabricctl checkpoint volume create")
+    out = fctl.json("checkpoint", "volume", "create", JOB, "--size", "1G", "--writer", "gpu1")
+    assert out["writer"] == "gpu1"
+    assert storage.check_output(f"zfs get -H -o value fabric:writer,fabric:kind {VOL}").split() == [
+        "gpu1", "checkpoint-volume"]
+    assert storage.check_output(f"ls {TARGET}/acls") == "iqn.2026-11.io.fabric.lab:gpu1"
+    assert storage.check_output(f"cat {TARGET}/acls/iqn.2026-11.io.fabric.lab:gpu1/lun_0/write_protect") == "0"
+    assert "rw" in hosts["gpu1"].check_output(f"findmnt -n -o OPTIONS /checkpoints/{JOB}").split(",")
+    assert writable(hosts["gpu1"])
+    again = fctl.json("checkpoint", "volume", "create", JOB, "--size", "1G", "--writer", "gpu1")
+    assert again["storage"]["lio_changed"] is False and again["hosts"]["gpu1"]["result"]["changed"] is False
+
+
+@pytest.mark.parametrize("args, words", [
+    (["checkpoint", "volume", "create", JOB, "--size", "1G", "--writer", "gpu2"], ["second writer", "gpu1"]),
+    (["checkpoint", "snapshot", "nosuch", "--step", "1"], ["unknown job 'nosuch'"]),
+    (["checkpoint", "snapshot", JOB, "--step", "1", "--metric", "bogus=1"], ["unknown metric 'bogus'"]),
+    (["checkpoint", "snapshot", JOB, "--step", "1", "--metric", "loss=abc"], ["not a number"]),
+    (["checkpoint", "list", "nosuch"], ["unknown job"]),
+    (["checkpoint", "restore", JOB, "--step", "999", "--to", "gpu1"], ["no checkpoint at step 999"]),
+])
+def test_bad_input_is_refused_and_changes_nothing(storage, fctl, args, words):
+    before = storage.check_output("zfs list -H -t all -o name -r tank | sort | md5sum")
+    res = fctl(*args)
+    assert res.rc == 1, (res.rc, res.stderr)
+    for word in words:
+        assert word in res.stderr
+    assert "fix:" in res.stderr
+    assert storage.check_output("zfs list -H -t all -o name -r tank | sort | md5sum") == before
+
+
+def test_snapshots_carry_step_metrics_and_tags(hosts, storage, fctl):
+    step("fabricctl checkpoint snapshot x5")
+    for n, loss in ((100, 0.9), (200, 0.5), (300, 0.7), (400, 0.5), (500, 0.8)):
+        hosts["gpu1"].check_output(f"echo step{n} > /checkpoints/{JOB}/STEP")
+        tags = ["--tag", "release"] if n == 300 else []
+        out = fctl.json("checkpoint", "snapshot", JOB, "--step", str(n), "--metric", f"loss={loss}", *tags)
+        assert out["freeze_seconds"] > 0
+    assert snapshots(storage) == [f"step-{n}" for n in (100, 200, 300, 400, 500)]
+    props = storage.check_output(f"zfs get -H -o value fabric:step,fabric:metric.loss,fabric:tags {VOL}@step-300")
+    assert props.split() == ["300", "0.7", "release"]
+    res = fctl("checkpoint", "snapshot", JOB, "--step", "300")
+    assert res.rc == 1 and "already has a checkpoint at step 300" in res.stderr
+
+
+def test_a_failing_snapshot_still_thaws_the_writer(hosts, storage, fctl):
+    res = fctl("checkpoint", "snapshot", JOB, "--step", "600", env="FABRICCTL_FAULTS=checkpoint-snapshot")
+    assert res.rc != 0 and "injected fault" in res.stderr
+    assert "step-600" not in snapshots(storage)
+    assert writable(hosts["gpu1"]), "the writer stayed frozen after a failed snapshot"
+
+
+def test_an_unreachable_writer_means_no_snapshot(hosts, storage, fctl):
+    env = edited_config(storage, "/tmp/writer-away.yml",
+                        "c['hosts']['gpu1']['address'] = '10.77.0.99'; c['ssh']['connect_timeout'] = 3")
+    res = fctl("checkpoint", "snapshot", JOB, "--step", "700", env=env)
+    assert res.rc != 0 and "10.77.0.99" in res.stderr
+    assert "step-700" not in snapshots(storage)
+    assert writable(hosts["gpu1"])
+
+
+def test_list_matches_zfs(storage, fctl):
+    listed = fctl.json("checkpoint", "list", JOB)
+    assert [c["step"] for c in listed["checkpoints"]] == [100, 200, 300, 400, 500]
+    assert {c["step"]: c["metrics"]["loss"] for c in listed["checkpoints"]}[200] == 0.5
+    assert listed["writer"] == "gpu1"
+
+
+def test_restore_to_many_hosts_and_remove(hosts, storage, fctl):
+    step("fabricctl checkpoint restore --step 200 --to gpu_nodes")
+    res = fctl("checkpoint", "restore", JOB, "--step", "200", "--to", "gpu_nodes")
+    assert res.rc == 0, res.stderr
+    assert "fabric:published" in storage.check_output(f"zfs holds -H {VOL}@step-200")
+    for gpu in ("gpu1", "gpu2"):
+        where = f"/checkpoints/{JOB}/restore/200"
+        assert "ro" in hosts[gpu].check_output(f"findmnt -n -o OPTIONS {where}").split(",")
+        assert hosts[gpu].check_output(f"cat {where}/STEP") == "step200"
+    listed = fctl.json("checkpoint", "list", JOB)
+    assert sorted(next(c for c in listed["checkpoints"] if c["step"] == 200)["restored_to"]) == ["gpu1", "gpu2"]
+
+
+def test_rollback_refuses_unnamed_or_restored_newer_checkpoints(storage, fctl):
+    res = fctl("checkpoint", "rollback", JOB, "--step", "100")
+    assert res.rc == 1 and "--discard-newer 200,300,400,500" in res.stderr
+    res = fctl("checkpoint", "rollback", JOB, "--step", "100", "--discard-newer", "200,300,400,500")
+    assert res.rc == 1 and "restored" in res.stderr
+    assert snapshots(storage) == [f"step-{n}" for n in (100, 200, 300, 400, 500)]
+
+
+def test_rotation_plan_protects_held_published_pinned_and_foreign(storage, fctl):
+    storage.check_output(f"zfs snapshot {VOL}@manual")  # not fabricctl's: never destroyed
+    env = edited_config(storage, "/tmp/rotate.yml",
+                        "c['retention'] = {'policies': {'tight': {'keep_last': 1, 'pin_tags': ['release']}}, "
+                        "'assign': {'checkpoints/train': 'tight'}}")
+    plan = json.loads(fctl("rotate", "--dry-run", "--json", env=env).stdout)
+    decisions = {d["name"].split("@")[1]: d for d in plan["decisions"] if d["name"].startswith(VOL + "@")}
+    assert {k for k, d in decisions.items() if not d["keep"]} == {"step-100", "step-400"}
+    assert decisions["step-200"]["keep"] and decisions["step-300"]["keep"] and decisions["step-500"]["keep"]
+    assert decisions["manual"]["keep"]
+    text = fctl("rotate", "--dry-run", "--explain", env=env).stdout
+    assert "pinned" in text and "held" in text and "managed" in text
+    assert snapshots(storage) == [f"step-{n}" for n in (100, 200, 300, 400, 500)] + ["manual"]  # dry run
+
+
+def test_rotation_destroys_in_one_batch_and_writes_metrics(storage, fctl):
+    env = "FABRICCTL_CONFIG=/tmp/rotate.yml"
+    res = fctl("rotate", "--json", env=env)
+    assert res.rc == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["batches"] == {VOL: 2}
+    assert snapshots(storage) == ["step-200", "step-300", "step-500", "manual"]
+    metrics = storage.check_output(f"cat {METRICS_FILE}")
+    assert 'fabricctl_rotate_snapshots{action="destroyed"} 2' in metrics
+    assert "fabricctl_rotate_last_success_timestamp_seconds" in metrics
+
+
+def test_a_second_rotation_waits_for_the_lock(storage, fctl):
+    storage.check_output("setsid flock /run/fabricctl-rotate.lock sleep 60 > /dev/null 2>&1 & "
+                         "echo $! > /tmp/holder.pid")
+    time.sleep(1)
+    res = fctl("rotate", "--dry-run")
+    assert res.rc == 1 and "another fabricctl rotate is running" in res.stderr
+    storage.run("kill -- -$(cat /tmp/holder.pid)")
+    assert storage.run("timeout 30 flock /run/fabricctl-rotate.lock true").rc == 0  # released again
+
+
+@pytest.mark.parametrize("change, words", [
+    ("c['retention']['policies']['checkpoints-default']['keep_lats'] = 3", ["keep_lats", "keep_last"]),
+    ("c['retention']['policies']['checkpoints-default']['keep_last'] = -1", ["keep_last"]),
+    ("c['retention']['policies']['checkpoints-default']['keep_best'] = {'metric': 'bleu', 'mode': 'max', "
+     "'count': 1}", ["bleu"]),
+])
+def test_bad_policies_are_refused_and_nothing_is_destroyed(storage, fctl, change, words):
+    env = edited_config(storage, "/tmp/badpolicy.yml", change)
+    before = snapshots(storage)
+    res = fctl("rotate", env=env)
+    assert res.rc == 1, res.stderr
+    for word in words:
+        assert word in res.stderr
+    assert snapshots(storage) == before
+
+
+def test_rollback_with_named_newer_checkpoints(hosts, storage, fctl):
+    res = fctl("checkpoint", "restore", JOB, "--step", "200", "--to", "gpu_nodes", "--remove")
+    assert res.rc == 0, res.stderr
+    res = fctl("checkpoint", "rollback", JOB, "--step", "200", "--discard-newer", "300,500")
+    assert res.rc == 1 and "manual" in res.stderr and "not created by fabricctl" in res.stderr
+    assert snapshots(storage) == ["step-200", "step-300", "step-500", "manual"]
+    storage.check_output(f"zfs destroy {VOL}@manual")
+    res = fctl("checkpoint", "rollback", JOB, "--step", "200", "--discard-newer", "300,500")
+    assert res.rc == 0, res.stderr
+    assert snapshots(storage) == ["step-200"]
+    assert hosts["gpu1"].check_output(f"cat /checkpoints/{JOB}/STEP") == "step200"
+    assert writable(hosts["gpu1"])
+
+
+def test_the_timer_fires_rotation(storage):
+    step("fabricctl-rotate.timer, made to fire now")
+    assert storage.check_output("systemctl is-enabled fabricctl-rotate.timer") == "enabled"
+    before = storage.run(f"stat -c %Y {METRICS_FILE}").stdout.strip() or "0"
+    storage.check_output(
+        "mkdir -p /run/systemd/system/fabricctl-rotate.timer.d && printf '[Timer]\\nOnCalendar=\\n"
+        "OnCalendar=*:*:0/20\\nRandomizedDelaySec=0\\nAccuracySec=1s\\n' "
+        "> /run/systemd/system/fabricctl-rotate.timer.d/test.conf && systemctl daemon-reload && "
+        "systemctl restart fabricctl-rotate.timer")
+    try:
+        deadline = time.monotonic() + 180
+        fired = ""
+        while time.monotonic() < deadline:
+            time.sleep(10)
+            fired = storage.run(f"stat -c %Y {METRICS_FILE}").stdout.strip()
+            if fired and int(fired) > int(before):
+                break
+        assert fired and int(fired) > int(before), "the timer did not run fabricctl rotate within 180 s"
+        journal = storage.check_output("journalctl -u fabricctl-rotate.service --no-pager -n 20")
+        assert "kept" in journal
+    finally:
+        storage.run("rm -rf /run/systemd/system/fabricctl-rotate.timer.d && systemctl daemon-reload && "
+                    "systemctl restart fabricctl-rotate.timer")
