@@ -27,6 +27,8 @@ demo: venv lab-up ## boot the lab, converge site.yml, print the fabric, publish 
 	$(VENV)/bin/ansible-playbook playbooks/report.yml
 	@echo "== fabricctl on storage1: a sample dataset created, ingested, sealed, published to gpu1 and gpu2, read, verified =="
 	lab/demo-datasets.sh
+	@echo "== fabricctl on storage1: a job's checkpoint volume, snapshots, a rotation plan, a restore to gpu1 and gpu2 =="
+	lab/demo-checkpoints.sh
 	@echo "== lab is still up: 'make lab-status', 'python3 lab/labctl.py ssh gpu1', 'make lab-down' =="
 
 test: venv ## all tests: unit (seconds, no root), then integration on the lab VMs (root)
