@@ -51,8 +51,7 @@ def run(ctx, args) -> int:
                    "unpublish first (`fabricctl unpublish NAME@VERSION`); then destroy")
     if version is None:
         # fabric:kind, not fabric:managed: a snapshot taken by hand inherits the volume's user properties
-        foreign = [r["name"] for r in versions.list_all_snapshots(ctx.local, vol["name"])
-                   if r.get("fabric:kind") not in versions.SNAPSHOT_KINDS]
+        foreign = [r["name"] for r in versions.list_all_snapshots(ctx.local, vol["name"]) if not versions.owned(r)]
         if foreign:
             raise UnsafeOperation(f"{vol['name']} has snapshots fabricctl did not create: {', '.join(foreign)}",
                                   "destroy or keep them yourself; fabricctl only destroys what it created")

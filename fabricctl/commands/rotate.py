@@ -63,9 +63,7 @@ def collect(ctx, now: datetime.datetime) -> tuple[retention.Plan, list[dict]]:
             snaps = []
             for row in versions.list_all_snapshots(ctx.local, vol["name"]):
                 props = versions.as_property_strings(row)
-                if row.get("fabric:kind") not in versions.SNAPSHOT_KINDS:
-                    # user properties are inherited from the volume: a snapshot someone took by hand
-                    # shows fabric:managed=true too; only fabricctl's own kinds are set on the snapshot
+                if not versions.owned(row):  # e.g. taken by hand: it inherits fabric:managed=true
                     props["fabric:managed"] = "false"
                 props.update({f"fabric:metric.{k}": repr(v) for k, v in metrics.get(row["name"], {}).items()})
                 if row["name"] in exported:

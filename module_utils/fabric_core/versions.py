@@ -93,6 +93,15 @@ def list_all_snapshots(runner, root: str) -> list[dict]:
     return rows
 
 
+def owned(row: dict) -> bool:
+    """Whether fabricctl made this snapshot: fabric:kind is one of its snapshot kinds.
+
+    Not fabric:managed alone: user properties are inherited, so a snapshot someone takes by hand
+    of a fabricctl volume shows fabric:managed=true (and the volume's kind) as well.
+    """
+    return row.get("fabric:managed") == "true" and row.get("fabric:kind") in SNAPSHOT_KINDS
+
+
 def as_property_strings(row: dict) -> dict[str, str]:
     """A listing row back to `zfs get -Hp` strings ("-" for unset), as retention expects."""
     return {k: "-" if v is None else str(v) for k, v in row.items()}

@@ -256,3 +256,29 @@ def test_invalid_names_fail_before_the_config_is_read(tmp_path, capsys):
 
 def test_not_found_is_a_user_error():
     assert NotFound("x").exit_code == 1
+
+
+def test_a_snapshot_taken_by_hand_is_not_owned_although_it_inherits_managed():
+    cols = versions.SNAPSHOT_COLUMNS
+    by_hand = dict.fromkeys(cols, "-") | {"name": "tank/checkpoints/job@manual", "creation": "1795000000",
+                                          "fabric:managed": "true", "fabric:kind": "checkpoint-volume"}
+    ours = dict(by_hand, name="tank/checkpoints/job@step-100", **{"fabric:kind": "checkpoint", "fabric:step": "100"})
+    text = "\n".join("\t".join(row[c] for c in cols) for row in (by_hand, ours)) + "\n"
+    r = Scripted({("zfs", "list"): (0, text, "")})
+    rows = versions.list_all_snapshots(r, "tank/checkpoints/job")
+    assert [versions.owned(x) for x in rows] == [False, True]
+    assert [x["name"] for x in versions.list_snapshots(r, "tank/checkpoints/job", kinds=("checkpoint",))] == [
+        "tank/checkpoints/job@step-100"]
+
+
+def test_published_snapshots_come_from_fabricctl_backstores():
+    from fabricctl.commands.rotate import published_snapshots
+
+    class Cfg:
+        backstore_prefix = "fctl_"
+
+    live = {"dump": {"storage_objects": [
+        {"name": "fctl_a.v1", "dev": "/dev/zvol/tank/datasets/a@v1"},
+        {"name": "fctl_job.rw", "dev": "/dev/zvol/tank/checkpoints/job"},
+        {"name": "other", "dev": "/dev/zvol/tank/datasets/b@v1"}]}}
+    assert published_snapshots(Cfg, live) == {"tank/datasets/a@v1"}
