@@ -33,13 +33,13 @@ demo: venv lab-up ## boot the lab, converge site.yml, print the fabric, publish 
 
 test: venv ## all tests: unit (seconds, no root), then integration on the lab VMs (root)
 	$(PYTEST) tests/unit -q
-	$(PYTEST) tests/integration -v
+	$(PYTEST) tests/integration -v --durations=25
 
 unit: venv ## unit tests only
 	$(PYTEST) tests/unit -q
 
 integration: venv ## integration tests only (boots the lab if it is not up)
-	$(PYTEST) tests/integration -v
+	$(PYTEST) tests/integration -v --durations=25
 
 host-deps:
 	@tests/host-deps.sh

@@ -52,7 +52,7 @@ def wait_for(vm: str, command: str, timeout: float = 180) -> str:
 
 @pytest.fixture(scope="module")
 def rebooted(lab, converged):
-    mounts_before = ssh("gpu1", "findmnt -J -t ext4,xfs -o TARGET,OPTIONS").stdout
+    mounts_before = ssh("gpu1", "findmnt -J --list -t ext4,xfs -o TARGET,OPTIONS").stdout  # flat, not a tree
     step("rebooting storage1")
     took = reboot("storage1")
     step(f"storage1 back after {took:.0f} s; rebooting gpu1")
