@@ -8,6 +8,31 @@ from fabric_core.errors import UserError
 from . import common
 
 
+def desired(ctx, export: publish.Export, initiators: list[str]) -> dict:
+    """The export's LIO desired state from the config, with an ACL for each initiator."""
+    cfg = ctx.config
+    return publish.desired_state(export, iqn_base=cfg.iqn_base, backstore_prefix=cfg.backstore_prefix,
+                                 portal_ip=cfg.portal.ip, portal_port=cfg.portal.port, initiators=initiators,
+                                 chap=cfg.chap)
+
+
+def storage_withdraw(ctx, export: publish.Export, remaining: list[str], *, force: bool,
+                     live: dict | None = None) -> dict:
+    """After hosts detached: keep the ACLs of ``remaining``; with none left, remove the target, its
+    backstore and the hold. Shared by `unpublish` and `checkpoint restore --remove`."""
+    cfg = ctx.config
+    if remaining:
+        result = lio.reconcile(desired(ctx, export, remaining), dry_run=ctx.dry_run)
+        return {"lio_actions": result["actions"], "released": False}
+    actions = publish.plan_removal(live or lio.read_live(), iqn_base=cfg.iqn_base,
+                                   backstore_prefix=cfg.backstore_prefix,
+                                   target_iqns=[export.target_iqn(cfg.iqn_base)], force=force)
+    if not ctx.dry_run:
+        lio.apply(actions)
+    return {"lio_actions": [a.describe() for a in lio.changes(actions)],
+            "released": lzc.release(export.snapshot, dry_run=ctx.dry_run)}
+
+
 def storage_side(ctx, export: publish.Export, hosts, *, hold: bool = True) -> dict:
     """Snapshot device visible, the hold, the LIO target with ACLs for (existing + new) hosts."""
     cfg, run = ctx.config, ctx.local
@@ -23,12 +48,8 @@ def storage_side(ctx, export: publish.Export, hosts, *, hold: bool = True) -> di
         run.run(["udevadm", "settle"], check=False)
         common.wait_for(export.device)
     live = lio.read_live()
-    target_iqn = export.target_iqn(cfg.iqn_base)
-    initiators = sorted(set(publish.acl_initiators(live, target_iqn)) | {h.initiator for h in hosts})
-    desired = publish.desired_state(export, iqn_base=cfg.iqn_base, backstore_prefix=cfg.backstore_prefix,
-                                    portal_ip=cfg.portal.ip, portal_port=cfg.portal.port, initiators=initiators,
-                                    chap=cfg.chap)
-    result = lio.reconcile(desired, dry_run=ctx.dry_run)
+    initiators = set(publish.acl_initiators(live, export.target_iqn(cfg.iqn_base))) | {h.initiator for h in hosts}
+    result = lio.reconcile(desired(ctx, export, sorted(initiators)), dry_run=ctx.dry_run)
     return {"held": held, "snapdev": changed_snapdev, "lio_changed": result["changed"],
             "lio_actions": result["actions"], "warnings": result.get("warnings", [])}
 

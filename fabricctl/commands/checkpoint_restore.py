@@ -12,7 +12,7 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lio, lzc, publish
+from fabric_core import lio, publish
 from fabric_core.errors import NotFound
 from fabric_core.names import validate_fabric_name
 
@@ -71,18 +71,7 @@ def remove(ctx, args, export, hosts, target) -> int:
     gone = {h.initiator for h in hosts if h.name in common.ok_names(fan)}
     live = lio.read_live()
     remaining = [i for i in publish.acl_initiators(live, target) if i not in gone]
-    if remaining:
-        desired = publish.desired_state(export, iqn_base=cfg.iqn_base, backstore_prefix=cfg.backstore_prefix,
-                                        portal_ip=cfg.portal.ip, portal_port=cfg.portal.port, initiators=remaining,
-                                        chap=cfg.chap)
-        lio.reconcile(desired, dry_run=ctx.dry_run)
-        released = False
-    else:
-        actions = publish.plan_removal(live, iqn_base=cfg.iqn_base, backstore_prefix=cfg.backstore_prefix,
-                                       target_iqns=[target], force=args.force)
-        if not ctx.dry_run:
-            lio.apply(actions)
-        released = lzc.release(export.snapshot, dry_run=ctx.dry_run)
+    released = publishing.storage_withdraw(ctx, export, remaining, force=args.force, live=live)["released"]
     out = {"job": export.name, "step": args.step, "hosts": common.outcome_dict(fan), "still_restored_to": remaining,
            "released": released, "dry_run": ctx.dry_run}
     if args.json:

@@ -14,11 +14,11 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lio, lzc, mounts, publish
+from fabric_core import lio, mounts, publish
 from fabric_core.errors import Busy
 from fabric_core.names import parse_ref
 
-from .. import common
+from .. import common, publishing
 from ..main import command_main
 
 PATH = ("unpublish",)
@@ -79,20 +79,9 @@ def run(ctx, args) -> int:
     fan = common.fan(ctx, hosts, detach, f"unpublish {name}@{version}", quiet=args.json)
     gone = {h.initiator for h in hosts if h.name in common.ok_names(fan)}
     remaining = [i for i in acl_inits if i not in gone]
-    storage: dict = {"acls_left": remaining}
-    if remaining and not (set(remaining) <= set(foreign) and args.force):
-        desired = publish.desired_state(export, iqn_base=cfg.iqn_base, backstore_prefix=cfg.backstore_prefix,
-                                        portal_ip=cfg.portal.ip, portal_port=cfg.portal.port,
-                                        initiators=remaining, chap=cfg.chap)
-        result = lio.reconcile(desired, dry_run=ctx.dry_run)
-        storage["lio_actions"] = result["actions"]
-    else:
-        actions = publish.plan_removal(lio.read_live(), iqn_base=cfg.iqn_base, backstore_prefix=cfg.backstore_prefix,
-                                       target_iqns=[target_iqn], force=args.force)
-        storage["lio_actions"] = [a.describe() for a in lio.changes(actions)]
-        if not ctx.dry_run:
-            lio.apply(actions)
-        storage["released"] = lzc.release(export.snapshot, dry_run=ctx.dry_run)
+    # --force also drops the ACLs of initiators that are not in the config (they cannot be logged out)
+    keep = [] if set(remaining) <= set(foreign) and args.force else remaining
+    storage = {"acls_left": remaining, **publishing.storage_withdraw(ctx, export, keep, force=args.force)}
     out = {"ref": f"{name}@{version}", "dry_run": ctx.dry_run, "hosts": common.outcome_dict(fan), "storage": storage,
            "foreign_acls": foreign}
     if args.json:
