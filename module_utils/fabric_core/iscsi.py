@@ -124,6 +124,18 @@ def by_path(portal: str, target_iqn: str, lun: int = 0) -> str:
     return f"/dev/disk/by-path/ip-{normalize_portal(portal)}-iscsi-{target_iqn}-lun-{int(lun)}"
 
 
+_BY_PATH = re.compile(r"^/dev/disk/by-path/ip-(?P<portal>\[[^\]]+\]:\d+|[0-9.]+:\d+)"
+                      r"-iscsi-(?P<iqn>.+)-lun-(?P<lun>\d+)$")
+
+
+def parse_by_path(path: str) -> dict | None:
+    """The inverse of ``by_path``: {portal, target_iqn, lun}, or None for any other device path."""
+    match = _BY_PATH.match(path or "")
+    if not match:
+        return None
+    return {"portal": match.group("portal"), "target_iqn": match.group("iqn"), "lun": int(match.group("lun"))}
+
+
 def redact(argv) -> list:
     """A copy of an argv with the value of every CHAP password setting replaced by ``MASK``."""
     out = [str(a) for a in argv]

@@ -1,18 +1,27 @@
 """Mounts through systemd .mount units: read-only dataset mounts that come back after a reboot.
 
-Used by fabricctl on GPU nodes (over SSH) and on storage nodes; every command goes through a
-``Runner`` so that a dry run plans the changes and still reads the real state.
+Used by fabricctl on GPU nodes (over SSH) and on storage nodes, and by the Ansible module
+``fabric_mounts`` (role iscsi_initiator); every command goes through a ``Runner`` so that a dry run
+plans the changes and still reads the real state.
+
+Each unit names its owner in a marker line (``# fabric-owner: fabricctl``): ``reconcile`` removes
+only units of its own owner that are no longer wanted, never another tool's or a hand-written one.
 """
 
 from __future__ import annotations
 
+import re
+
 from .errors import Busy, UserError
 
 UNIT_DIR = "/etc/systemd/system"
+OWNER_MARK = "# fabric-owner: "
+OWNER_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 FSTYPES = ("ext4", "xfs")
 # A read-only mount must never replay a journal: that would write to a read-only export and fail.
-READONLY_OPTIONS = {"ext4": "ro,noload,nodev,nosuid", "xfs": "ro,norecovery,nodev,nosuid"}
-WRITABLE_OPTIONS = {"ext4": "rw,nodev,nosuid", "xfs": "rw,nodev,nosuid"}
+# _netdev: the device is on the network (ordered after it at boot, unmounted before it at shutdown).
+READONLY_OPTIONS = {"ext4": "ro,noload,nodev,nosuid,_netdev", "xfs": "ro,norecovery,nodev,nosuid,_netdev"}
+WRITABLE_OPTIONS = {"ext4": "rw,nodev,nosuid,_netdev", "xfs": "rw,nodev,nosuid,_netdev"}
 
 
 def options(fstype: str, readonly: bool = True) -> str:
@@ -25,11 +34,18 @@ def unit_name(runner, mountpoint: str) -> str:
     return runner.run(["systemd-escape", "--path", "--suffix=mount", mountpoint]).stdout.strip()
 
 
+def check_owner(owner: str) -> str:
+    if not OWNER_RE.match(owner or ""):
+        raise UserError(f"invalid mount owner {owner!r}", "use a short lower-case word such as 'fabricctl'")
+    return owner
+
+
 def unit_text(*, device: str, mountpoint: str, fstype: str, readonly: bool, description: str,
-              device_unit: str = "") -> str:
+              device_unit: str = "", owner: str = "fabricctl") -> str:
     after = " ".join(x for x in (device_unit, "iscsid.service", "open-iscsi.service", "network-online.target") if x)
     lines = [
-        "# Written by fabricctl: do not edit (fabricctl unpublish removes it)",
+        f"# Written by {check_owner(owner)}: do not edit (it removes the unit when the mount is no longer wanted)",
+        f"{OWNER_MARK}{owner}",
         "[Unit]",
         f"Description={description}",
         f"After={after}",
@@ -53,14 +69,21 @@ def current_mount(runner, mountpoint: str) -> dict | None:
 
 
 def ensure_mount(runner, *, device: str, mountpoint: str, fstype: str, readonly: bool = True,
-                 description: str = "fabric dataset") -> dict:
-    """Write, enable and start the .mount unit; return {changed, unit, commands}."""
+                 description: str = "fabric dataset", owner: str = "fabricctl") -> dict:
+    """Write, enable and start the .mount unit; return {changed, unit, commands, before, after}.
+
+    ``before``/``after`` are the unit file's text (``before`` is "" when there was none).
+    """
     unit = unit_name(runner, mountpoint)
     dev_unit = runner.run(["systemd-escape", "--path", "--suffix=device", device]).stdout.strip()
     text = unit_text(device=device, mountpoint=mountpoint, fstype=fstype, readonly=readonly,
-                     description=description, device_unit=dev_unit)
+                     description=description, device_unit=dev_unit, owner=owner)
     path = f"{UNIT_DIR}/{unit}"
     old = runner.run(["cat", path], check=False)
+    if old.rc == 0 and OWNER_MARK in old.stdout and f"{OWNER_MARK}{owner}\n" not in old.stdout:
+        theirs = next(line for line in old.stdout.splitlines() if line.startswith(OWNER_MARK))[len(OWNER_MARK):]
+        raise UserError(f"{mountpoint} is mounted by {path}, which belongs to {theirs}, not {owner}",
+                        f"choose another mount point, or remove it with {theirs} first")
     commands = []
     if old.rc != 0 or old.stdout != text:
         runner.run(["install", "-D", "-m", "0644", "/dev/stdin", path], data=text, mutating=True)
@@ -83,7 +106,69 @@ def ensure_mount(runner, *, device: str, mountpoint: str, fstype: str, readonly:
         if not now or (readonly and "ro" not in now["options"]):
             raise UserError(f"{mountpoint} is not mounted {'read-only ' if readonly else ''}after starting {unit}",
                             f"see `journalctl -u {unit}` on the host")
-    return {"changed": bool(commands), "unit": unit, "commands": commands}
+    return {"changed": bool(commands), "unit": unit, "commands": commands,
+            "before": old.stdout if old.rc == 0 else "", "after": text}
+
+
+def owned_units(runner, owner: str) -> list[dict]:
+    """The .mount units in UNIT_DIR marked as owner's: [{unit, path, mountpoint, device}], sorted.
+
+    One grep reads the marker, What= and Where= of every unit file (not the *.wants links).
+    """
+    check_owner(owner)
+    res = runner.run(["grep", "-r", "-H", "--include=*.mount", "-E", f"^({OWNER_MARK}|What=|Where=)", UNIT_DIR],
+                     ok_rcs=(0, 1))
+    files: dict[str, dict] = {}
+    for line in res.stdout.splitlines():
+        path, sep, text = line.partition(":")
+        if not sep or path.count("/") != UNIT_DIR.count("/") + 1:
+            continue  # not directly in UNIT_DIR
+        entry = files.setdefault(path, {"unit": path.rsplit("/", 1)[1], "path": path, "owner": "",
+                                        "mountpoint": "", "device": ""})
+        if text.startswith(OWNER_MARK):
+            entry["owner"] = text[len(OWNER_MARK):].strip()
+        elif text.startswith("What="):
+            entry["device"] = text[len("What="):].strip()
+        elif text.startswith("Where="):
+            entry["mountpoint"] = text[len("Where="):].strip()
+    return [{k: v for k, v in e.items() if k != "owner"} for _, e in sorted(files.items())
+            if e["owner"] == owner and e["mountpoint"]]
+
+
+def reconcile(runner, wanted: list[dict], *, owner: str, purge: bool = True, force: bool = False) -> dict:
+    """Make owner's mount units exactly ``wanted``.
+
+    wanted: [{device, mountpoint, fstype, readonly (default True), description}]. Each is written,
+    enabled and mounted (``ensure_mount``); with ``purge``, owner's units whose mount point is not
+    wanted are unmounted and removed (refused while in use unless ``force``), before anything is
+    written. Returns {changed, mounts: [ensure results], removed: [owned_units entries], commands}.
+    """
+    check_owner(owner)
+    points = [m["mountpoint"] for m in wanted]
+    dupes = sorted({p for p in points if points.count(p) > 1})
+    if dupes:
+        raise UserError(f"mount point(s) listed twice: {', '.join(dupes)}", "give each mount its own mount point")
+    removed, commands = [], []
+    if purge:
+        stale = [u for u in owned_units(runner, owner) if u["mountpoint"] not in points]
+        busy = {u["mountpoint"]: users(runner, u["mountpoint"]) for u in stale}
+        busy = {m: who for m, who in busy.items() if who}
+        if busy and not force:
+            raise Busy("mounts no longer wanted are in use: "
+                       + "; ".join(f"{m} by {', '.join(who)}" for m, who in sorted(busy.items())),
+                       "stop those processes and run again (or force the removal; they will get I/O errors)")
+        for u in stale:
+            res = remove_mount(runner, u["mountpoint"], force=force)
+            commands += res["commands"]
+            removed.append(u)
+    done = []
+    for m in wanted:
+        res = ensure_mount(runner, device=m["device"], mountpoint=m["mountpoint"], fstype=m["fstype"],
+                           readonly=m.get("readonly", True), description=m.get("description") or "fabric dataset",
+                           owner=owner)
+        commands += res["commands"]
+        done.append(res)
+    return {"changed": bool(commands), "mounts": done, "removed": removed, "commands": commands}
 
 
 def users(runner, mountpoint: str) -> list[str]:

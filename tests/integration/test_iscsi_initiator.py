@@ -193,6 +193,49 @@ def test_role_mounts_readonly_exports_idempotently(hosts, lab, exports, tmp_path
     assert initiator_name(gpu) == exports["initiator"]
 
 
+def test_exports_taken_off_the_list_are_unmounted_and_logged_out(hosts, lab, exports, tmp_path):
+    gpu, uid = hosts["gpu1"], exports["uid"]
+    xfs_point = f"/datasets/hd-xfs-{uid}"
+    hand = f"/etc/systemd/system/srv-hand{uid}.mount"  # a unit the role did not write: never touched
+    gpu.run_expect([0], f"printf '[Mount]\\nWhat=/dev/null\\nWhere=/srv/hand{uid}\\nType=none\\n' > {hand}")
+    try:
+        step("gpu1: the role with ext4, xfs and chap")
+        first = playbook(tmp_path, lab, role_vars(exports, "ext4", "xfs", "chap"))
+        assert first.returncode == 0, first.stdout[-4000:] + first.stderr
+
+        step("gpu1: a process in the xfs mount; the role without xfs and chap is refused and changes nothing")
+        gpu.run_expect([0], f"systemd-run --unit=hd-busy-{uid} --property=WorkingDirectory={xfs_point} sleep 600")
+        busy = playbook(tmp_path, lab, role_vars(exports, "ext4"))
+        assert busy.returncode != 0
+        assert f"{xfs_point} by" in busy.stdout and "sleep" in busy.stdout, busy.stdout[-4000:]
+        assert recap(busy.stdout)["changed"] == 0
+        assert gpu.run(f"findmnt -n {xfs_point}").rc == 0 and exports["chap"] in gpu.check_output("iscsiadm -m session")
+
+        step("gpu1: the process ends; the role without xfs and chap removes their mounts and sessions")
+        gpu.run(f"systemctl stop hd-busy-{uid}")
+        removed = playbook(tmp_path, lab, role_vars(exports, "ext4"), "--diff")
+        assert removed.returncode == 0, removed.stdout[-4000:]
+        assert recap(removed.stdout)["changed"] > 0
+        sessions = gpu.check_output("iscsiadm -m session")
+        assert exports["ext4"] in sessions
+        assert exports["xfs"] not in sessions and exports["chap"] not in sessions
+        for fs in ("xfs", "chap"):
+            point = f"/datasets/hd-{fs}-{uid}"
+            assert gpu.run(f"findmnt -n {point}").rc != 0, f"{point} is still mounted"
+            unit = gpu.check_output(f"systemd-escape --path --suffix=mount {point}")
+            assert not gpu.file(f"/etc/systemd/system/{unit}").exists
+            records = gpu.run(f"iscsiadm -m node -T {exports[fs]}")
+            assert records.rc != 0, f"node record of {exports[fs]} is still there: {records.stdout}"
+        assert gpu.check_output(f"cat /datasets/hd-ext4-{uid}/hello.txt") == f"content-ext4-{uid}"
+        assert gpu.file(hand).exists
+
+        step("gpu1: a second run after the removal changes nothing")
+        again = playbook(tmp_path, lab, role_vars(exports, "ext4"))
+        assert again.returncode == 0 and recap(again.stdout)["changed"] == 0, again.stdout[-4000:]
+    finally:
+        gpu.run(f"systemctl stop hd-busy-{uid}; rm -f {hand}")
+
+
 def test_wrong_chap_secret_fails_clearly(hosts, lab, exports, tmp_path):
     step("gpu1: the CHAP export with a wrong secret")
     wrong = f"wrong{exports['uid']}secret"

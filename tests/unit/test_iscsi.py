@@ -15,6 +15,7 @@ from fabric_core.iscsi import (
     ensure_session,
     initiator_name,
     normalize_portal,
+    parse_by_path,
     parse_discovery,
     parse_node_record,
     parse_nodes,
@@ -126,6 +127,9 @@ def test_names_and_portals():
         with pytest.raises(UserError):
             normalize_portal(bad)
     assert by_path("10.77.0.11", EXT4, 2) == f"/dev/disk/by-path/ip-{PORTAL}-iscsi-{EXT4}-lun-2"
+    assert parse_by_path(by_path("10.77.0.11", EXT4, 2)) == {"portal": PORTAL, "target_iqn": EXT4, "lun": 2}
+    assert parse_by_path(by_path("fd00::1", EXT4)) == {"portal": "[fd00::1]:3260", "target_iqn": EXT4, "lun": 0}
+    assert parse_by_path("/dev/zvol/tank/x") is None and parse_by_path("") is None
     argv = update(CHAPT, "node.session.auth.password", "s3cret")
     assert redact(argv)[-1] == "********" and "s3cret" not in redact(argv)
     assert redact(update(CHAPT, "node.session.auth.username", "hduser"))[-1] == "hduser"

@@ -1,0 +1,209 @@
+"""Mount units (fabric_core.mounts) and the fabric_mounts module, on a small simulated host: unit
+files in a dict, the mount table in another; the commands are the ones the code runs on real
+nodes (systemd-escape, cat, install, systemctl, findmnt, grep, fuser, ps). The lab tests run the
+same code against real systemd (tests/integration/test_iscsi_initiator.py)."""
+
+from __future__ import annotations
+
+import pytest
+from fabric_core import mounts
+from fabric_core.errors import Busy, UserError
+from fabric_core.runner import Runner
+from support import run_module
+
+DEV = "/dev/disk/by-path/ip-10.77.0.11:3260-iscsi-iqn.2026-11.io.fabric.lab:storage1-exports-lun-{}"
+UNITS = mounts.UNIT_DIR
+
+
+def escape(path: str) -> str:
+    return path.strip("/").replace("-", "\\x2d").replace("/", "-")
+
+
+class Host(Runner):
+    """Just enough of a GPU node for the mount code: unit files, enablement, the mount table."""
+
+    def __init__(self, files=None, mounted=None, users=None, dry_run=False):
+        super().__init__(dry_run=dry_run)
+        self.files = dict(files or {})      # path -> text
+        self.enabled: set = set()
+        self.mounted = dict(mounted or {})  # mountpoint -> (source, fstype, options)
+        self.users = dict(users or {})      # mountpoint -> [(pid, comm)]
+        self.log: list = []
+
+    def _where(self, unit):
+        text = self.files.get(f"{UNITS}/{unit}", "")
+        get = {k: v for k, _, v in (line.partition("=") for line in text.splitlines())}
+        return get.get("Where"), get.get("Type"), get.get("Options", "")
+
+    def _run(self, argv, data):
+        self.log.append(argv)
+        cmd = argv[0]
+        if cmd == "systemd-escape":
+            suffix = argv[2].split("=")[1]
+            return 0, f"{escape(argv[3])}.{suffix}\n", ""
+        if cmd == "cat":
+            return (0, self.files[argv[1]], "") if argv[1] in self.files else (1, "", "No such file")
+        if cmd == "install":
+            self.files[argv[-1]] = data
+            return 0, "", ""
+        if cmd == "grep":
+            hits = [f"{path}:{line}" for path, text in sorted(self.files.items()) if path.endswith(".mount")
+                    for line in text.splitlines() if line.startswith((mounts.OWNER_MARK, "What=", "Where="))]
+            return (0, "\n".join(hits) + "\n", "") if hits else (1, "", "")
+        if cmd == "findmnt":
+            point = argv[-1]
+            if point not in self.mounted:
+                return 1, "", ""
+            return 0, " ".join(self.mounted[point]) + "\n", ""
+        if cmd == "fuser":
+            return 0, " ".join(pid for pid, _ in self.users.get(argv[-1], [])), ""
+        if cmd == "ps":
+            pids = argv[-1].split(",")
+            return 0, "".join(f"{pid} {comm}\n" for who in self.users.values() for pid, comm in who if pid in pids), ""
+        if cmd == "systemctl":
+            verb, unit = argv[1], argv[2] if len(argv) > 2 else ""
+            if verb == "is-enabled":
+                return (0, "enabled\n", "") if unit in self.enabled else (1, "disabled\n", "")
+            if verb == "enable":
+                self.enabled.add(unit)
+            elif verb == "disable":
+                self.enabled.discard(unit)
+            elif verb in ("start", "restart"):
+                where, fstype, opts = self._where(unit)
+                self.mounted[where] = ("/dev/sdb", fstype, opts.replace("_netdev", "").strip(","))
+            elif verb == "stop":
+                self.mounted.pop(self._where(unit)[0], None)
+            return 0, "", ""
+        if cmd == "test":
+            return (0, "", "") if argv[2] in self.files or argv[1] == "-d" else (1, "", "")
+        if cmd == "rm":
+            self.files.pop(argv[-1], None)
+            return 0, "", ""
+        return 0, "", ""  # mkdir, rmdir, daemon-reload, umount
+
+    def mutations(self):
+        return [a for a in self.log if a[0] in ("install", "rm", "umount")
+                or (a[0] == "systemctl" and a[1] not in ("is-enabled",))]
+
+
+def want(name, owner_desc="Read-only dataset"):
+    return {"device": DEV.format(0), "mountpoint": f"/datasets/{name}", "fstype": "ext4",
+            "description": f"{owner_desc} {name}"}
+
+
+def test_unit_text_marks_its_owner_and_is_read_only_on_the_network():
+    text = mounts.unit_text(device=DEV.format(0), mountpoint="/datasets/a", fstype="xfs", readonly=True,
+                            description="d", device_unit="dev-x.device", owner="iscsi_initiator")
+    assert f"{mounts.OWNER_MARK}iscsi_initiator\n" in text
+    assert "Options=ro,norecovery,nodev,nosuid,_netdev" in text
+    with pytest.raises(UserError):
+        mounts.unit_text(device="d", mountpoint="/m", fstype="ext4", readonly=True, description="d", owner="Bad Owner")
+
+
+def test_reconcile_writes_enables_and_mounts_then_changes_nothing():
+    host = Host()
+    res = mounts.reconcile(host, [want("welcome")], owner="iscsi_initiator")
+    assert res["changed"] and not res["removed"]
+    assert host.mounted["/datasets/welcome"][2].startswith("ro,noload")
+    assert "datasets-welcome.mount" in host.enabled
+    host.log.clear()
+    again = mounts.reconcile(host, [want("welcome")], owner="iscsi_initiator")
+    assert again == {"changed": False, "mounts": again["mounts"], "removed": [], "commands": []}
+    assert host.mutations() == []
+
+
+def test_reconcile_removes_only_its_own_units_that_are_no_longer_wanted():
+    host = Host()
+    mounts.reconcile(host, [want("welcome"), want("old")], owner="iscsi_initiator")
+    mounts.ensure_mount(host, device=DEV.format(1), mountpoint="/datasets/imagenet/v1", fstype="ext4")  # fabricctl's
+    host.files[f"{UNITS}/srv-manual.mount"] = "[Mount]\nWhat=/dev/sdz\nWhere=/srv/manual\n"  # hand-written
+    res = mounts.reconcile(host, [want("welcome")], owner="iscsi_initiator")
+    assert [u["mountpoint"] for u in res["removed"]] == ["/datasets/old"]
+    assert res["removed"][0]["device"] == DEV.format(0)
+    assert f"{UNITS}/datasets-old.mount" not in host.files and "/datasets/old" not in host.mounted
+    assert "/datasets/imagenet/v1" in host.mounted and f"{UNITS}/srv-manual.mount" in host.files
+    assert "/datasets/welcome" in host.mounted
+
+
+def test_reconcile_refuses_to_remove_a_mount_in_use_and_changes_nothing():
+    host = Host()
+    mounts.reconcile(host, [want("welcome"), want("old")], owner="iscsi_initiator")
+    host.users["/datasets/old"] = [("812", "python3")]
+    host.log.clear()
+    with pytest.raises(Busy) as err:
+        mounts.reconcile(host, [want("welcome"), want("new")], owner="iscsi_initiator")
+    assert "/datasets/old by 812 python3" in str(err.value)
+    assert host.mutations() == [] and "/datasets/new" not in host.mounted
+    forced = mounts.reconcile(host, [want("welcome")], owner="iscsi_initiator", force=True)
+    assert ("umount", "-l", "/datasets/old") in host.log and forced["removed"]
+
+
+def test_reconcile_refuses_a_mount_point_owned_by_someone_else():
+    host = Host()
+    mounts.ensure_mount(host, device=DEV.format(1), mountpoint="/datasets/a", fstype="ext4")  # fabricctl's
+    with pytest.raises(UserError) as err:
+        mounts.reconcile(host, [want("a")], owner="iscsi_initiator")
+    assert "belongs to fabricctl" in str(err.value)
+
+
+def test_reconcile_refuses_duplicate_mount_points():
+    with pytest.raises(UserError, match="listed twice"):
+        mounts.reconcile(Host(), [want("a"), want("a")], owner="iscsi_initiator")
+
+
+def test_dry_run_plans_and_writes_nothing():
+    host = Host(dry_run=True)
+    res = mounts.reconcile(host, [want("welcome")], owner="iscsi_initiator")
+    assert res["changed"] and host.files == {} and host.mounted == {}
+    assert any(a[0] == "install" for a in host.planned)
+
+
+# --- the Ansible module over the same code -----------------------------------------------------------
+
+
+def module(args, host, **kw):
+    script = []  # run_module's scripted runner is replaced by the simulated host below
+
+    class Patch:
+        def __init__(self):
+            from unittest import mock
+
+            from ansible.module_utils import basic
+            self.p = mock.patch.object(basic.AnsibleModule, "run_command",
+                                       lambda self, a, **k: host._run(tuple(str(x) for x in a), k.get("data")))
+
+        def start(self):
+            self.p.start()
+
+        def stop(self):
+            self.p.stop()
+
+    return run_module("fabric_mounts", args, script, extra_patches=[Patch()], **kw)
+
+
+def test_module_mounts_purges_and_returns_the_removed_targets():
+    host = Host()
+    first = module({"owner": "iscsi_initiator", "mounts": [want("welcome"), want("old")]}, host)
+    assert first["changed"] and [m["unit"] for m in first["mounts"]] == ["datasets-welcome.mount", "datasets-old.mount"]
+    second = module({"owner": "iscsi_initiator", "mounts": [want("welcome")]}, host, diff=True)
+    assert second["changed"]
+    assert second["removed"][0]["target_iqn"] == "iqn.2026-11.io.fabric.lab:storage1-exports"
+    assert second["removed"][0]["portal"] == "10.77.0.11:3260"
+    assert "datasets-old.mount (removed)" in second["diff"]["before"]
+    third = module({"owner": "iscsi_initiator", "mounts": [want("welcome")]}, host)
+    assert third["changed"] is False and third["removed"] == []
+
+
+def test_module_check_mode_changes_nothing():
+    host = Host()
+    res = module({"owner": "iscsi_initiator", "mounts": [want("welcome")]}, host, check_mode=True, diff=True)
+    assert res["changed"] and host.files == {} and host.mounted == {}
+    assert "Where=/datasets/welcome" in res["diff"]["after"]
+
+
+def test_module_reports_a_busy_removal_as_a_failure():
+    host = Host()
+    module({"owner": "iscsi_initiator", "mounts": [want("welcome"), want("old")]}, host)
+    host.users["/datasets/old"] = [("77", "train.py")]
+    res = module({"owner": "iscsi_initiator", "mounts": [want("welcome")]}, host)
+    assert res["failed"] and "77 train.py" in res["msg"] and "fix:" in res["msg"]
