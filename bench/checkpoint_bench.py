@@ -58,7 +58,6 @@ section of docs/benchmarks.md. Absolute figures depend on the emulated lab (TCG)
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import re
 import shlex
@@ -69,11 +68,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from labbench import BenchError, Timed, put, say, ssh, tail, timed  # noqa: E402,F401
-from report import RESULTS, write_section  # noqa: E402
+from labbench import (  # noqa: E402
+    OWNER_PROP,
+    BenchError,
+    fabricctl_facts,
+    owner_of,
+    put,
+    ratio,
+    run_bench,
+    say,
+    ssh,
+    tail,
+    timed,
+    zfs_exists,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-SSH_CONFIG = REPO / ".lab" / "ssh_config"
 SECTION = "checkpoint"
 STORAGE = "storage1"
 WRITER = "gpu1"
@@ -87,7 +96,6 @@ FREEZE_RUNS = 3
 CKPT_MIB = 1024
 SNAPSHOT_AFTER_MIB = 256
 SANOID_SHIFT = 30 * 86400            # seconds sanoid's clock is moved forward (see the docstring)
-OWNER_PROP = "bench:owner"
 OWNER = "bench/checkpoint_bench.py"
 WORK = "/root/ckbench"               # on storage1: temporary config, sanoid config dir, scripts
 BENCH_LOCK = "/run/ckbench-rotate.lock"
@@ -107,25 +115,6 @@ def wait_until(what: str, check, *, timeout: float, every: float = 2.0):
 
 
 # ---- scripts run on the VMs ------------------------------------------------------------------------
-
-FACTS = r'''
-import json, re, shutil, sys
-shim = shutil.which("fabricctl")
-if not shim:
-    print(json.dumps({"error": "fabricctl is not installed on this node (not in PATH)"})); sys.exit(0)
-m = re.search(r'sys\.path\.insert\(0, "([^"]+)"\)', open(shim).read())
-if not m:
-    print(json.dumps({"error": f"cannot find fabricctl's install directory in {shim}"})); sys.exit(0)
-sys.path.insert(0, m.group(1))
-from fabricctl import config
-try:
-    c = config.load()
-except Exception as exc:
-    print(json.dumps({"error": f"fabricctl's configuration does not load: {exc}"})); sys.exit(0)
-print(json.dumps({"install_dir": m.group(1), "config": c.source, "pool": c.pool,
-                  "checkpoint_root": c.checkpoint_root, "checkpoint_mount_root": c.checkpoint_mount_root,
-                  "lock_file": c.rotation.lock_file, "hosts": sorted(c.hosts)}))
-'''
 
 # The benchmark's fabricctl config: the real one with retention and rotation replaced, validated by
 # fabricctl's own loader and retention parser before use.
@@ -291,20 +280,7 @@ class Lab:
 
 
 def preflight() -> Lab:
-    hint = ("this benchmark needs the lab up and converged: `make lab-up`, then "
-            "`.venv/bin/ansible-playbook playbooks/site.yml` (it installs fabricctl on storage1)")
-    if not SSH_CONFIG.exists():
-        raise BenchError(f"the lab is not up ({SSH_CONFIG} is missing); {hint}")
-    for host in (STORAGE, WRITER):
-        try:
-            ssh(host, "true", timeout=120)
-        except BenchError as exc:
-            raise BenchError(f"cannot reach {host} over SSH ({exc}); {hint}") from None
-    facts = json.loads(ssh(STORAGE, f"python3 -c {shlex.quote(FACTS)}").stdout)
-    if "error" in facts:
-        raise BenchError(f"storage1: {facts['error']}; {hint}")
-    if WRITER not in facts["hosts"]:
-        raise BenchError(f"fabricctl's config on storage1 does not name {WRITER}; {hint}")
+    facts = fabricctl_facts(STORAGE, WRITER)
     for tool in ("/usr/bin/time", "perl", "sanoid"):
         if ssh(STORAGE, f"command -v {tool} >/dev/null", check=False).returncode != 0:
             raise BenchError(f"storage1 has no {tool} (lab/image/packages.txt has it: rebuild the lab image)")
@@ -322,14 +298,6 @@ def preflight() -> Lab:
 
 
 # ---- clean-up ------------------------------------------------------------------------------------
-
-def zfs_exists(name: str) -> bool:
-    return ssh(STORAGE, f"zfs list -H -o name {shlex.quote(name)} >/dev/null 2>&1", check=False).returncode == 0
-
-
-def owner_of(name: str) -> str:
-    return ssh(STORAGE, f"zfs get -H -o value {OWNER_PROP} {shlex.quote(name)}", check=False).stdout.strip()
-
 
 @dataclass
 class State:
@@ -356,8 +324,8 @@ def cleanup(lab: Lab, state: State) -> list[str]:
             state.writer_pid = None
         except BenchError as exc:
             left.append(str(exc))
-    if zfs_exists(lab.ck):
-        if owner_of(lab.ck) != OWNER:
+    if zfs_exists(STORAGE, lab.ck):
+        if owner_of(STORAGE, lab.ck) != OWNER:
             left.append(f"{lab.ck} exists but is not this benchmark's ({OWNER_PROP} unset): left alone")
         else:
             say(f"clean-up: detach {JOB} from its writer and remove its LIO target (fabricctl's own code)")
@@ -374,8 +342,8 @@ def cleanup(lab: Lab, state: State) -> list[str]:
                     time.sleep(10 * (attempt + 1))
                 if proc.returncode != 0:
                     left.append(f"{lab.ck}: {tail(proc.stderr, 3)}")
-    if zfs_exists(lab.other):
-        if owner_of(lab.other) != OWNER:
+    if zfs_exists(STORAGE, lab.other):
+        if owner_of(STORAGE, lab.other) != OWNER:
             left.append(f"{lab.other} exists but is not this benchmark's: left alone")
         else:
             say(f"clean-up: zfs destroy -r {lab.other}")
@@ -564,10 +532,6 @@ def measure_freeze(lab: Lab, state: State) -> list[dict]:
 
 # ---- report --------------------------------------------------------------------------------------
 
-def ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}" if a / b >= 1 else f"{a / b:.3f}"
-
-
 def section(lab: Lab, r: dict, when: str) -> list[str]:
     lo, lb = median(r["list_ours"]), median(r["list_base"])
     rows = [
@@ -678,40 +642,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cleanup-only", action="store_true", help="remove this benchmark's leftovers and stop")
     args = parser.parse_args()
-    say("checking the lab (up, converged, fabricctl and sanoid on storage1)")
-    try:
-        lab = preflight()
-    except BenchError as exc:
-        print(f"\nbench-checkpoint: precondition not met: {exc}", file=sys.stderr)
-        return 2
     state = State()
-    left = safe_cleanup(lab, state)
-    if left:
-        print("bench-checkpoint: leftovers of an earlier run could not be removed: " + "; ".join(left),
-              file=sys.stderr)
-        return 1
-    if args.cleanup_only:
-        say("clean-up done")
-        return 0
-    r, failure = {}, None
-    try:
-        r = run(lab, state)
-    except BenchError as exc:
-        failure = exc
-    except KeyboardInterrupt:
-        failure = BenchError("interrupted")
-    finally:
-        say("clean-up")
-        left = safe_cleanup(lab, state)
-    if left:
-        print("bench-checkpoint: NOT cleaned up (remove by hand): " + "; ".join(left), file=sys.stderr)
-    if failure is not None:
-        print(f"\nbench-checkpoint FAILED: {failure}", file=sys.stderr)
-        return 1
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    write_section(SECTION, section(lab, r, when))
-    print(RESULTS.read_text())
-    return 0 if not left else 1
+    return run_bench("bench-checkpoint", SECTION, checking="up, converged, fabricctl and sanoid on storage1",
+                     preflight=preflight, leftovers=lambda lab: safe_cleanup(lab, state),
+                     cleanup_only=args.cleanup_only, measure=lambda lab: run(lab, state),
+                     cleanup=lambda lab: safe_cleanup(lab, state), rows=section)
 
 
 if __name__ == "__main__":

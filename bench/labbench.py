@@ -1,17 +1,55 @@
-"""What the lab benchmarks share: running timed commands on the lab VMs over the lab's ssh_config."""
+"""What the lab benchmarks share: running timed commands on the lab VMs over the lab's ssh_config,
+fabricctl's own view of the fabric (FACTS), the owner mark on what they create, and one main() that
+checks, measures, always cleans up and only then writes its report section."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import shlex
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+from report import RESULTS, write_section
 
 REPO = Path(__file__).resolve().parents[1]
 SSH_CONFIG = REPO / ".lab" / "ssh_config"
 TIME_MARK = "@@bench-node-seconds"
+OWNER_PROP = "bench:owner"         # set on every ZFS object a benchmark creates; clean-up destroys only those
+LAB_HINT = ("this benchmark needs the lab up and converged: `make lab-up`, then "
+            "`.venv/bin/ansible-playbook playbooks/site.yml` (it installs fabricctl on storage1)")
+
+L = TypeVar("L")  # what a benchmark's preflight found out about the lab
+R = TypeVar("R")  # what its measurements return
+
+# On the storage node: what fabricctl's own config loader says (install directory, pool, roots, lock,
+# SSH settings, hosts), so that a benchmark uses fabricctl's names rather than guessing them.
+FACTS = r'''
+import json, re, shutil, sys
+shim = shutil.which("fabricctl")
+if not shim:
+    print(json.dumps({"error": "fabricctl is not installed on this node (not in PATH)"})); sys.exit(0)
+m = re.search(r'sys\.path\.insert\(0, "([^"]+)"\)', open(shim).read())
+if not m:
+    print(json.dumps({"error": f"cannot find fabricctl's install directory in {shim}"})); sys.exit(0)
+sys.path.insert(0, m.group(1))
+from fabricctl import config
+try:
+    c = config.load()
+except Exception as exc:
+    print(json.dumps({"error": f"fabricctl's configuration does not load: {exc}"})); sys.exit(0)
+print(json.dumps({"install_dir": m.group(1), "config": c.source, "pool": c.pool,
+                  "dataset_root": c.dataset_root, "mount_root": c.mount_root,
+                  "checkpoint_root": c.checkpoint_root, "checkpoint_mount_root": c.checkpoint_mount_root,
+                  "lock_file": c.rotation.lock_file, "key_file": c.ssh.key_file, "known_hosts": c.ssh.known_hosts,
+                  "ssh_user": c.ssh.user, "ssh_port": c.ssh.port,
+                  "hosts": {n: h.address for n, h in c.hosts.items()}}))
+'''
 
 
 class BenchError(Exception):
@@ -81,3 +119,89 @@ def timed(host: str, command: str, *, check: bool = True, timeout: float = 3600)
 
 def put(host: str, path: str, text: str) -> None:
     ssh(host, f"cat > {shlex.quote(path)}", input_text=text)
+
+
+def fabricctl_facts(storage: str, *others: str) -> dict:
+    """The lab is up, every named VM answers over SSH, and fabricctl is installed on the storage node
+    with a configuration that loads and names the other VMs: return that configuration's facts (FACTS)."""
+    if not SSH_CONFIG.exists():
+        raise BenchError(f"the lab is not up ({SSH_CONFIG} is missing); {LAB_HINT}")
+    for host in (storage, *others):
+        try:
+            ssh(host, "true", timeout=120)
+        except BenchError as exc:
+            raise BenchError(f"cannot reach {host} over SSH ({exc}); {LAB_HINT}") from None
+    facts = json.loads(ssh(storage, f"python3 -c {shlex.quote(FACTS)}").stdout)
+    if "error" in facts:
+        raise BenchError(f"{storage}: {facts['error']}; {LAB_HINT}")
+    missing = [h for h in others if h not in facts["hosts"]]
+    if missing:
+        raise BenchError(f"fabricctl's config on {storage} does not name {', '.join(missing)}; {LAB_HINT}")
+    return facts
+
+
+def zfs_exists(host: str, name: str) -> bool:
+    return ssh(host, f"zfs list -H -o name {shlex.quote(name)} >/dev/null 2>&1", check=False).returncode == 0
+
+
+def owner_of(host: str, name: str) -> str:
+    """The benchmark that made a ZFS object (its OWNER_PROP), or "" (or "-") when none did."""
+    return ssh(host, f"zfs get -H -o value {OWNER_PROP} {shlex.quote(name)}", check=False).stdout.strip()
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    """a / b for a report table: two decimals, three below 1; "-" when either is missing."""
+    if a is None or not b:
+        return "-"
+    return f"{a / b:.2f}" if a / b >= 1 else f"{a / b:.3f}"
+
+
+def run_bench(bench: str, section: str, *, checking: str, preflight: Callable[[], L],
+              leftovers: Callable[[L], list[str]], cleanup_only: bool, measure: Callable[[L], R],
+              cleanup: Callable[[L], list[str]], rows: Callable[[L, R, str], list[str]],
+              cleanup_note: str = "clean-up", partial: Callable[[], object] | None = None) -> int:
+    """A lab benchmark's main(), returning its exit status: check the precondition (2 when it does not
+    hold), remove leftovers of an earlier run, measure, then clean up whatever happened, and write the
+    report section only when all of it worked, so a failed or interrupted run never leaves figures in
+    docs/benchmarks.md.
+
+    bench names the run in messages ("bench-publish"); checking says what preflight checks. rows(lab,
+    result, when) builds the section; partial() gives what was measured before a failure, printed (not
+    written) so that a long run is not lost.
+    """
+    say(f"checking the lab ({checking})")
+    try:
+        lab = preflight()
+    except BenchError as exc:
+        print(f"\n{bench}: precondition not met: {exc}", file=sys.stderr)
+        return 2
+    left = leftovers(lab)
+    if left:
+        print(f"{bench}: leftovers of an earlier run could not be removed: " + "; ".join(left), file=sys.stderr)
+        return 1
+    if cleanup_only:
+        say("clean-up done")
+        return 0
+    result, failure = None, None
+    try:
+        result = measure(lab)
+    except BenchError as exc:
+        failure = exc
+    except KeyboardInterrupt:
+        failure = BenchError("interrupted")
+    finally:
+        say(cleanup_note)
+        left = cleanup(lab)
+    if left:
+        print(f"{bench}: NOT cleaned up (remove by hand): " + "; ".join(left), file=sys.stderr)
+    if failure is not None:
+        print(f"\n{bench} FAILED: {failure}", file=sys.stderr)
+        done = partial() if partial is not None else None
+        if done:
+            print("figures measured before the failure (not written):\n" + json.dumps(done, indent=1),
+                  file=sys.stderr)
+        return 1
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    write_section(section, rows(lab, result, when))
+    print(RESULTS.read_text())
+    return 0 if not left else 1

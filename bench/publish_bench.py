@@ -40,7 +40,6 @@ It writes the `publish` section of docs/benchmarks.md. Absolute figures depend o
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import shlex
@@ -49,44 +48,32 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from labbench import BenchError, Timed, put, say, ssh, tail, timed  # noqa: E402,F401
-from report import RESULTS, write_section  # noqa: E402
+from labbench import (  # noqa: E402
+    LAB_HINT,
+    OWNER_PROP,
+    BenchError,
+    fabricctl_facts,
+    owner_of,
+    put,
+    ratio,
+    run_bench,
+    say,
+    ssh,
+    tail,
+    timed,
+    zfs_exists,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-SSH_CONFIG = REPO / ".lab" / "ssh_config"
 SECTION = "publish"
 STORAGE = "storage1"
 GPUS = ("gpu1", "gpu2")
 VERSION = "v1"
-OWNER_PROP = "bench:owner"
 OWNER = "bench/publish_bench.py"
 GIB = 2**30
 MIB = 2**20
 GPU_RESERVE = 768 * MIB          # left free on a GPU VM's root disk after the rsync copy
 FILE_OVERHEAD = 4096             # per file on the GPU's ext4 (block rounding, inode, directory entry)
 
-
-# ---- on storage1: the facts this benchmark needs, from fabricctl's own config loader ----------------
-
-FACTS = r'''
-import json, re, shutil, sys
-shim = shutil.which("fabricctl")
-if not shim:
-    print(json.dumps({"error": "fabricctl is not installed on this node (not in PATH)"})); sys.exit(0)
-m = re.search(r'sys\.path\.insert\(0, "([^"]+)"\)', open(shim).read())
-if not m:
-    print(json.dumps({"error": f"cannot find fabricctl's install directory in {shim}"})); sys.exit(0)
-sys.path.insert(0, m.group(1))
-from fabricctl import config
-try:
-    c = config.load()
-except Exception as exc:
-    print(json.dumps({"error": f"fabricctl's configuration does not load: {exc}"})); sys.exit(0)
-print(json.dumps({"install_dir": m.group(1), "pool": c.pool, "dataset_root": c.dataset_root,
-                  "mount_root": c.mount_root, "key_file": c.ssh.key_file, "known_hosts": c.ssh.known_hosts,
-                  "ssh_user": c.ssh.user, "ssh_port": c.ssh.port,
-                  "hosts": {n: h.address for n, h in c.hosts.items()}}))
-'''
 
 GENERATE = r'''
 import json, os, random, sys, time
@@ -122,21 +109,7 @@ class Lab:
 
 def preflight() -> Lab:
     """The lab is up, converged, fabricctl installed on storage1 and able to reach gpu1 and gpu2."""
-    hint = ("this benchmark needs the lab up and converged: `make lab-up`, then "
-            "`.venv/bin/ansible-playbook playbooks/site.yml` (it installs fabricctl on storage1)")
-    if not SSH_CONFIG.exists():
-        raise BenchError(f"the lab is not up ({SSH_CONFIG} is missing); {hint}")
-    for host in (STORAGE, *GPUS):
-        try:
-            ssh(host, "true", timeout=120)
-        except BenchError as exc:
-            raise BenchError(f"cannot reach {host} over SSH ({exc}); {hint}") from None
-    facts = json.loads(ssh(STORAGE, f"python3 -c {shlex.quote(FACTS)}").stdout)
-    if "error" in facts:
-        raise BenchError(f"storage1: {facts['error']}; {hint}")
-    missing = [g for g in GPUS if g not in facts["hosts"]]
-    if missing:
-        raise BenchError(f"fabricctl's config on storage1 does not name {', '.join(missing)}; {hint}")
+    facts = fabricctl_facts(STORAGE, *GPUS)
     for host, tool in ((STORAGE, "/usr/bin/time"), (STORAGE, "rsync"), *((g, "rsync") for g in GPUS)):
         if ssh(host, f"command -v {tool} >/dev/null", check=False).returncode != 0:
             raise BenchError(f"{host} has no {tool} (it is in lab/image/packages.txt: rebuild the image)")
@@ -147,7 +120,7 @@ def preflight() -> Lab:
         proc = ssh(STORAGE, f"{ssh_e} {target} true", check=False, timeout=120)
         if proc.returncode != 0:
             raise BenchError(f"storage1 cannot ssh to {gpu} ({target}) with fabricctl's key and known_hosts:\n"
-                             f"{tail(proc.stderr)}\n{hint}")
+                             f"{tail(proc.stderr)}\n{LAB_HINT}")
     lab = Lab(facts["pool"], facts["dataset_root"], facts["mount_root"], ssh_e, targets)
     return lab
 
@@ -170,10 +143,6 @@ def rsync_dir(gib: int) -> str:
     return f"/var/tmp/pubbench-rsync-{gib}g"
 
 
-def zfs_exists(name: str) -> bool:
-    return ssh(STORAGE, f"zfs list -H -o name {shlex.quote(name)} >/dev/null 2>&1", check=False).returncode == 0
-
-
 def avail(dataset: str) -> int:
     return int(ssh(STORAGE, f"zfs get -Hp -o value available {shlex.quote(dataset)}").stdout.strip())
 
@@ -183,9 +152,10 @@ def cleanup(lab: Lab, gib: int) -> list[str]:
     left = []
     name = ds_name(gib)
     volume = f"{lab.dataset_root}/{name}"
-    if zfs_exists(volume) and ssh(STORAGE, f"zfs get -H -o value {OWNER_PROP} {volume}").stdout.strip() != OWNER:
+    if (zfs_exists(STORAGE, volume)
+            and ssh(STORAGE, f"zfs get -H -o value {OWNER_PROP} {volume}").stdout.strip() != OWNER):
         left.append(f"{volume} exists but is not this benchmark's ({OWNER_PROP} unset): left alone")
-    elif zfs_exists(volume):
+    elif zfs_exists(STORAGE, volume):
         say(f"clean-up: unpublish and destroy {name}")
         versions = ssh(STORAGE, f"zfs list -H -o name -t snapshot {lab.dataset_root}/{name}", check=False).stdout
         if f"@{VERSION}" in versions:
@@ -199,8 +169,8 @@ def cleanup(lab: Lab, gib: int) -> list[str]:
     for gpu in GPUS:
         ssh(gpu, f"rm -rf --one-file-system {rsync_dir(gib)}", check=False, timeout=900)
     src = src_dataset(lab, gib)
-    if zfs_exists(src):
-        owner = ssh(STORAGE, f"zfs get -H -o value {OWNER_PROP} {src}", check=False).stdout.strip()
+    if zfs_exists(STORAGE, src):
+        owner = owner_of(STORAGE, src)
         if owner == OWNER:
             say(f"clean-up: zfs destroy -r {src}")
             proc = ssh(STORAGE, f"zfs destroy -r {src}", check=False, timeout=900)
@@ -336,12 +306,6 @@ def fmt(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f} s"
 
 
-def ratio(a: float | None, b: float | None) -> str:
-    if a is None or not b:
-        return "-"
-    return f"{a / b:.2f}" if a / b >= 1 else f"{a / b:.3f}"
-
-
 def mbs(nbytes: int, seconds: float) -> str:
     return f"{nbytes / seconds / 1e6:.1f} MB/s"
 
@@ -410,42 +374,19 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if any(s < 1 for s in sizes):
         parser.error("sizes are whole GiB, at least 1")
-    say("checking the lab (up, converged, fabricctl on storage1, SSH from storage1 to the GPU nodes)")
-    try:
-        lab = preflight()
-    except BenchError as exc:
-        print(f"\nbench-publish: precondition not met: {exc}", file=sys.stderr)
-        return 2
-    left = cleanup_all(lab, sorted(set(sizes) | {1, 4}))
-    if left:
-        print("bench-publish: leftovers of an earlier run could not be removed: " + "; ".join(left), file=sys.stderr)
-        return 1
-    if args.cleanup_only:
-        say("clean-up done")
-        return 0
-    results, failure = [], None
-    try:
+    results: list[dict] = []
+
+    def measure(lab: Lab) -> list[dict]:
         for gib in sizes:
             results.append(run_size(lab, gib))
-    except BenchError as exc:
-        failure = exc
-    except KeyboardInterrupt:
-        failure = BenchError("interrupted")
-    finally:
-        say("clean-up (whatever is left)")
-        left = cleanup_all(lab, sizes)
-    if left:
-        print("bench-publish: NOT cleaned up (remove by hand): " + "; ".join(left), file=sys.stderr)
-    if failure is not None:
-        print(f"\nbench-publish FAILED: {failure}", file=sys.stderr)
-        if results:
-            print("figures measured before the failure (not written):\n" + json.dumps(results, indent=1),
-                  file=sys.stderr)
-        return 1
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    write_section(SECTION, section(results, when))
-    print(RESULTS.read_text())
-    return 0 if not left else 1
+        return results
+
+    return run_bench("bench-publish", SECTION,
+                     checking="up, converged, fabricctl on storage1, SSH from storage1 to the GPU nodes",
+                     preflight=preflight, leftovers=lambda lab: cleanup_all(lab, sorted(set(sizes) | {1, 4})),
+                     cleanup_only=args.cleanup_only, measure=measure, cleanup=lambda lab: cleanup_all(lab, sizes),
+                     rows=lambda lab, done, when: section(done, when),
+                     cleanup_note="clean-up (whatever is left)", partial=lambda: results)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,8 @@
 # its explanation, and the newest checkpoint restored read-only to gpu1 and gpu2.
 set -eu
 cd "$(dirname "$0")/.."
-LAB="python3 lab/labctl.py ssh"
+. lab/demo-lib.sh
 JOB=demo-job
-
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-on() { host=$1; shift; printf '%s# %s\n' "$host" "$*"; $LAB "$host" "$*"; }
 
 say "a checkpoint volume for $JOB, read-write on its one writer gpu1"
 on storage1 "fabricctl checkpoint volume create $JOB --size 512M --writer gpu1"

@@ -5,11 +5,8 @@
 # Each run seals a new version (versions are immutable) and /datasets/sample/current moves to it.
 set -eu
 cd "$(dirname "$0")/.."
-LAB="python3 lab/labctl.py ssh"
+. lab/demo-lib.sh
 VERSION="v$(date -u +%Y%m%d%H%M%S)"
-
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-on() { host=$1; shift; printf '%s# %s\n' "$host" "$*"; $LAB "$host" "$*"; }
 
 say "a sample image dataset on storage1 (500 files in 5 classes)"
 on storage1 'mkdir -p /srv/demo && cd /srv/demo && for c in cat dog owl fox elk; do mkdir -p train/$c; for i in $(seq 1 100); do [ -e train/$c/$i.jpg ] || head -c $((2000 + i * 53)) /dev/urandom > train/$c/$i.jpg; done; done; date -u > README'

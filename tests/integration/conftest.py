@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -94,6 +95,38 @@ def run_python(host, script: str, *args: str):
     quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in args)
     path = f"/tmp/.fabric-test-{uuid.uuid4().hex[:8]}.py"
     return host.run(f"echo {b64} | base64 -d > {path} && python3 {path} {quoted}; rc=$?; rm -f {path}; exit $rc")
+
+
+# Export a zvol read-only over iSCSI with raw rtslib-fb, independently of the project's own LIO code
+# (test_lab.py, test_iscsi_initiator.py). argv[1] is JSON: name, dev, iqn, portal, initiator and
+# optionally chap {username, password}: one LUN, mapped write-protected to that one initiator's ACL.
+EXPORT = r'''
+import json, sys, time
+from rtslib_fb import (BlockStorageObject, FabricModule, LUN, MappedLUN, NetworkPortal, NodeACL, Target, TPG)
+p = json.loads(sys.argv[1])
+for attempt in range(30):  # right after umount, udev's probe may still hold the zvol open
+    try:
+        so = BlockStorageObject(p["name"], dev=p["dev"], readonly=True)
+        break
+    except Exception:
+        if attempt == 29:
+            raise
+        time.sleep(1)
+target = Target(FabricModule("iscsi"), p["iqn"])
+tpg = TPG(target, 1)
+chap = p.get("chap")
+tpg.set_attribute("authentication", "1" if chap else "0")
+tpg.set_attribute("generate_node_acls", "0")
+tpg.set_attribute("demo_mode_write_protect", "1")
+NetworkPortal(tpg, p["portal"], 3260)
+lun = LUN(tpg, 0, so)
+acl = NodeACL(tpg, p["initiator"])
+MappedLUN(acl, 0, lun, write_protect=True)
+if chap:
+    acl.chap_userid = chap["username"]
+    acl.chap_password = chap["password"]
+tpg.enable = True
+'''
 
 
 def step(msg: str) -> None:
@@ -192,3 +225,57 @@ def converged(lab):
     return proc.stdout + proc.stderr
 
 
+# ---- fabricctl on storage1 (test_fabricctl.py, test_checkpoints.py) ------------------------------
+
+class Fctl:
+    """`fabricctl ARGS` on a lab VM, under a timeout so that a hung command fails the test."""
+
+    def __init__(self, host):
+        self.host = host
+
+    def __call__(self, *args: str, env: str = "", timeout: int = 900):
+        cmd = f"{env} timeout {timeout} fabricctl " + " ".join(shlex.quote(a) for a in args)
+        return self.host.run(cmd.strip())
+
+    def json(self, *args: str, env: str = ""):
+        res = self(*args, "--json", env=env)
+        assert res.rc == 0, f"fabricctl {' '.join(args)} failed ({res.rc}): {res.stderr}"
+        return json.loads(res.stdout)
+
+
+@pytest.fixture(scope="module")
+def storage(hosts, converged):
+    """storage1 of the converged fabric (fabricctl is installed there)."""
+    return hosts["storage1"]
+
+
+@pytest.fixture(scope="module")
+def fctl(storage):
+    """fabricctl on storage1: fctl(*args) for the raw result, fctl.json(*args) for a parsed success."""
+    return Fctl(storage)
+
+
+EDIT_CONFIG = """
+import sys, yaml
+c = yaml.safe_load(open("/etc/fabricctl/config.yml"))
+exec(sys.argv[2])
+yaml.safe_dump(c, open(sys.argv[1], "w"))
+"""
+
+
+def edited_config(storage, path: str, change: str) -> str:
+    """A copy of fabricctl's config at path with `change` (Python on `c`) applied; returns the env to use it."""
+    run_python(storage, EDIT_CONFIG, path, change).stdout  # noqa: B018
+    assert storage.run(f"test -s {path}").rc == 0
+    return f"FABRICCTL_CONFIG={path}"
+
+
+def assert_refused_and_nothing_changed(storage, fctl: Fctl, args: list[str], words: list[str]) -> None:
+    """Bad input: fabricctl exits 1 with the words and a `fix:` line, and no ZFS object appears or goes."""
+    before = storage.check_output("zfs list -H -t all -o name -r tank | sort | md5sum")
+    res = fctl(*args)
+    assert res.rc == 1, f"exit {res.rc}: {res.stdout} {res.stderr}"
+    for word in words:
+        assert word in res.stderr
+    assert "fix:" in res.stderr
+    assert storage.check_output("zfs list -H -t all -o name -r tank | sort | md5sum") == before

@@ -12,23 +12,12 @@ import json
 import time
 
 import pytest
-from conftest import step
-from test_fabricctl import Fctl, edited_config
+from conftest import assert_refused_and_nothing_changed, edited_config, step
 
 JOB = "train"
 VOL = f"tank/checkpoints/{JOB}"
 TARGET = "/sys/kernel/config/target/iscsi/iqn.2026-11.io.fabric.lab.fabricctl:ck.train.rw/tpgt_1"
 METRICS_FILE = "/var/lib/prometheus/node-exporter/fabricctl.prom"
-
-
-@pytest.fixture(scope="module")
-def storage(hosts, converged):
-    return hosts["storage1"]
-
-
-@pytest.fixture(scope="module")
-def fctl(storage):
-    return Fctl(storage)
 
 
 def snapshots(storage) -> list[str]:
@@ -64,13 +53,7 @@ def test_volume_for_one_writer(hosts, storage, fctl):
     (["checkpoint", "restore", JOB, "--step", "999", "--to", "gpu1"], ["no checkpoint at step 999"]),
 ])
 def test_bad_input_is_refused_and_changes_nothing(storage, fctl, args, words):
-    before = storage.check_output("zfs list -H -t all -o name -r tank | sort | md5sum")
-    res = fctl(*args)
-    assert res.rc == 1, (res.rc, res.stderr)
-    for word in words:
-        assert word in res.stderr
-    assert "fix:" in res.stderr
-    assert storage.check_output("zfs list -H -t all -o name -r tank | sort | md5sum") == before
+    assert_refused_and_nothing_changed(storage, fctl, args, words)
 
 
 def test_snapshots_carry_step_metrics_and_tags(hosts, storage, fctl):

@@ -8,41 +8,15 @@ the GPU nodes over SSH with host keys from /etc/fabricctl/known_hosts.
 
 from __future__ import annotations
 
-import json
-import shlex
 import time
 
 import pytest
-from conftest import run_python, step
+from conftest import assert_refused_and_nothing_changed, edited_config, step
 
 NAME = "sample"
 POOL_ROOT = "tank/datasets"
 CONFIGFS = "/sys/kernel/config/target/iscsi"
 IQN_BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
-
-
-class Fctl:
-    def __init__(self, host):
-        self.host = host
-
-    def __call__(self, *args: str, env: str = "", timeout: int = 900):
-        cmd = f"{env} timeout {timeout} fabricctl " + " ".join(shlex.quote(a) for a in args)
-        return self.host.run(cmd.strip())
-
-    def json(self, *args: str, env: str = ""):
-        res = self(*args, "--json", env=env)
-        assert res.rc == 0, f"fabricctl {' '.join(args)} failed ({res.rc}): {res.stderr}"
-        return json.loads(res.stdout)
-
-
-@pytest.fixture(scope="module")
-def storage(hosts, converged):
-    return hosts["storage1"]
-
-
-@pytest.fixture(scope="module")
-def fctl(storage):
-    return Fctl(storage)
 
 
 def target_dir(version: str, name: str = NAME) -> str:
@@ -115,13 +89,7 @@ def test_create_a_staging_volume(storage, fctl):
     (["publish", f"{NAME}@v1", "--to", "gpu7"], ["gpu7"]),
 ])
 def test_bad_input_is_refused_and_changes_nothing(storage, fctl, args, words):
-    before = storage.check_output("zfs list -H -t all -o name -r tank | sort | md5sum")
-    res = fctl(*args)
-    assert res.rc == 1, f"exit {res.rc}: {res.stdout} {res.stderr}"
-    for word in words:
-        assert word in res.stderr
-    assert "fix:" in res.stderr
-    assert storage.check_output("zfs list -H -t all -o name -r tank | sort | md5sum") == before
+    assert_refused_and_nothing_changed(storage, fctl, args, words)
 
 
 def test_ingest_copies_and_is_resumable(storage, fctl, source):
@@ -230,20 +198,6 @@ def test_unpublish_refuses_while_in_use_then_cleans_up(hosts, storage, fctl):
         assert hosts[gpu].check_output(f"readlink /datasets/{NAME}/current") == "v1"
     backstores = storage.check_output("ls /sys/kernel/config/target/core/iblock_*/ || true")
     assert f"fctl_{NAME}.v2" not in backstores
-
-
-EDIT_CONFIG = """
-import sys, yaml
-c = yaml.safe_load(open("/etc/fabricctl/config.yml"))
-exec(sys.argv[2])
-yaml.safe_dump(c, open(sys.argv[1], "w"))
-"""
-
-
-def edited_config(storage, path: str, change: str) -> str:
-    run_python(storage, EDIT_CONFIG, path, change).stdout  # noqa: B018
-    assert storage.run(f"test -s {path}").rc == 0
-    return f"FABRICCTL_CONFIG={path}"
 
 
 def test_unreachable_host_is_reported_and_the_others_finish(hosts, storage, fctl):

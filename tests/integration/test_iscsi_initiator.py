@@ -17,37 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, run, run_python, step
+from conftest import EXPORT, REPO, run, run_python, step
 
 PLAYBOOK = [{"hosts": "gpu1", "gather_facts": False, "roles": ["iscsi_initiator"]}]
-
-EXPORT = r'''
-import json, sys, time
-from rtslib_fb import (BlockStorageObject, FabricModule, LUN, MappedLUN, NetworkPortal, NodeACL, Target, TPG)
-p = json.loads(sys.argv[1])
-for attempt in range(30):  # right after umount, udev's probe may still hold the zvol open
-    try:
-        so = BlockStorageObject(p["name"], dev=p["dev"], readonly=True)
-        break
-    except Exception:
-        if attempt == 29:
-            raise
-        time.sleep(1)
-target = Target(FabricModule("iscsi"), p["iqn"])
-tpg = TPG(target, 1)
-chap = p.get("chap")
-tpg.set_attribute("authentication", "1" if chap else "0")
-tpg.set_attribute("generate_node_acls", "0")
-tpg.set_attribute("demo_mode_write_protect", "1")
-NetworkPortal(tpg, p["portal"], 3260)
-lun = LUN(tpg, 0, so)
-acl = NodeACL(tpg, p["initiator"])
-MappedLUN(acl, 0, lun, write_protect=True)
-if chap:
-    acl.chap_userid = chap["username"]
-    acl.chap_password = chap["password"]
-tpg.enable = True
-'''
 
 UNEXPORT = r'''
 import json, sys, time

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_python, step
+from conftest import EXPORT, run_python, step
 
 ROOT_SERIAL = "lab-root"
 
@@ -58,24 +58,6 @@ def test_zfs_module_loads(hosts):
     assert storage.file("/sys/module/zfs").is_directory
     assert storage.run("zfs version").rc == 0
 
-
-EXPORT = r'''
-import json, sys
-from rtslib_fb import (BlockStorageObject, FabricModule, LUN, MappedLUN, NetworkPortal,
-                       NodeACL, Target, TPG)
-p = json.loads(sys.argv[1])
-so = BlockStorageObject(p["name"], dev=p["dev"], readonly=True)
-target = Target(FabricModule("iscsi"), p["iqn"])
-tpg = TPG(target, 1)
-tpg.set_attribute("authentication", "0")
-tpg.set_attribute("generate_node_acls", "0")
-tpg.set_attribute("demo_mode_write_protect", "1")
-NetworkPortal(tpg, p["portal"], 3260)
-lun = LUN(tpg, 0, so)
-acl = NodeACL(tpg, p["initiator"])
-MappedLUN(acl, 0, lun, write_protect=True)
-tpg.enable = True
-'''
 
 UNEXPORT = r'''
 import json, sys

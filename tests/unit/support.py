@@ -128,3 +128,19 @@ def run_module(name: str, args: dict, script: list[dict] | None = None, *, check
     result["_commands"] = runner.calls
     result["warnings"] = warnings
     return json.loads(json.dumps(result, default=str))
+
+
+def run_case(name: str, case: dict, *, extra_patches: list | None = None) -> dict:
+    """Run library/<name>.py on one YAML case and check what every module's cases declare alike:
+    `failed`, words of `msg`, exact `expect` values and `prepared_starts`. Returns the result for the
+    module's own checks."""
+    result = run_module(name, case["args"], script_of(case), check_mode=case.get("check_mode", False),
+                        diff=case.get("diff", False), extra_patches=extra_patches)
+    assert result.get("failed", False) == case.get("failed", False), result
+    for words in case.get("msg", []):
+        assert words in result["msg"]
+    for key, value in case.get("expect", {}).items():
+        assert result[key] == value, key
+    if "prepared_starts" in case:
+        assert result["prepared"].startswith(case["prepared_starts"])
+    return result

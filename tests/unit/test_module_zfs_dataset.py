@@ -6,7 +6,7 @@ import json
 
 import pytest
 import yaml
-from support import DATA, ScriptedRunner, run_module, script_of  # (support puts module_utils on sys.path)
+from support import DATA, ScriptedRunner, run_case  # (support puts module_utils on sys.path)
 
 # isort: split
 
@@ -25,15 +25,7 @@ def test_fabric_zfs_dataset(case, monkeypatch):
         return original(self, argv, data)
 
     monkeypatch.setattr(ScriptedRunner, "_run", recording)
-    result = run_module("fabric_zfs_dataset", case["args"], script_of(case), check_mode=case.get("check_mode", False),
-                        diff=case.get("diff", False))
-    assert result.get("failed", False) == case.get("failed", False), result
-    for words in case.get("msg", []):
-        assert words in result["msg"]
-    for key, value in case.get("expect", {}).items():
-        assert result[key] == value, key
-    if "prepared_starts" in case:
-        assert result["prepared"].startswith(case["prepared_starts"])
+    result = run_case("fabric_zfs_dataset", case)
     if "stdin" in case:
         assert stdin == case["stdin"]
     if "secret" in case:

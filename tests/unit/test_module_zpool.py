@@ -6,7 +6,7 @@ from unittest import mock
 
 import pytest
 import yaml
-from support import DATA, run_module, script_of  # (support puts module_utils on sys.path)
+from support import DATA, run_case  # (support puts module_utils on sys.path)
 
 # isort: split
 import ansible.module_utils.fabric_core.disks as fabric_disks
@@ -23,15 +23,7 @@ def test_fabric_zpool(case):
     for d in disks:
         d.in_use = bool(d.in_use)
     discover = mock.patch.object(fabric_disks, "discover", lambda runner: disks)
-    result = run_module("fabric_zpool", case["args"], script_of(case), check_mode=case.get("check_mode", False),
-                        diff=case.get("diff", False), extra_patches=[discover])
-    assert result.get("failed", False) == case.get("failed", False), result
-    for words in case.get("msg", []):
-        assert words in result["msg"]
-    for key, value in case.get("expect", {}).items():
-        assert result[key] == value, key
-    if "prepared_starts" in case:
-        assert result["prepared"].startswith(case["prepared_starts"])
+    result = run_case("fabric_zpool", case, extra_patches=[discover])
     if "diff_roles" in case:
         assert [v["role"] for v in result["diff"]["before"]["vdevs"]] == case["diff_roles"]["before"]
         assert [v["role"] for v in result["diff"]["after"]["vdevs"]] == case["diff_roles"]["after"]
