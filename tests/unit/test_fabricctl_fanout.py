@@ -150,7 +150,17 @@ def test_progress_is_thread_safe():
     assert progress.steps == {f"h{i}": "step 199" for i in range(8)}
 
 
-def test_ctrl_c_starts_no_new_host_and_lets_running_ones_finish_their_step():
+@pytest.fixture
+def sigint_raises():
+    """Ctrl-C raises KeyboardInterrupt, as in a terminal. A process started in the background by a
+    non-interactive shell (as a CI runner may start the tests) inherits SIGINT ignored, and Python
+    then leaves it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_starts_no_new_host_and_lets_running_ones_finish_their_step(sigint_raises):
     main = threading.main_thread().ident
     started, finished_step1, reached_step2 = [], [], []
     progress = HostProgress(HOSTS, stream=io.StringIO(), tty=False)
