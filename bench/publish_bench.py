@@ -15,9 +15,11 @@ For each size S (1 GiB, then 4 GiB), all in one run:
    pubbench-Sg v1`: timed and reported, not the headline.
 3. The headline: `fabricctl publish pubbench-Sg@v1 --to gpu1,gpu2`, timed on storage1 (GNU time
    around the command) and on the host (wall clock around the ssh call).
-4. Baseline: `rsync -a --whole-file SRC/ root@GPU:/var/tmp/pubbench-rsync-Sg/` from storage1 to
-   gpu1 and gpu2 in parallel, over fabricctl's own SSH key and known_hosts. The GPU VMs have small
-   root disks: when /var/tmp on either has no room for S plus a reserve, the rsync is skipped and
+4. Baseline: `rsync -a --whole-file SRC/ root@GPU:SCRATCH/pubbench-rsync-Sg/` from storage1 to
+   gpu1 and gpu2 in parallel, over fabricctl's own SSH key and known_hosts, onto each GPU VM's
+   local NVMe scratch disk (the lab gives each one; this benchmark makes an ext4 file system
+   labelled `pubbench` on it when the disk is blank, and refuses a disk that carries anything
+   else). When the scratch file system has no room for S plus a reserve, the rsync is skipped and
    the section says so (no figure is invented). As a second baseline that always fits, the same
    tree streamed to both hosts and discarded there (`tar -cf - | ssh GPU 'cat >/dev/null'`): the
    floor of any copy over the lab network, since nothing is written on the GPU side.
@@ -71,7 +73,9 @@ VERSION = "v1"
 OWNER = "bench/publish_bench.py"
 GIB = 2**30
 MIB = 2**20
-GPU_RESERVE = 768 * MIB          # left free on a GPU VM's root disk after the rsync copy
+GPU_RESERVE = 256 * MIB          # left free on a GPU VM's scratch file system after the rsync copy
+SCRATCH_MOUNT = "/var/tmp/pubbench-scratch"
+SCRATCH_LABEL = "pubbench"
 FILE_OVERHEAD = 4096             # per file on the GPU's ext4 (block rounding, inode, directory entry)
 
 
@@ -140,7 +144,29 @@ def src_dir(gib: int) -> str:
 
 
 def rsync_dir(gib: int) -> str:
-    return f"/var/tmp/pubbench-rsync-{gib}g"
+    return f"{SCRATCH_MOUNT}/pubbench-rsync-{gib}g"
+
+
+def scratch_disk(gpu: str) -> str:
+    return f"/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_SCRATCH{gpu[-1]}"
+
+
+def mount_scratch(gpu: str) -> None:
+    """Mount the GPU VM's scratch NVMe at SCRATCH_MOUNT: ext4 labelled SCRATCH_LABEL, made only on a
+    blank disk (a disk that carries anything else is refused, never formatted)."""
+    disk = scratch_disk(gpu)
+    if ssh(gpu, f"findmnt -n {SCRATCH_MOUNT}", check=False).returncode == 0:
+        return
+    if ssh(gpu, f"test -b {disk}", check=False).returncode != 0:
+        raise BenchError(f"{gpu} has no scratch disk {disk} (the lab gives every GPU VM one: `make lab-down lab-up`)")
+    probe = ssh(gpu, f"blkid -p -o export {disk}", check=False)
+    if probe.returncode == 2:  # no signature at all: a blank disk
+        say(f"{gpu}: mkfs.ext4 -L {SCRATCH_LABEL} on the blank scratch disk {disk}")
+        ssh(gpu, f"mkfs.ext4 -q -F -L {SCRATCH_LABEL} {disk}", timeout=600)
+    elif f"LABEL={SCRATCH_LABEL}" not in probe.stdout.split():
+        raise BenchError(f"{gpu}: {disk} carries something that is not this benchmark's file system "
+                         f"({' '.join(probe.stdout.split())}); left alone")
+    ssh(gpu, f"mkdir -p {SCRATCH_MOUNT} && mount -o noatime {disk} {SCRATCH_MOUNT}")
 
 
 def avail(dataset: str) -> int:
@@ -168,6 +194,7 @@ def cleanup(lab: Lab, gib: int) -> list[str]:
             left.append(f"{lab.dataset_root}/{name} ({tail(proc.stderr, 3)})")
     for gpu in GPUS:
         ssh(gpu, f"rm -rf --one-file-system {rsync_dir(gib)}", check=False, timeout=900)
+        ssh(gpu, f"umount {SCRATCH_MOUNT} 2>/dev/null; rmdir {SCRATCH_MOUNT} 2>/dev/null; true", check=False)
     src = src_dataset(lab, gib)
     if zfs_exists(STORAGE, src):
         owner = owner_of(STORAGE, src)
@@ -267,12 +294,14 @@ def run_size(lab: Lab, gib: int) -> dict:
     say(f"[{gib} GiB]   {r['floor_s']:.1f} s")
 
     need_gpu = gen["bytes"] + gen["files"] * FILE_OVERHEAD + GPU_RESERVE
-    free = {g: int(ssh(g, "df -B1 --output=avail /var/tmp | tail -n 1").stdout.strip()) for g in GPUS}
+    for gpu in GPUS:
+        mount_scratch(gpu)
+    free = {g: int(ssh(g, f"df -B1 --output=avail {SCRATCH_MOUNT} | tail -n 1").stdout.strip()) for g in GPUS}
     r["gpu_free"] = free
     short = [g for g in GPUS if free[g] < need_gpu]
     if short:
         r["rsync_s"] = None
-        r["rsync_skip"] = (", ".join(f"{g} has {free[g] / GIB:.1f} GiB free in /var/tmp" for g in short)
+        r["rsync_skip"] = (", ".join(f"{g} has {free[g] / GIB:.1f} GiB free in {SCRATCH_MOUNT}" for g in short)
                            + f"; the copy needs {need_gpu / GIB:.1f} GiB (with a {GPU_RESERVE // MIB} MiB reserve)")
         say(f"[{gib} GiB] baseline 2: rsync SKIPPED: {r['rsync_skip']}")
     else:
@@ -323,7 +352,7 @@ def section(results: list[dict], when: str) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        rsync = fmt(r["rsync_s"]) if r["rsync_s"] is not None else "not run: no room on the GPU VMs (see below)"
+        rsync = fmt(r["rsync_s"]) if r["rsync_s"] is not None else "not run: no room on the scratch disks (see below)"
         rows.append(f"| {r['gib']} GiB | {r['files']:,} | {fmt(r['publish_s'])} / {fmt(r['publish_wall'])} "
                     f"| {rsync} | {ratio(r['publish_s'], r['rsync_s'])} | {fmt(r['floor_s'])} "
                     f"| {ratio(r['publish_s'], r['floor_s'])} |")
@@ -359,8 +388,9 @@ def section(results: list[dict], when: str) -> list[str]:
         "read-only (LIO), logs gpu1 and gpu2 in and mounts it: no file data is copied, so its time should not "
         "depend on the dataset size, while any copy moves every byte. The rsync and the floor copy read the "
         "source tree from storage1's pool (ARC at most 512 MiB, so mostly from disk) and go over SSH through "
-        "the emulated network. The published read is served by storage1's zvol over iSCSI (storage1's ARC may "
-        "hold part of it), the copy by gpu1's local disk. Absolute numbers are bound by software emulation; "
+        "the emulated network, and rsync writes onto each GPU VM's local NVMe scratch disk (ext4). The published "
+        "read is served by storage1's zvol over iSCSI (storage1's ARC may hold part of it), the copy by gpu1's "
+        "local scratch disk. Absolute numbers are bound by software emulation; "
         "compare ratios.",
     ]
     return rows

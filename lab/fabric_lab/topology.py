@@ -92,14 +92,23 @@ def storage_disks(index: int) -> tuple[Disk, ...]:
     return tuple(disks)
 
 
+def gpu_disks(index: int) -> tuple[Disk, ...]:
+    """A GPU node's local NVMe scratch disk (real GPU nodes carry one for caches and staging).
+
+    The fabric never touches it; the publish benchmark copies datasets there for its rsync baseline
+    (the VM's root disk is too small for a 4 GiB copy). Sparse: it costs host disk only when used.
+    """
+    return (Disk(kind="nvme", serial=f"SCRATCH{index}", size_gib=8),)
+
+
 def plan(with_storage2: bool = False) -> tuple[VM, ...]:
     """The VMs of the lab, in boot order."""
     net = SUBNET.network_address
     vms = [VM("storage1", "storage", net + 11, 2560, 2, storage_disks(1))]
     if with_storage2:
         vms.append(VM("storage2", "storage", net + 12, 2560, 2, storage_disks(2)))
-    vms.append(VM("gpu1", "gpu", net + 21, 1280, 1))
-    vms.append(VM("gpu2", "gpu", net + 22, 1280, 1))
+    vms.append(VM("gpu1", "gpu", net + 21, 1280, 1, gpu_disks(1)))
+    vms.append(VM("gpu2", "gpu", net + 22, 1280, 1, gpu_disks(2)))
     total = sum(vm.memory_mib for vm in vms)
     assert total <= MAX_TOTAL_MEMORY_MIB, f"lab plan uses {total} MiB, budget {MAX_TOTAL_MEMORY_MIB}"
     return tuple(vms)

@@ -40,8 +40,10 @@ def test_storage_node_has_realistic_disks(lab, hosts):
 
 
 @pytest.mark.parametrize("gpu", ["gpu1", "gpu2"])
-def test_gpu_nodes_have_no_data_disks(hosts, gpu):
-    assert data_disks(hosts[gpu]) == []
+def test_gpu_nodes_have_only_a_blank_scratch_nvme(hosts, gpu):
+    disks = data_disks(hosts[gpu])
+    assert [(d["tran"], d["serial"]) for d in disks] == [("nvme", f"SCRATCH{gpu[-1]}")], disks
+    assert hosts[gpu].run(f"blkid -p /dev/{disks[0]['name']}").rc == 2  # no signature: nothing uses it
 
 
 def test_storage_network_is_up(lab, hosts):

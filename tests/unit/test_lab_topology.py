@@ -42,8 +42,9 @@ def test_serials_macs_and_addresses_are_unique():
     assert all(len(vm.tap) <= 15 for vm in vms)
 
 
-def test_gpu_nodes_have_no_data_disks():
-    assert all(not vm.disks for vm in topology.plan() if vm.role == "gpu")
+def test_gpu_nodes_have_only_a_scratch_nvme():
+    gpus = [vm for vm in topology.plan() if vm.role == "gpu"]
+    assert [[(d.kind, d.serial) for d in vm.disks] for vm in gpus] == [[("nvme", "SCRATCH1")], [("nvme", "SCRATCH2")]]
 
 
 def test_qemu_argv_storage_node():
