@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from conftest import LABCTL, run, step
@@ -36,7 +37,18 @@ def reboot(vm: str) -> float:
         now = boot_id(vm)
         if now and now != before:
             return time.monotonic() - started
-    pytest.fail(f"{vm} did not come back within {BOOT_TIMEOUT} s after a reboot")
+    pytest.fail(f"{vm} did not come back within {BOOT_TIMEOUT} s after a reboot; the end of its console:\n"
+                f"{console_tail(vm)}")
+
+
+def console_tail(vm: str, lines: int = 60) -> str:
+    """The last lines of a VM's serial console (the lab writes it to its state directory)."""
+    state = json.loads(run([*LABCTL, "status", "--json"], capture_output=True, text=True).stdout)["state_dir"]
+    path = Path(state) / "vms" / vm / "console.log"
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(no console log: {exc})"
 
 
 def wait_for(vm: str, command: str, timeout: float = 180) -> str:
