@@ -610,8 +610,11 @@ def run(lab: Lab, state: State) -> dict:
 
     say(f"fabricctl checkpoint volume create {JOB} --size {SIZE} --writer {WRITER}")
     t = timed(STORAGE, f"fabricctl checkpoint volume create {JOB} --size {SIZE} --writer {WRITER} --json",
-              timeout=1800)
-    ssh(STORAGE, f"zfs set {OWNER_PROP}={OWNER} {lab.ck}")
+              timeout=1800, check=False)
+    if zfs_exists(STORAGE, lab.ck):  # made by this run (clean-up ran first): marked even when a later step failed
+        ssh(STORAGE, f"zfs set {OWNER_PROP}={OWNER} {lab.ck}")
+    if t.rc != 0:
+        raise BenchError(f"fabricctl checkpoint volume create exited {t.rc}:\n{tail(t.stderr or t.stdout)}")
     r["volume_create_s"] = t.node
     say(f"  {t.node:.1f} s")
     props = dict(line.split("\t") for line in ssh(
