@@ -29,8 +29,9 @@ def storage_withdraw(ctx, export: publish.Export, remaining: list[str], *, force
                                    target_iqns=[export.target_iqn(cfg.iqn_base)], force=force)
     if not ctx.dry_run:
         lio.apply(actions)
+    held = "@" in export.snapshot  # a checkpoint volume (not a snapshot) is never held
     return {"lio_actions": [a.describe() for a in lio.changes(actions)],
-            "released": lzc.release(export.snapshot, dry_run=ctx.dry_run)}
+            "released": lzc.release(export.snapshot, dry_run=ctx.dry_run) if held else False}
 
 
 def storage_side(ctx, export: publish.Export, hosts, *, hold: bool = True) -> dict:

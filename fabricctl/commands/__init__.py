@@ -6,6 +6,7 @@ from . import (
     checkpoint_rollback,
     checkpoint_snapshot,
     checkpoint_volume_create,
+    checkpoint_volume_destroy,
     dataset_create,
     dataset_destroy,
     dataset_ingest,
@@ -19,5 +20,5 @@ from . import (
 )
 
 ALL = [dataset_create, dataset_ingest, dataset_seal, dataset_destroy, publish, unpublish, list_versions, status,
-       verify, checkpoint_volume_create, checkpoint_snapshot, checkpoint_list, checkpoint_restore,
-       checkpoint_rollback, rotate]
+       verify, checkpoint_volume_create, checkpoint_volume_destroy, checkpoint_snapshot, checkpoint_list,
+       checkpoint_restore, checkpoint_rollback, rotate]

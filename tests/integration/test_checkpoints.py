@@ -204,3 +204,35 @@ def test_the_timer_fires_rotation(storage):
     finally:
         storage.run("rm -rf /run/systemd/system/fabricctl-rotate.timer.d && systemctl daemon-reload && "
                     "systemctl restart fabricctl-rotate.timer")
+
+
+def test_retiring_a_job_destroys_its_volume_and_checkpoints(hosts, storage, fctl):
+    gpu = hosts["gpu1"]
+    assert gpu.run(f"findmnt -n /checkpoints/{JOB}").rc == 0
+    first = snapshots(storage)[0]
+
+    step("a held checkpoint: refused, nothing changed")
+    storage.check_output(f"zfs hold keep {VOL}@{first}")
+    try:
+        res = fctl("checkpoint", "volume", "destroy", JOB, "--yes")
+        assert res.rc == 1 and "held" in res.stderr and f"{VOL}@{first}" in res.stderr, res.stderr
+        assert storage.run(f"zfs list {VOL}").rc == 0 and gpu.run(f"findmnt -n /checkpoints/{JOB}").rc == 0
+    finally:
+        storage.check_output(f"zfs release keep {VOL}@{first}")
+
+    step("without --yes: refused; --dry-run: the plan, nothing changed")
+    res = fctl("checkpoint", "volume", "destroy", JOB)
+    assert res.rc == 1 and "--yes" in res.stderr
+    plan = fctl.json("checkpoint", "volume", "destroy", JOB, "--dry-run")
+    assert plan["would_destroy"][0] == VOL and f"{VOL}@{first}" in plan["would_destroy"]
+    assert storage.run(f"zfs list {VOL}").rc == 0 and storage.run(f"test -d {TARGET}").rc == 0
+
+    step("fabricctl checkpoint volume destroy --yes")
+    out = fctl.json("checkpoint", "volume", "destroy", JOB, "--yes")
+    assert out["destroyed"][0] == VOL and out["hosts"]["gpu1"]["status"] == "ok", out
+    assert storage.run(f"zfs list {VOL}").rc != 0
+    assert storage.run(f"test -d {TARGET}").rc != 0, "the read-write target is still in configfs"
+    assert gpu.run(f"findmnt -n /checkpoints/{JOB}").rc != 0
+    assert "ck.train.rw" not in gpu.run("iscsiadm -m session").stdout
+    res = fctl("checkpoint", "list", JOB)
+    assert res.rc == 1 and "unknown job" in res.stderr
