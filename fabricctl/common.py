@@ -159,13 +159,27 @@ def require_job(ctx, job: str) -> dict:
 
 def checkpoints(ctx, job: str) -> list[dict]:
     """The job's checkpoint snapshots, oldest first, with step (int), metrics and tags parsed."""
-    rows = versions.list_snapshots(ctx.local, ck_volume(ctx.config, job), kinds=("checkpoint",))
-    extra = metric_props(ctx, ck_volume(ctx.config, job))
+    columns = tuple(f"fabric:metric.{m}" for m in ctx.config.metrics)
+    rows = versions.list_snapshots(ctx.local, ck_volume(ctx.config, job), kinds=("checkpoint",),
+                                   extra_columns=columns)  # one listing, metrics included
     for r in rows:
         r["step"] = int(r["fabric:step"]) if (r.get("fabric:step") or "").isdigit() else None
         r["tags"] = [t for t in (r.get("fabric:tags") or "").split(",") if t]
-        r["metrics"] = extra.get(r["name"], {})
+        r["metrics"] = {}
+        for column in columns:
+            metric = _metric_value(r.pop(column, None))
+            if metric is not None:
+                r["metrics"][column.split(".", 1)[1]] = metric
     return rows
+
+
+def _metric_value(text: str | None) -> float | None:
+    if text in (None, "", "-"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def metric_props(ctx, dataset: str) -> dict:
@@ -179,11 +193,9 @@ def metric_props(ctx, dataset: str) -> dict:
     out: dict = {}
     for line in res.stdout.splitlines():
         name, prop, value = (line.split("\t") + ["", "", ""])[:3]
-        if value not in ("-", ""):
-            try:
-                out.setdefault(name, {})[prop.split(".", 1)[1]] = float(value)
-            except ValueError:
-                continue
+        metric = _metric_value(value)
+        if metric is not None:
+            out.setdefault(name, {})[prop.split(".", 1)[1]] = metric
     return out
 
 

@@ -56,9 +56,13 @@ def parse_snapshots(text: str) -> list[dict]:
     return _rows(text, SNAPSHOT_COLUMNS)
 
 
-def list_snapshots(runner, root: str, kinds=("dataset-version",)) -> list[dict]:
-    """Project snapshots under root, oldest first, with their fabric properties and userrefs (holds)."""
-    rows = _list(runner, root, "snapshot", SNAPSHOT_COLUMNS, ("-s", "createtxg"))
+def list_snapshots(runner, root: str, kinds=("dataset-version",), extra_columns=()) -> list[dict]:
+    """Project snapshots under root, oldest first, with their fabric properties and userrefs (holds).
+
+    extra_columns: more properties read in the same listing (a checkpoint's metrics), so that one
+    `zfs list` serves, however many snapshots there are.
+    """
+    rows = _list(runner, root, "snapshot", (*SNAPSHOT_COLUMNS, *extra_columns), ("-s", "createtxg"))
     out = []
     for row in rows:
         if row.get("fabric:managed") != "true" or (kinds and row.get("fabric:kind") not in kinds):
