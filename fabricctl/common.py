@@ -182,23 +182,6 @@ def _metric_value(text: str | None) -> float | None:
         return None
 
 
-def metric_props(ctx, dataset: str) -> dict:
-    """{snapshot: {metric: float}} from the fabric:metric.* user properties (one `zfs get` for all)."""
-    metrics = ctx.config.metrics
-    if not metrics:
-        return {}
-    props = ",".join(f"fabric:metric.{m}" for m in metrics)
-    res = ctx.local.run(["zfs", "get", "-H", "-p", "-o", "name,property,value", "-t", "snapshot", "-r", props,
-                         dataset], check=False)
-    out: dict = {}
-    for line in res.stdout.splitlines():
-        name, prop, value = (line.split("\t") + ["", "", ""])[:3]
-        metric = _metric_value(value)
-        if metric is not None:
-            out.setdefault(name, {})[prop.split(".", 1)[1]] = metric
-    return out
-
-
 def table(rows: list[list], headers: list[str]) -> None:
     """Print list rows under headers (output.print_table takes mappings)."""
     from .output import print_table  # noqa: PLC0415

@@ -55,17 +55,17 @@ def collect(ctx, now: datetime.datetime) -> tuple[retention.Plan, list[dict]]:
     live = lio.read_live()
     exported = published_snapshots(cfg, live)
     plans, scopes = [], []
+    metric_columns = tuple(f"fabric:metric.{m}" for m in cfg.metrics)
     for prefix, vols in (("datasets", common.volumes(ctx)), ("checkpoints", common.checkpoint_volumes(ctx))):
         for name, vol in sorted(vols.items()):
             path = f"{prefix}/{name}"
             policy = rules.policy_for(path)
-            metrics = common.metric_props(ctx, vol["name"])
             snaps = []
-            for row in versions.list_all_snapshots(ctx.local, vol["name"]):
+            # one listing per volume, the metrics included (they are plain fabric:metric.* columns)
+            for row in versions.list_all_snapshots(ctx.local, vol["name"], extra_columns=metric_columns):
                 props = versions.as_property_strings(row)
                 if not versions.owned(row):  # e.g. taken by hand: it inherits fabric:managed=true
                     props["fabric:managed"] = "false"
-                props.update({f"fabric:metric.{k}": repr(v) for k, v in metrics.get(row["name"], {}).items()})
                 if row["name"] in exported:
                     props["fabric:published"] = "lio"
                 snaps.append(retention.snapshot_from_properties(row["name"], props))

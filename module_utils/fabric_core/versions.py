@@ -89,9 +89,10 @@ def now_iso(now: datetime.datetime | None = None) -> str:
     return now.astimezone(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def list_all_snapshots(runner, root: str) -> list[dict]:
-    """Every snapshot under root (managed or not), oldest first, with the fabric properties."""
-    rows = _list(runner, root, "snapshot", SNAPSHOT_COLUMNS, ("-s", "createtxg"))
+def list_all_snapshots(runner, root: str, extra_columns=()) -> list[dict]:
+    """Every snapshot under root (managed or not), oldest first, with the fabric properties (and
+    extra_columns, read in the same listing)."""
+    rows = _list(runner, root, "snapshot", (*SNAPSHOT_COLUMNS, *extra_columns), ("-s", "createtxg"))
     for row in rows:
         row["dataset"], _, row["snapshot"] = row["name"].partition("@")
     return rows
