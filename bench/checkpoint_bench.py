@@ -34,11 +34,10 @@ All on storage1 (and gpu1, the writer), in one run:
    writes (timing each write); once 256 MiB are written, `fabricctl checkpoint snapshot bench-ck
    --step 10000N --json` runs on storage1 and reports freeze_seconds (fsfreeze on the writer to
    thaw). Three such runs, after one run of the writer alone (the baseline).
-6. Clean-up: gpu1 unmounts and logs out and the LIO target goes, through fabricctl's own code
-   installed on storage1 (fabric_core.publish.detach and plan_removal, as `fabricctl unpublish`
-   does: fabricctl has no `checkpoint volume destroy` yet), then `zfs destroy -r` of the two zvols
-   (only when they carry this benchmark's bench:owner mark); the temporary config, sanoid config
-   directory, scripts and the lock holder go too.
+6. Clean-up: `fabricctl checkpoint volume destroy bench-ck --yes --force` (gpu1 unmounts and logs
+   out, the LIO target goes, the zvol and its snapshots are destroyed) and `zfs destroy -r` of
+   sanoid's zvol, each only when it carries this benchmark's bench:owner mark; the temporary
+   config, sanoid config directory, scripts and the lock holder go too.
 
 While it runs, the scheduled `fabricctl rotate` (role fabricctl: an hourly timer, with the real
 config, whose "checkpoints/*" policy would prune bench-ck's snapshots in the middle of the
@@ -209,33 +208,6 @@ print(json.dumps({"mib": mib, "seconds": round(total, 3), "mb_s": round(mib * 10
                   "started_epoch": started_epoch}))
 '''
 
-DETACH = r'''
-import argparse, json, sys
-install_dir, job = sys.argv[1], sys.argv[2]
-sys.path.insert(0, install_dir)
-from fabricctl import common
-from fabricctl.context import Context
-from fabric_core import lio, publish
-ctx = Context(argparse.Namespace(config=None, dry_run=False, json=True))
-try:
-    cfg = ctx.config
-    vol = common.checkpoint_volumes(ctx).get(job)
-    if vol is None:
-        print(json.dumps({"detached": False, "reason": f"no checkpoint volume {job}"}))
-        sys.exit(0)
-    export = publish.checkpoint_volume_export(cfg.checkpoint_root, cfg.checkpoint_mount_root, job,
-                                              vol.get("fabric:fs") or "ext4")
-    iqn = export.target_iqn(cfg.iqn_base)
-    writer = cfg.host(vol.get("fabric:writer"))
-    host = publish.detach(ctx.ssh(writer), export, target_iqn=iqn, portal=cfg.portal.address)
-    actions = publish.plan_removal(lio.read_live(), iqn_base=cfg.iqn_base, backstore_prefix=cfg.backstore_prefix,
-                                   target_iqns=[iqn])
-    done = lio.apply(actions)
-    print(json.dumps({"detached": True, "writer": writer.name, "host": host, "lio": done}, default=str))
-finally:
-    ctx.close()
-'''
-
 SANOID_CONF = """\
 # bench/checkpoint_bench.py: sanoid's policy equivalent to fabricctl's {{keep_last: {keep}}}
 [{dataset}]
@@ -328,20 +300,11 @@ def cleanup(lab: Lab, state: State) -> list[str]:
         if owner_of(STORAGE, lab.ck) != OWNER:
             left.append(f"{lab.ck} exists but is not this benchmark's ({OWNER_PROP} unset): left alone")
         else:
-            say(f"clean-up: detach {JOB} from its writer and remove its LIO target (fabricctl's own code)")
-            put(STORAGE, f"{WORK}/detach.py", DETACH)
-            proc = ssh(STORAGE, f"python3 {WORK}/detach.py {lab.install_dir} {JOB}", check=False, timeout=900)
+            say(f"clean-up: fabricctl checkpoint volume destroy {JOB} --yes --force")
+            proc = ssh(STORAGE, f"fabricctl checkpoint volume destroy {JOB} --yes --force --json", check=False,
+                       timeout=900)
             if proc.returncode != 0:
-                left.append(f"{lab.ck}: detach failed: {tail(proc.stderr, 5)}")
-            else:
-                say(f"clean-up: zfs destroy -r {lab.ck}")
-                for attempt in range(3):  # the zvol can stay busy for a moment after its LIO backstore went
-                    proc = ssh(STORAGE, f"udevadm settle; zfs destroy -r {lab.ck}", check=False, timeout=900)
-                    if proc.returncode == 0:
-                        break
-                    time.sleep(10 * (attempt + 1))
-                if proc.returncode != 0:
-                    left.append(f"{lab.ck}: {tail(proc.stderr, 3)}")
+                left.append(f"{lab.ck}: {tail(proc.stderr, 5)}")
     if zfs_exists(STORAGE, lab.other):
         if owner_of(STORAGE, lab.other) != OWNER:
             left.append(f"{lab.other} exists but is not this benchmark's: left alone")
