@@ -110,12 +110,10 @@ def ensure_mount(runner, *, device: str, mountpoint: str, fstype: str, readonly:
             "before": old.stdout if old.rc == 0 else "", "after": text}
 
 
-def owned_units(runner, owner: str) -> list[dict]:
-    """The .mount units in UNIT_DIR marked as owner's: [{unit, path, mountpoint, device}], sorted.
-
-    One grep reads the marker, What= and Where= of every unit file (not the *.wants links).
-    """
-    check_owner(owner)
+def marked_units(runner) -> list[dict]:
+    """Every .mount unit in UNIT_DIR that carries an owner marker: [{unit, path, owner, mountpoint,
+    device}], sorted. One grep reads the marker, What= and Where= of every unit file (not the
+    *.wants links)."""
     res = runner.run(["grep", "-r", "-H", "--include=*.mount", "-E", f"^({OWNER_MARK}|What=|Where=)", UNIT_DIR],
                      ok_rcs=(0, 1))
     files: dict[str, dict] = {}
@@ -131,8 +129,13 @@ def owned_units(runner, owner: str) -> list[dict]:
             entry["device"] = text[len("What="):].strip()
         elif text.startswith("Where="):
             entry["mountpoint"] = text[len("Where="):].strip()
-    return [{k: v for k, v in e.items() if k != "owner"} for _, e in sorted(files.items())
-            if e["owner"] == owner and e["mountpoint"]]
+    return [e for _, e in sorted(files.items()) if e["owner"] and e["mountpoint"]]
+
+
+def owned_units(runner, owner: str) -> list[dict]:
+    """The .mount units in UNIT_DIR marked as owner's: [{unit, path, mountpoint, device}], sorted."""
+    check_owner(owner)
+    return [{k: v for k, v in u.items() if k != "owner"} for u in marked_units(runner) if u["owner"] == owner]
 
 
 def reconcile(runner, wanted: list[dict], *, owner: str, purge: bool = True, force: bool = False) -> dict:
@@ -149,8 +152,15 @@ def reconcile(runner, wanted: list[dict], *, owner: str, purge: bool = True, for
     if dupes:
         raise UserError(f"mount point(s) listed twice: {', '.join(dupes)}", "give each mount its own mount point")
     removed, commands = [], []
+    marked = marked_units(runner)
+    theirs = [u for u in marked if u["owner"] != owner and u["mountpoint"] in points]
+    if theirs:  # refused before anything changes
+        raise UserError("mount point(s) already mounted by another tool's unit: "
+                        + "; ".join(f"{u['mountpoint']} ({u['unit']}, {u['owner']})" for u in theirs),
+                        "choose other mount points, or remove those mounts with the tool that made them")
     if purge:
-        stale = [u for u in owned_units(runner, owner) if u["mountpoint"] not in points]
+        stale = [{k: v for k, v in u.items() if k != "owner"} for u in marked
+                 if u["owner"] == owner and u["mountpoint"] not in points]
         busy = {u["mountpoint"]: users(runner, u["mountpoint"]) for u in stale}
         busy = {m: who for m, who in busy.items() if who}
         if busy and not force:

@@ -138,12 +138,15 @@ def test_reconcile_refuses_to_remove_a_mount_in_use_and_changes_nothing():
     assert ("umount", "-l", "/datasets/old") in host.log and forced["removed"]
 
 
-def test_reconcile_refuses_a_mount_point_owned_by_someone_else():
+def test_reconcile_refuses_a_mount_point_owned_by_someone_else_before_any_change():
     host = Host()
+    mounts.reconcile(host, [want("old")], owner="iscsi_initiator")
     mounts.ensure_mount(host, device=DEV.format(1), mountpoint="/datasets/a", fstype="ext4")  # fabricctl's
+    host.log.clear()
     with pytest.raises(UserError) as err:
-        mounts.reconcile(host, [want("a")], owner="iscsi_initiator")
-    assert "belongs to fabricctl" in str(err.value)
+        mounts.reconcile(host, [want("a")], owner="iscsi_initiator")  # /datasets/old would be purged
+    assert "another tool" in str(err.value) and "fabricctl" in str(err.value)
+    assert host.mutations() == [] and "/datasets/old" in host.mounted
 
 
 def test_reconcile_refuses_duplicate_mount_points():
