@@ -47,7 +47,7 @@ print(json.dumps({"install_dir": m.group(1), "config": c.source, "pool": c.pool,
                   "dataset_root": c.dataset_root, "mount_root": c.mount_root,
                   "checkpoint_root": c.checkpoint_root, "checkpoint_mount_root": c.checkpoint_mount_root,
                   "lock_file": c.rotation.lock_file, "key_file": c.ssh.key_file, "known_hosts": c.ssh.known_hosts,
-                  "ssh_user": c.ssh.user, "ssh_port": c.ssh.port,
+                  "ssh_user": c.ssh.user, "ssh_port": c.ssh.port, "portal_ip": c.portal.ip,
                   "hosts": {n: h.address for n, h in c.hosts.items()}}))
 '''
 

@@ -15,13 +15,15 @@ For each size S (1 GiB, then 4 GiB), all in one run:
    pubbench-Sg v1`: timed and reported, not the headline.
 3. The headline: `fabricctl publish pubbench-Sg@v1 --to gpu1,gpu2`, timed on storage1 (GNU time
    around the command) and on the host (wall clock around the ssh call).
-4. Baseline: `rsync -a --whole-file SRC/ root@GPU:SCRATCH/pubbench-rsync-Sg/` from storage1 to
-   gpu1 and gpu2 in parallel, over fabricctl's own SSH key and known_hosts, onto each GPU VM's
-   local NVMe scratch disk (the lab gives each one; this benchmark makes an ext4 file system
-   labelled `pubbench` on it when the disk is blank, and refuses a disk that carries anything
-   else). When the scratch file system has no room for S plus a reserve, the rsync is skipped and
-   the section says so (no figure is invented). As a second baseline that always fits, the same
-   tree streamed to both hosts and discarded there (`tar -cf - | ssh GPU 'cat >/dev/null'`): the
+4. Baseline: `rsync -a --whole-file SRC/ rsync://GPU:8730/pubbench/pubbench-rsync-Sg/` from
+   storage1 to gpu1 and gpu2 in parallel: an rsync daemon on each GPU node (started by this
+   benchmark for the run, accepting storage1's address only), unencrypted as iSCSI is, so neither
+   side pays for ciphers the other does not use. It writes onto each GPU VM's local NVMe scratch
+   disk (the lab gives each one; this benchmark makes an ext4 file system labelled `pubbench` on it
+   when the disk is blank, and refuses a disk that carries anything else). When the scratch file
+   system has no room for S plus a reserve, the rsync is skipped and the section says so (no
+   figure is invented). As a second baseline, the same tree streamed over TCP to both hosts and
+   discarded there (`tar -cf - | mbuffer -O GPU:8731` into `mbuffer -I 8731 -o /dev/null`): the
    floor of any copy over the lab network, since nothing is written on the GPU side.
 5. First read on gpu1 (page cache dropped first): `tar -cf - | wc -c` of the published version
    against the same read of the rsync'ed copy.
@@ -46,12 +48,12 @@ import json
 import math
 import shlex
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from labbench import (  # noqa: E402
-    LAB_HINT,
     OWNER_PROP,
     BenchError,
     fabricctl_facts,
@@ -102,31 +104,54 @@ print(json.dumps({"files": files, "bytes": written, "seconds": round(time.monoto
 '''
 
 
+RSYNC_PORT, SINK_PORT = 8730, 8731
+RSYNCD_CONF = "/run/pubbench-rsyncd.conf"
+DAEMONS = ("pubbench-rsyncd", "pubbench-sink")  # transient systemd units on the GPU nodes
+
+
 @dataclass
 class Lab:
     pool: str
     dataset_root: str
     mount_root: str
-    ssh_e: str                 # rsync -e / ssh command line on storage1 towards the GPU nodes
-    addresses: dict[str, str]  # gpu name -> USER@ADDRESS as fabricctl reaches it
+    storage_address: str       # storage1's address on the storage network (fabricctl's portal)
+    addresses: dict[str, str]  # gpu name -> its address, as fabricctl reaches it
 
 
 def preflight() -> Lab:
-    """The lab is up, converged, fabricctl installed on storage1 and able to reach gpu1 and gpu2."""
+    """The lab is up, converged, fabricctl installed on storage1, the copy tools on every node."""
     facts = fabricctl_facts(STORAGE, *GPUS)
-    for host, tool in ((STORAGE, "/usr/bin/time"), (STORAGE, "rsync"), *((g, "rsync") for g in GPUS)):
+    for host, tool in ((STORAGE, "/usr/bin/time"), (STORAGE, "rsync"), (STORAGE, "mbuffer"),
+                       *((g, t) for g in GPUS for t in ("rsync", "mbuffer"))):
         if ssh(host, f"command -v {tool} >/dev/null", check=False).returncode != 0:
             raise BenchError(f"{host} has no {tool} (it is in lab/image/packages.txt: rebuild the image)")
-    ssh_e = (f"ssh -i {facts['key_file']} -p {facts['ssh_port']} -o UserKnownHostsFile={facts['known_hosts']} "
-             "-o StrictHostKeyChecking=yes -o BatchMode=yes")
-    targets = {g: f"{facts['ssh_user']}@{facts['hosts'][g]}" for g in GPUS}
-    for gpu, target in targets.items():
-        proc = ssh(STORAGE, f"{ssh_e} {target} true", check=False, timeout=120)
-        if proc.returncode != 0:
-            raise BenchError(f"storage1 cannot ssh to {gpu} ({target}) with fabricctl's key and known_hosts:\n"
-                             f"{tail(proc.stderr)}\n{LAB_HINT}")
-    lab = Lab(facts["pool"], facts["dataset_root"], facts["mount_root"], ssh_e, targets)
-    return lab
+    return Lab(facts["pool"], facts["dataset_root"], facts["mount_root"], facts["portal_ip"],
+               {g: facts["hosts"][g] for g in GPUS})
+
+
+def start_daemon(gpu: str, unit: str, command: str, port: int) -> None:
+    """A transient systemd service on the GPU node, listening on port (waited for)."""
+    ssh(gpu, f"systemctl stop {unit} 2>/dev/null; systemctl reset-failed {unit} 2>/dev/null; "
+             f"systemd-run --quiet --unit={unit} {command}")
+    for _ in range(60):
+        if ssh(gpu, f"ss -Hltn 'sport = :{port}' | grep -q LISTEN", check=False).returncode == 0:
+            return
+        time.sleep(1)
+    raise BenchError(f"{gpu}: {unit} does not listen on port {port} (`journalctl -u {unit}`)")
+
+
+def start_rsyncd(lab: Lab, gpu: str) -> None:
+    conf = (f"[pubbench]\npath = {SCRATCH_MOUNT}\nread only = false\nuid = root\ngid = root\n"
+            f"use chroot = no\nhosts allow = {lab.storage_address}\n")
+    put(gpu, RSYNCD_CONF, conf)
+    start_daemon(gpu, DAEMONS[0], f"rsync --daemon --no-detach --config={RSYNCD_CONF} --port={RSYNC_PORT} "
+                                  f"--address={lab.addresses[gpu]}", RSYNC_PORT)
+
+
+def stop_daemons(gpu: str) -> None:
+    for unit in DAEMONS:
+        ssh(gpu, f"systemctl stop {unit} 2>/dev/null; systemctl reset-failed {unit} 2>/dev/null; true", check=False)
+    ssh(gpu, f"rm -f {RSYNCD_CONF}", check=False)
 
 
 # ---- names of this benchmark's objects -----------------------------------------------------------
@@ -193,6 +218,7 @@ def cleanup(lab: Lab, gib: int) -> list[str]:
         if proc.returncode != 0:
             left.append(f"{lab.dataset_root}/{name} ({tail(proc.stderr, 3)})")
     for gpu in GPUS:
+        stop_daemons(gpu)
         ssh(gpu, f"rm -rf --one-file-system {rsync_dir(gib)}", check=False, timeout=900)
         ssh(gpu, f"umount {SCRATCH_MOUNT} 2>/dev/null; rmdir {SCRATCH_MOUNT} 2>/dev/null; true", check=False)
     src = src_dataset(lab, gib)
@@ -288,8 +314,10 @@ def run_size(lab: Lab, gib: int) -> dict:
         if not opts.split(",")[0] == "ro":
             raise BenchError(f"{gpu}: {mountpoint} is not mounted read-only (options: {opts})")
 
-    say(f"[{gib} GiB] baseline 1: tar | ssh to both GPU nodes, discarded there (network floor)")
-    floor = parallel([f"tar -C {where} -cf - . | {lab.ssh_e} {lab.addresses[g]} 'cat > /dev/null'" for g in GPUS])
+    say(f"[{gib} GiB] baseline 1: tar | mbuffer over TCP to both GPU nodes, discarded there (network floor)")
+    for gpu in GPUS:
+        start_daemon(gpu, DAEMONS[1], f"mbuffer -q -I {SINK_PORT} -o /dev/null", SINK_PORT)
+    floor = parallel([f"tar -C {where} -cf - . | mbuffer -q -O {lab.addresses[g]}:{SINK_PORT}" for g in GPUS])
     r["floor_s"] = timed(STORAGE, floor, timeout=7200).node
     say(f"[{gib} GiB]   {r['floor_s']:.1f} s")
 
@@ -305,9 +333,11 @@ def run_size(lab: Lab, gib: int) -> dict:
                            + f"; the copy needs {need_gpu / GIB:.1f} GiB (with a {GPU_RESERVE // MIB} MiB reserve)")
         say(f"[{gib} GiB] baseline 2: rsync SKIPPED: {r['rsync_skip']}")
     else:
-        say(f"[{gib} GiB] baseline 2: rsync -a --whole-file to both GPU nodes in parallel")
-        cmd = parallel([f"rsync -a --whole-file -e {shlex.quote(lab.ssh_e)} {where}/ "
-                        f"{lab.addresses[g]}:{rsync_dir(gib)}/" for g in GPUS])
+        say(f"[{gib} GiB] baseline 2: rsync -a --whole-file to an rsync daemon on both GPU nodes in parallel")
+        for gpu in GPUS:
+            start_rsyncd(lab, gpu)
+        cmd = parallel([f"rsync -a --whole-file {where}/ rsync://{lab.addresses[g]}:{RSYNC_PORT}/pubbench/"
+                        f"{rsync_dir(gib).rsplit('/', 1)[1]}/" for g in GPUS])
         r["rsync_s"] = timed(STORAGE, cmd, timeout=7200).node
         for gpu in GPUS:
             count = int(ssh(gpu, f"find {rsync_dir(gib)} -type f | wc -l").stdout.strip())
@@ -347,8 +377,8 @@ def section(results: list[dict], when: str) -> list[str]:
         "Each tree: files of 16-256 KiB of pseudo-random data, 1000 per directory.",
         "",
         "| size | files | ours: `fabricctl publish --to gpu1,gpu2` (on storage1 / host wall) "
-        "| baseline: `rsync -a --whole-file` to both in parallel | ratio publish / rsync "
-        "| floor: `tar \\| ssh 'cat >/dev/null'` to both | ratio publish / floor |",
+        "| baseline: `rsync -a --whole-file` to an rsync daemon on both, in parallel | ratio publish / rsync "
+        "| floor: `tar \\| mbuffer` over TCP to both, discarded | ratio publish / floor |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -387,10 +417,10 @@ def section(results: list[dict], when: str) -> list[str]:
         "wall time adds the ssh round trip from the host. Publishing exports the sealed snapshot's block device "
         "read-only (LIO), logs gpu1 and gpu2 in and mounts it: no file data is copied, so its time should not "
         "depend on the dataset size, while any copy moves every byte. The rsync and the floor copy read the "
-        "source tree from storage1's pool (ARC at most 512 MiB, so mostly from disk) and go over SSH through "
-        "the emulated network, and rsync writes onto each GPU VM's local NVMe scratch disk (ext4). The published "
-        "read is served by storage1's zvol over iSCSI (storage1's ARC may hold part of it), the copy by gpu1's "
-        "local scratch disk. Absolute numbers are bound by software emulation; "
+        "source tree from storage1's pool (ARC at most 512 MiB, so mostly from disk) and go unencrypted over TCP "
+        "(as iSCSI does) through the emulated network, and rsync writes onto each GPU VM's local NVMe scratch "
+        "disk (ext4). The published read is served by storage1's zvol over iSCSI (storage1's ARC may hold part "
+        "of it), the copy by gpu1's local scratch disk. Absolute numbers are bound by software emulation; "
         "compare ratios.",
     ]
     return rows
@@ -412,7 +442,7 @@ def main() -> int:
         return results
 
     return run_bench("bench-publish", SECTION,
-                     checking="up, converged, fabricctl on storage1, SSH from storage1 to the GPU nodes",
+                     checking="up, converged, fabricctl on storage1, rsync and mbuffer on every node",
                      preflight=preflight, leftovers=lambda lab: cleanup_all(lab, sorted(set(sizes) | {1, 4})),
                      cleanup_only=args.cleanup_only, measure=measure, cleanup=lambda lab: cleanup_all(lab, sizes),
                      rows=lambda lab, done, when: section(done, when),
