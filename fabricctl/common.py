@@ -6,7 +6,7 @@ import os
 import time
 
 from fabric_core import lio, mounts, publish, versions, zfs
-from fabric_core.errors import NotFound, UserError
+from fabric_core.errors import CommandError, NotFound, UserError
 
 
 def zvol(cfg, name: str) -> str:
@@ -187,3 +187,18 @@ def table(rows: list[list], headers: list[str]) -> None:
     from .output import print_table  # noqa: PLC0415
 
     print_table([dict(zip(headers, row, strict=True)) for row in rows], [(h, h) for h in headers])
+
+
+def destroy_volume(ctx, volume: str, attempts: int = 5) -> None:
+    """`zfs destroy -r`, waiting out the moment a zvol stays busy after its LIO backstore or its mount
+    went (udev's probe may still hold it open)."""
+    for attempt in range(attempts):
+        ctx.local.run(["udevadm", "settle"], check=False)
+        res = ctx.local.run(["zfs", "destroy", "-r", volume], mutating=True, check=False)
+        if res.rc == 0:
+            return
+        if "busy" not in res.stderr or attempt == attempts - 1:
+            raise CommandError(res.argv, res.rc, res.stdout, res.stderr,
+                               fix=f"see what still uses /dev/zvol/{volume} (`fuser -v`, `targetcli ls`), then "
+                                   "run the command again")
+        time.sleep(2 * (attempt + 1))

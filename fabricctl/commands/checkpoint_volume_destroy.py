@@ -13,10 +13,8 @@ Examples:
 
 from __future__ import annotations
 
-import time
-
 from fabric_core import lio, publish, versions
-from fabric_core.errors import Busy, CommandError, UnsafeOperation, UserError
+from fabric_core.errors import Busy, UnsafeOperation, UserError
 from fabric_core.names import validate_fabric_name
 
 from .. import common, publishing
@@ -67,7 +65,7 @@ def run(ctx, args) -> int:
         f"retire {job}", quiet=args.json)
     fan.raise_for_partial(f"retire {job} (the volume is kept until its writer has let go of it)")
     storage = publishing.storage_withdraw(ctx, rw, [], force=args.force, live=live)
-    destroy_volume(ctx, volume)
+    common.destroy_volume(ctx, volume)
     out = {"job": job, "writer": writer.name, "hosts": common.outcome_dict(fan),
            "lio_actions": storage["lio_actions"], "destroyed" if not ctx.dry_run else "would_destroy": what,
            "dry_run": ctx.dry_run, "planned": ctx.planned()}
@@ -77,20 +75,6 @@ def run(ctx, args) -> int:
         verb = "would destroy" if ctx.dry_run else "destroyed"
         print(f"{verb} {volume} and {len(snapshots)} checkpoint(s); unmounted from {writer.name}")
     return 0
-
-
-def destroy_volume(ctx, volume: str, attempts: int = 5) -> None:
-    """`zfs destroy -r`, waiting out the moment a zvol stays busy after its LIO backstore went."""
-    for attempt in range(attempts):
-        ctx.local.run(["udevadm", "settle"], check=False)
-        res = ctx.local.run(["zfs", "destroy", "-r", volume], mutating=True, check=False)
-        if res.rc == 0:
-            return
-        if "busy" not in res.stderr or attempt == attempts - 1:
-            raise CommandError(res.argv, res.rc, res.stdout, res.stderr,
-                               fix=f"see what still uses /dev/zvol/{volume} (`fuser -v`, `targetcli ls`), then "
-                                   "run the command again: the export is already gone")
-        time.sleep(2 * (attempt + 1))
 
 
 def main(argv: list[str] | None = None) -> int:

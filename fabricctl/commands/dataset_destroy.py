@@ -64,7 +64,7 @@ def run(ctx, args) -> int:
             lzc.destroy_snapshots(what)
         else:
             common.unmount_staging(ctx, name)
-            ctx.local.run(["zfs", "destroy", "-r", vol["name"]], mutating=True)
+            common.destroy_volume(ctx, vol["name"])
             ctx.local.run(["rmdir", common.staging_dir(cfg, name)], check=False, mutating=True)
     out = {"destroyed" if not ctx.dry_run else "would_destroy": what, "dry_run": ctx.dry_run}
     if args.json:
