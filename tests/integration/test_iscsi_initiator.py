@@ -150,6 +150,9 @@ def test_role_mounts_readonly_exports_idempotently_and_removes_unlisted_ones(hos
         assert gpu.check_output(f"systemctl is-enabled '{unit}'") == "enabled"
         record = gpu.check_output(f"iscsiadm -m node -T {exports[fs]} -p {exports['portal']}:3260")
         assert "node.startup = automatic" in record
+        disk = gpu.check_output(f"basename $(readlink -f {fsinfo['source']})")
+        # the udev rule lifts LIO's optimal transfer length (the zvol's volblocksize) as the request cap
+        assert gpu.check_output(f"cat /sys/block/{disk}/queue/max_sectors_kb") == "1024", disk
 
     step("gpu1: --check --diff with the default initiator name shows iqn...:gpu1 and changes nothing")
     default = dict(variables)
