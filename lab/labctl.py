@@ -9,7 +9,8 @@
 
 Environment: FABRIC_LAB_CACHE (image cache, default /var/cache/fabric-lab), FABRIC_LAB_STATE
 (per-checkout state, default .lab/), FABRIC_LAB_ACCEL (auto|tcg|kvm), FABRIC_LAB_MIRROR,
-FABRIC_LAB_BOOT_TIMEOUT (seconds, default 600).
+FABRIC_LAB_BOOT_TIMEOUT (seconds, default 600), FABRIC_LAB_NETNS (network namespace, default
+fabriclab-<hash of the state directory>: one per checkout).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             os.execvp("ssh", ["ssh", "-F", str(lab.ssh_config_path), args.vm, *args.command])
         elif args.cmd == "image":
             host.preflight(state_dir=lab.state_dir, cache_dir=image.cache_root(),
-                           image_cached=image.is_complete(image.image_dir()))
+                           image_cached=image.is_complete(image.image_dir()), netns=lab.netns)
             host.ensure_packages(log)
             print(image.ensure_image(log))
     except LabError as exc:

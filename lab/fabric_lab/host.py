@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from .errors import LabError
-from .topology import BRIDGE, CONTROLLER_ADDR, NETNS, SUBNET
+from .topology import BRIDGE, CONTROLLER_ADDR, SUBNET
 
 # Debian packages the host needs to run the lab (names as in Debian 12).
 HOST_PACKAGES = (
@@ -34,11 +34,11 @@ def run(argv: list[str], *, check: bool = True, capture: bool = True, **kw) -> s
     return proc
 
 
-def owner_marker(netns: str = NETNS) -> Path:
+def owner_marker(netns: str) -> Path:
     return RUN_DIR / f"{netns}.owner"
 
 
-def netns_exists(netns: str = NETNS) -> bool:
+def netns_exists(netns: str) -> bool:
     return Path("/run/netns", netns).exists()
 
 
@@ -51,9 +51,20 @@ def free_bytes(path: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def preflight(*, state_dir: Path, cache_dir: Path, image_cached: bool,
+def available_memory_mib() -> int:
+    """MemAvailable of the host, in MiB (0 if it cannot be read)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def preflight(*, state_dir: Path, cache_dir: Path, image_cached: bool, netns: str, need_memory_mib: int = 0,
               euid: int | None = None, tun: Path = Path("/dev/net/tun"),
-              free=free_bytes, netns_present=netns_exists, owner_of=None) -> None:
+              free=free_bytes, memory=available_memory_mib, netns_present=None, owner_of=None) -> None:
     """Refuse to start when the host cannot run the lab. Changes nothing.
 
     Every argument after the paths is injectable so the unit tests can walk each refusal.
@@ -77,19 +88,27 @@ def preflight(*, state_dir: Path, cache_dir: Path, image_cached: bool,
                 f"not enough free disk space at {path}: {have / GIB:.1f} GiB free, "
                 f"the lab needs {need / GIB:.0f} GiB{'' if image_cached else ' to build its image'}",
                 "free some space, or point FABRIC_LAB_CACHE / FABRIC_LAB_STATE at a larger filesystem")
-    if netns_present():
-        owner = (owner_of or read_owner)()
+    if (netns_present or netns_exists)(netns):
+        owner = (owner_of or read_owner)(netns)
         if owner != str(state_dir):
             who = f"the lab at {owner}" if owner else "something that is not this lab"
             raise LabError(
-                f"network namespace {NETNS!r} already exists and belongs to {who}",
-                f"stop that lab (`make lab-down` in its checkout) or, if it is stale, "
-                f"remove it with `ip netns delete {NETNS}`")
+                f"network namespace {netns!r} already exists and belongs to {who}",
+                f"stop that lab (`make lab-down` in its checkout), name another namespace with "
+                f"FABRIC_LAB_NETNS, or, if it is stale, remove it with `ip netns delete {netns}`")
+    if need_memory_mib:
+        have = memory()
+        if have and have < need_memory_mib:
+            raise LabError(
+                f"not enough free memory: the lab's VMs need {need_memory_mib} MiB, "
+                f"the host has {have} MiB available",
+                "stop what else is using memory (another checkout's lab? `ip netns list` shows every "
+                "lab namespace) or free memory, then run it again")
 
 
-def read_owner() -> str | None:
+def read_owner(netns: str) -> str | None:
     try:
-        return owner_marker().read_text().strip() or None
+        return owner_marker(netns).read_text().strip() or None
     except FileNotFoundError:
         return None
 
@@ -113,14 +132,14 @@ def ensure_packages(log) -> None:
     run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], env=env)
 
 
-def ensure_netns(state_dir: Path, log) -> None:
+def ensure_netns(netns: str, state_dir: Path, log) -> None:
     """Create the namespace and its bridge (idempotent) and record this lab as its owner."""
     RUN_DIR.mkdir(parents=True, exist_ok=True)
-    if not netns_exists():
-        log(f"creating network namespace {NETNS} with bridge {BRIDGE} ({SUBNET})")
-        run(["ip", "netns", "add", NETNS])
-    owner_marker().write_text(f"{state_dir}\n")
-    ns = ["ip", "-n", NETNS]
+    if not netns_exists(netns):
+        log(f"creating network namespace {netns} with bridge {BRIDGE} ({SUBNET})")
+        run(["ip", "netns", "add", netns])
+    owner_marker(netns).write_text(f"{state_dir}\n")
+    ns = ["ip", "-n", netns]
     run([*ns, "link", "set", "lo", "up"])
     if run([*ns, "link", "show", BRIDGE], check=False).returncode != 0:
         run([*ns, "link", "add", BRIDGE, "type", "bridge"])
@@ -130,17 +149,17 @@ def ensure_netns(state_dir: Path, log) -> None:
     run([*ns, "link", "set", BRIDGE, "up"])
 
 
-def ensure_tap(tap: str) -> None:
-    ns = ["ip", "-n", NETNS]
+def ensure_tap(netns: str, tap: str) -> None:
+    ns = ["ip", "-n", netns]
     if run([*ns, "link", "show", tap], check=False).returncode != 0:
         run([*ns, "tuntap", "add", "dev", tap, "mode", "tap"])
     run([*ns, "link", "set", tap, "master", BRIDGE])
     run([*ns, "link", "set", tap, "up"])
 
 
-def delete_netns(log) -> None:
-    if netns_exists():
-        pids = run(["ip", "netns", "pids", NETNS], check=False).stdout.split()
+def delete_netns(netns: str, log) -> None:
+    if netns_exists(netns):
+        pids = run(["ip", "netns", "pids", netns], check=False).stdout.split()
         for pid in pids:
             try:
                 os.kill(int(pid), 15)
@@ -148,16 +167,16 @@ def delete_netns(log) -> None:
                 pass
         deadline = time.monotonic() + 10
         while pids and time.monotonic() < deadline:
-            pids = run(["ip", "netns", "pids", NETNS], check=False).stdout.split()
+            pids = run(["ip", "netns", "pids", netns], check=False).stdout.split()
             time.sleep(0.2)
         for pid in pids:
             try:
                 os.kill(int(pid), 9)
             except ProcessLookupError:
                 pass
-        log(f"deleting network namespace {NETNS}")
-        run(["ip", "netns", "delete", NETNS])
-    owner_marker().unlink(missing_ok=True)
+        log(f"deleting network namespace {netns}")
+        run(["ip", "netns", "delete", netns])
+    owner_marker(netns).unlink(missing_ok=True)
 
 
 def probe_kvm(image_dir: Path, cache_dir: Path, log, timeout: float = 25.0) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -90,12 +91,29 @@ def host_mirrors() -> tuple[str, str | None]:
 
 
 def ensure_image(log) -> Path:
-    """Return the cached image for the current recipe, building it first if needed."""
+    """Return the cached image for the current recipe, building it first if needed.
+
+    One build at a time per cache: a second checkout's lab-up waits for the first one's build
+    and then finds the image cached, instead of removing the half-built tree as stale."""
     digest = recipe_hash()
     target = image_dir(digest)
     if is_complete(target):
         log(f"image {digest}: cached at {target}")
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".build.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"image {digest}: another lab is building it; waiting")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_complete(target):
+            log(f"image {digest}: cached at {target}")
+            return target
+        return _build(digest, target, log)
+
+
+def _build(digest: str, target: Path, log) -> Path:
     archive, security = host_mirrors()
     building = target.with_name(f"{digest}.building")
     if building.exists():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import host, image, topology
 from .errors import LabError
-from .topology import NETNS, VM
+from .topology import VM
 
 REPO = Path(__file__).resolve().parents[2]
 BOOT_TIMEOUT = float(os.environ.get("FABRIC_LAB_BOOT_TIMEOUT", "600"))
@@ -33,7 +33,10 @@ class Lab:
         self.key = self.state_dir / "id_ed25519"
         self.known_hosts = self.state_dir / "known_hosts"
         self.ssh_config_path = self.state_dir / "ssh_config"
-        self.control_dir = host.RUN_DIR / "cm"
+        self.netns = topology.netns_name(self.state_dir, os.environ.get("FABRIC_LAB_NETNS"))
+        # ssh's ControlPath hash (%C) covers host names, not namespaces: one directory per lab,
+        # or a second lab's ssh would reuse the first lab's connections.
+        self.control_dir = host.RUN_DIR / f"cm-{self.netns}"
         self.settings_path = self.state_dir / "lab.json"
 
     # --- state -------------------------------------------------------------------------------
@@ -77,17 +80,18 @@ class Lab:
     def up(self, storage2: bool = False) -> None:
         started = time.monotonic()
         digest = image.recipe_hash()
+        storage2 = storage2 or self.settings().get("storage2", False)
+        vms = self.vms(storage2)
         host.preflight(state_dir=self.state_dir, cache_dir=image.cache_root(),
-                       image_cached=image.is_complete(image.image_dir(digest)))
+                       image_cached=image.is_complete(image.image_dir(digest)), netns=self.netns,
+                       need_memory_mib=sum(vm.memory_mib for vm in vms if not self.pid(vm)))
         with self.locked():
-            storage2 = storage2 or self.settings().get("storage2", False)
             self.settings_path.write_text(json.dumps({"storage2": storage2}) + "\n")
             host.ensure_packages(log)
             img = image.ensure_image(log)
             accel = host.probe_kvm(img, image.cache_root(), log)
             self.ensure_key()
-            host.ensure_netns(self.state_dir, log)
-            vms = self.vms(storage2)
+            host.ensure_netns(self.netns, self.state_dir, log)
             for vm in vms:
                 if self.pid(vm):
                     log(f"{vm.name}: already running (pid {self.pid(vm)})")
@@ -121,16 +125,16 @@ class Lab:
                 host.run(["qemu-img", "create", "-q", "-f", "qcow2", str(path), f"{disk.size_gib}G"])
         (d / "console.log").unlink(missing_ok=True)
         (d / "qemu.pid").unlink(missing_ok=True)
-        host.ensure_tap(vm.tap)
+        host.ensure_tap(self.netns, vm.tap)
         argv = topology.qemu_argv(vm, vmdir=d, image_dir=img, ssh_pubkey=self.key.with_suffix(".pub").read_text(),
                                   accel=accel)
         (d / "qemu.argv").write_text("\n".join(argv) + "\n")
         log(f"{vm.name}: starting ({vm.addr}, {vm.memory_mib} MiB, {vm.cpus} vCPU, "
             f"{len(vm.disks)} data disks, {accel})")
-        host.run(["ip", "netns", "exec", NETNS, *argv])
+        host.run(["ip", "netns", "exec", self.netns, *argv])
 
     def keyscan(self, vm: VM) -> str:
-        proc = host.run(["ip", "netns", "exec", NETNS, "ssh-keyscan", "-T", "3", "-t", "ed25519", str(vm.addr)],
+        proc = host.run(["ip", "netns", "exec", self.netns, "ssh-keyscan", "-T", "3", "-t", "ed25519", str(vm.addr)],
                         check=False)
         return proc.stdout.strip() if proc.returncode == 0 else ""
 
@@ -162,7 +166,7 @@ class Lab:
         self.known_hosts.write_text("".join(f"{name} {key}\n" for name, key in sorted(self.host_keys.items())))
         self.control_dir.mkdir(parents=True, exist_ok=True)
         self.ssh_config_path.write_text(topology.ssh_config(
-            vms, key=self.key, known_hosts=self.known_hosts, control_dir=self.control_dir))
+            vms, key=self.key, known_hosts=self.known_hosts, control_dir=self.control_dir, netns=self.netns))
         self.inventory_dir.mkdir(parents=True, exist_ok=True)
         inv = topology.inventory(vms, ssh_config_path=self.ssh_config_path)
         (self.inventory_dir / "hosts.yml").write_text(
@@ -199,10 +203,11 @@ class Lab:
                         time.sleep(0.2)
                     else:
                         os.kill(pid, signal.SIGKILL)
-            if host.read_owner() in (None, str(self.state_dir)):
-                host.delete_netns(log)
+            owner = host.read_owner(self.netns)
+            if owner in (None, str(self.state_dir)):
+                host.delete_netns(self.netns, log)
             else:
-                log(f"namespace {NETNS} belongs to another lab ({host.read_owner()}): left alone")
+                log(f"namespace {self.netns} belongs to another lab ({owner}): left alone")
             shutil.rmtree(self.state_dir / "vms", ignore_errors=True)
             for path in (self.ssh_config_path, self.known_hosts, self.settings_path,
                          self.inventory_dir / "hosts.yml"):
@@ -211,8 +216,8 @@ class Lab:
 
     def status(self) -> dict:
         vms = self.vms()
-        report = {"netns": NETNS, "netns_present": host.netns_exists(), "owner": host.read_owner(),
-                  "state_dir": str(self.state_dir), "image": image.recipe_hash(),
+        report = {"netns": self.netns, "netns_present": host.netns_exists(self.netns),
+                  "owner": host.read_owner(self.netns), "state_dir": str(self.state_dir), "image": image.recipe_hash(),
                   "image_cached": image.is_complete(image.image_dir()), "vms": []}
         for vm in vms:
             pid = self.pid(vm)

@@ -7,14 +7,33 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
 import ipaddress
+import re
 from pathlib import Path
 
-NETNS = "fabriclab"
+from .errors import LabError
+
+NETNS_PREFIX = "fabriclab-"
 BRIDGE = "fabbr0"
-SUBNET = ipaddress.ip_network("10.77.0.0/24")  # private range: used only inside NETNS
+SUBNET = ipaddress.ip_network("10.77.0.0/24")  # private range: used only inside the lab's namespace
 CONTROLLER_ADDR = ipaddress.ip_address("10.77.0.1")  # the bridge's own address
 ISCSI_PORT = 3260
+
+
+
+def netns_name(state_dir: Path, override: str | None = None) -> str:
+    """The lab's network namespace: one per checkout (state directory), so a second checkout (a CI
+    clone, say) boots its own lab beside a running one instead of colliding with it. Bridge, taps
+    and addresses live inside the namespace, so two labs never see each other.
+    FABRIC_LAB_NETNS (passed as override) names it explicitly."""
+    if override:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", override):
+            raise LabError(f"FABRIC_LAB_NETNS={override!r} is not a valid network namespace name",
+                           "use up to 63 letters, digits, '.', '_' and '-', starting with a letter or digit")
+        return override
+    return NETNS_PREFIX + hashlib.sha256(str(state_dir).encode()).hexdigest()[:8]
+
 
 AHCI_PORTS = 6  # ports of one QEMU AHCI controller
 
@@ -125,7 +144,7 @@ def kernel_cmdline(vm: VM, ssh_pubkey: str) -> str:
 
 
 def qemu_argv(vm: VM, *, vmdir: Path, image_dir: Path, ssh_pubkey: str, accel: str = "tcg") -> list[str]:
-    """The full QEMU command line for one VM (the caller runs it inside NETNS)."""
+    """The full QEMU command line for one VM (the caller runs it inside the lab's namespace)."""
     argv = [
         "qemu-system-x86_64",
         "-name", vm.name,
@@ -168,7 +187,7 @@ def disk_file(disk: Disk) -> str:
     return f"disk-{disk.serial}.qcow2"
 
 
-def ssh_config(vms: tuple[VM, ...], *, key: Path, known_hosts: Path, control_dir: Path) -> str:
+def ssh_config(vms: tuple[VM, ...], *, key: Path, known_hosts: Path, control_dir: Path, netns: str) -> str:
     """An ssh_config that reaches the VMs from the host through the lab namespace."""
     blocks = []
     for vm in vms:
@@ -184,7 +203,7 @@ def ssh_config(vms: tuple[VM, ...], *, key: Path, known_hosts: Path, control_dir
         "    IdentitiesOnly yes",
         f"    UserKnownHostsFile {known_hosts}",
         "    StrictHostKeyChecking yes",
-        f"    ProxyCommand ip netns exec {NETNS} nc %h %p",
+        f"    ProxyCommand ip netns exec {netns} nc %h %p",
         "    ControlMaster auto",
         f"    ControlPath {control_dir}/%C",
         "    ControlPersist 120",

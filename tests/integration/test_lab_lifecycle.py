@@ -38,8 +38,10 @@ def test_lab_up_as_non_root_is_refused_and_touches_nothing(lab, tmp_path):
 
 
 def test_lab_up_refuses_another_labs_namespace(lab, tmp_path):
+    """Each checkout has its own namespace; naming the running lab's namespace from another
+    state directory (FABRIC_LAB_NETNS) is refused before anything is created."""
     state = tmp_path / "other-lab"
-    proc = run([*LABCTL, "up"], env=dict(os.environ, FABRIC_LAB_STATE=str(state)),
+    proc = run([*LABCTL, "up"], env=dict(os.environ, FABRIC_LAB_STATE=str(state), FABRIC_LAB_NETNS=_status()["netns"]),
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert "already exists and belongs to the lab at" in proc.stderr

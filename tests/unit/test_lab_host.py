@@ -17,8 +17,8 @@ def tun():
 
 def ok_args(tmp_path, tun_path, **over):
     args = dict(state_dir=tmp_path / "state", cache_dir=tmp_path / "cache", image_cached=True,
-                euid=0, tun=tun_path, free=lambda p: 100 * GIB, netns_present=lambda: False,
-                owner_of=lambda: None)
+                netns="fabriclab-test", euid=0, tun=tun_path, free=lambda p: 100 * GIB,
+                memory=lambda: 20000, netns_present=lambda ns: False, owner_of=lambda ns: None)
     args.update(over)
     return args
 
@@ -54,17 +54,31 @@ def test_preflight_disk_space(tmp_path, tun, cached, free_gib, ok):
 
 
 def test_preflight_refuses_another_labs_namespace(tmp_path, tun):
-    args = ok_args(tmp_path, tun, netns_present=lambda: True, owner_of=lambda: "/other/checkout/.lab")
-    with pytest.raises(LabError, match="belongs to the lab at /other/checkout/.lab") as exc:
+    args = ok_args(tmp_path, tun, netns_present=lambda ns: ns == "fabriclab-test",
+                   owner_of=lambda ns: "/other/checkout/.lab")
+    with pytest.raises(LabError, match="'fabriclab-test' already exists and belongs to the lab at "
+                                       "/other/checkout/.lab") as exc:
         host.preflight(**args)
-    assert "ip netns delete" in exc.value.fix
+    assert "ip netns delete fabriclab-test" in exc.value.fix and "FABRIC_LAB_NETNS" in exc.value.fix
     with pytest.raises(LabError, match="not this lab"):
-        host.preflight(**ok_args(tmp_path, tun, netns_present=lambda: True, owner_of=lambda: None))
+        host.preflight(**ok_args(tmp_path, tun, netns_present=lambda ns: True, owner_of=lambda ns: None))
 
 
 def test_preflight_accepts_its_own_namespace(tmp_path, tun):
     state = tmp_path / "state"
-    host.preflight(**ok_args(tmp_path, tun, netns_present=lambda: True, owner_of=lambda: str(state)))
+    host.preflight(**ok_args(tmp_path, tun, netns_present=lambda ns: True, owner_of=lambda ns: str(state)))
+
+
+@pytest.mark.parametrize("available,ok", [(9000, True), (5000, False), (0, True)])
+def test_preflight_memory(tmp_path, tun, available, ok):
+    """The VMs' memory must be available (0: /proc/meminfo unreadable, not checked)."""
+    args = ok_args(tmp_path, tun, need_memory_mib=7168, memory=lambda: available)
+    if ok:
+        host.preflight(**args)
+    else:
+        with pytest.raises(LabError, match="need 7168 MiB, the host has 5000 MiB available") as exc:
+            host.preflight(**args)
+        assert "another checkout's lab" in exc.value.fix
 
 
 def test_recipe_hash_is_stable_and_tracks_content(tmp_path):

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fabric_lab import topology
+from fabric_lab.errors import LabError
 from fabric_lab.lab import to_yaml
 
 
@@ -76,9 +77,9 @@ def test_qemu_argv_kvm_when_probe_says_so():
 
 def test_ssh_config_goes_through_the_namespace():
     text = topology.ssh_config(topology.plan(), key=Path("/s/id"), known_hosts=Path("/s/kh"),
-                               control_dir=Path("/run/x"))
+                               control_dir=Path("/run/x"), netns="fabriclab-1234abcd")
     assert "Host storage1 10.77.0.11" in text
-    assert f"ProxyCommand ip netns exec {topology.NETNS} nc %h %p" in text
+    assert "ProxyCommand ip netns exec fabriclab-1234abcd nc %h %p" in text
     assert "StrictHostKeyChecking yes" in text
 
 
@@ -90,3 +91,13 @@ def test_inventory_groups_and_yaml():
     assert set(children["storage_nodes"]["hosts"]) == {"storage1", "storage2"}
     assert set(children["gpu_nodes"]["hosts"]) == {"gpu1", "gpu2"}
     assert parsed["all"]["vars"]["ansible_ssh_common_args"] == "-F /s/ssh_config"
+
+
+def test_each_checkout_gets_its_own_namespace():
+    a = topology.netns_name(Path("/work/main/.lab"))
+    b = topology.netns_name(Path("/tmp/ci1/.lab"))
+    assert a != b and a.startswith("fabriclab-") and len(a) == len("fabriclab-") + 8
+    assert topology.netns_name(Path("/work/main/.lab")) == a  # stable
+    assert topology.netns_name(Path("/x"), "mylab") == "mylab"
+    with pytest.raises(LabError, match="'bad name' is not a valid network namespace name"):
+        topology.netns_name(Path("/x"), "bad name")
