@@ -62,12 +62,14 @@ def available_memory_mib() -> int:
     return 0
 
 
-def preflight(*, state_dir: Path, cache_dir: Path, image_cached: bool, netns: str, need_memory_mib: int = 0,
+def preflight(*, state_dir: Path, cache_dir: Path, image_cached: bool, netns: str, memory_needed=None,
               euid: int | None = None, tun: Path = Path("/dev/net/tun"),
               free=free_bytes, memory=available_memory_mib, netns_present=None, owner_of=None) -> None:
     """Refuse to start when the host cannot run the lab. Changes nothing.
 
     Every argument after the paths is injectable so the unit tests can walk each refusal.
+    memory_needed: a callable giving the MiB the VMs still to start need; called only after the
+    root check (it reads the state directory, which a non-root user may not be able to read).
     """
     euid = os.geteuid() if euid is None else euid
     if euid != 0:
@@ -96,6 +98,7 @@ def preflight(*, state_dir: Path, cache_dir: Path, image_cached: bool, netns: st
                 f"network namespace {netns!r} already exists and belongs to {who}",
                 f"stop that lab (`make lab-down` in its checkout), name another namespace with "
                 f"FABRIC_LAB_NETNS, or, if it is stale, remove it with `ip netns delete {netns}`")
+    need_memory_mib = memory_needed() if memory_needed else 0
     if need_memory_mib:
         have = memory()
         if have and have < need_memory_mib:

@@ -80,12 +80,13 @@ class Lab:
     def up(self, storage2: bool = False) -> None:
         started = time.monotonic()
         digest = image.recipe_hash()
-        storage2 = storage2 or self.settings().get("storage2", False)
-        vms = self.vms(storage2)
         host.preflight(state_dir=self.state_dir, cache_dir=image.cache_root(),
                        image_cached=image.is_complete(image.image_dir(digest)), netns=self.netns,
-                       need_memory_mib=sum(vm.memory_mib for vm in vms if not self.pid(vm)))
+                       memory_needed=lambda: sum(vm.memory_mib for vm in self.vms(storage2 or None)
+                                                 if not self.pid(vm)))
         with self.locked():
+            storage2 = storage2 or self.settings().get("storage2", False)
+            vms = self.vms(storage2)
             self.settings_path.write_text(json.dumps({"storage2": storage2}) + "\n")
             host.ensure_packages(log)
             img = image.ensure_image(log)

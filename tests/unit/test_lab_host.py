@@ -29,8 +29,8 @@ def test_preflight_passes_on_a_good_host(tmp_path, tun):
 
 def test_preflight_refuses_non_root(tmp_path, tun):
     with pytest.raises(LabError, match="must run as root") as exc:
-        host.preflight(**ok_args(tmp_path, tun, euid=1000))
-    assert "sudo make lab-up" in exc.value.fix
+        host.preflight(**ok_args(tmp_path, tun, euid=1000, memory_needed=pytest.fail))
+    assert "sudo make lab-up" in exc.value.fix  # and the state directory was not read (memory_needed)
 
 
 def test_preflight_refuses_without_tun(tmp_path, tun):
@@ -72,7 +72,7 @@ def test_preflight_accepts_its_own_namespace(tmp_path, tun):
 @pytest.mark.parametrize("available,ok", [(9000, True), (5000, False), (0, True)])
 def test_preflight_memory(tmp_path, tun, available, ok):
     """The VMs' memory must be available (0: /proc/meminfo unreadable, not checked)."""
-    args = ok_args(tmp_path, tun, need_memory_mib=7168, memory=lambda: available)
+    args = ok_args(tmp_path, tun, memory_needed=lambda: 7168, memory=lambda: available)
     if ok:
         host.preflight(**args)
     else:
