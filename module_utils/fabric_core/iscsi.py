@@ -375,13 +375,15 @@ def wait_for_device(runner, path: str, *, timeout: float = 60.0, interval: float
 
 def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = None, startup: str = "automatic",
                    state: str = "logged_in", lun: int = 0, settings: dict | None = None,
-                   device_timeout: float = 60.0, sleep=time.sleep) -> dict:
+                   device_timeout: float = 60.0, sleep=time.sleep, unmounting: tuple = ()) -> dict:
     """Converge one target's node record and session on this host.
 
     logged_in: make the node record if it is missing (after a nonpersistent SendTargets discovery
     proves the portal offers the target), set node.startup, CHAP and ``settings`` where they
     differ, log in if there is no session, then wait for /dev/disk/by-path/...-lun-LUN.
-    logged_out: log out (refused while the disk is mounted) and delete the node record.
+    logged_out: log out (refused while the disk is mounted) and delete the node record. In a dry
+    run, mount points in ``unmounting`` (the caller's own planned unmounts, still mounted because
+    nothing ran) do not count as mounted.
 
     Returns {changed, commands, session, device, kernel_device, record_created, updated, warnings,
     before, after}; commands are redacted command lines of the changes (run or, in a dry run, planned).
@@ -418,7 +420,8 @@ def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = 
 
     if state == "logged_out":
         if session is not None:
-            mounted = _mounted_disks(runner, session)
+            mounted = [m for m in _mounted_disks(runner, session)
+                       if not (runner.dry_run and m.split(" on ", 1)[1] in unmounting)]
             if mounted:
                 raise Busy(f"{target_iqn} at {portal} is in use: {', '.join(mounted)}",
                            "unmount it first (stop and disable its .mount unit); logging out under a mounted "

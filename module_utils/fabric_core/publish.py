@@ -159,7 +159,8 @@ def detach(runner, export: Export, *, target_iqn: str, portal: str, force: bool 
     step("unmount")
     mount = mounts.remove_mount(runner, export.mountpoint, force=force)
     step("logout")
-    session = iscsi.ensure_session(runner, portal=portal, target_iqn=target_iqn, state="logged_out")
+    session = iscsi.ensure_session(runner, portal=portal, target_iqn=target_iqn, state="logged_out",
+                                   unmounting=(export.mountpoint,) if mount["changed"] else ())
     return {"changed": mount["changed"] or session["changed"], "commands": mount["commands"] + session["commands"]}
 
 

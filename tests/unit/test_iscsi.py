@@ -287,6 +287,26 @@ def test_logout_refused_while_mounted():
     runner.assert_done()
 
 
+def test_dry_run_logout_ignores_the_callers_planned_unmount_only():
+    """In a dry run the caller's own unmount has not happened: that mount point does not block
+    the planned logout, any other one still does; a real run never ignores a mount."""
+    def script(mountpoint):
+        return [step(SESSIONS, stdout=data("iscsi", "session_p3.txt")),
+                step(node(XFS), stdout=data("iscsi", "node_default.txt")),
+                step(["lsblk", "-nro", "MOUNTPOINT", "/dev/sda"], stdout=f"{mountpoint}\n")]
+    runner = ScriptedRunner(script("/datasets/hd-xfs"), dry_run=True)
+    res = ensure_session(runner, portal=PORTAL, target_iqn=XFS, state="logged_out", unmounting=("/datasets/hd-xfs",))
+    runner.assert_done()
+    assert res["changed"] and res["commands"] == [f"iscsiadm -m node -T {XFS} -p {PORTAL} --logout",
+                                                  f"iscsiadm -m node -T {XFS} -p {PORTAL} -o delete"]
+    runner = ScriptedRunner(script("/elsewhere"), dry_run=True)
+    with pytest.raises(Busy, match="/elsewhere"):
+        ensure_session(runner, portal=PORTAL, target_iqn=XFS, state="logged_out", unmounting=("/datasets/hd-xfs",))
+    runner = ScriptedRunner(script("/datasets/hd-xfs"))
+    with pytest.raises(Busy, match="/datasets/hd-xfs"):
+        ensure_session(runner, portal=PORTAL, target_iqn=XFS, state="logged_out", unmounting=("/datasets/hd-xfs",))
+
+
 def login_failure_script(name, chap=None):
     text, rc = rec(name)
     record = data("iscsi", "node_chap_show.txt").replace("hdsecret12345", "wrongsecret99") if chap else \
