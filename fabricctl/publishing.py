@@ -17,16 +17,19 @@ def desired(ctx, export: publish.Export, initiators: list[str]) -> dict:
 
 
 def storage_withdraw(ctx, export: publish.Export, remaining: list[str], *, force: bool,
-                     live: dict | None = None) -> dict:
+                     live: dict | None = None, detached: frozenset = frozenset()) -> dict:
     """After hosts detached: keep the ACLs of ``remaining``; with none left, remove the target, its
-    backstore and the hold. Shared by `unpublish` and `checkpoint restore --remove`."""
+    backstore and the hold. Shared by `unpublish`, `checkpoint restore --remove` and `checkpoint
+    volume destroy`. ``detached``: the initiators the caller detached in this run; in a dry run
+    their logouts were only planned, so their sessions do not make the plan refuse."""
     cfg = ctx.config
     if remaining:
         result = lio.reconcile(desired(ctx, export, remaining), dry_run=ctx.dry_run)
         return {"lio_actions": result["actions"], "released": False}
     actions = publish.plan_removal(live or lio.read_live(), iqn_base=cfg.iqn_base,
                                    backstore_prefix=cfg.backstore_prefix,
-                                   target_iqns=[export.target_iqn(cfg.iqn_base)], force=force)
+                                   target_iqns=[export.target_iqn(cfg.iqn_base)], force=force,
+                                   planned_logouts=detached if ctx.dry_run else frozenset())
     if not ctx.dry_run:
         lio.apply(actions)
     held = "@" in export.snapshot  # a checkpoint volume (not a snapshot) is never held

@@ -71,7 +71,8 @@ def remove(ctx, args, export, hosts, target) -> int:
     gone = {h.initiator for h in hosts if h.name in common.ok_names(fan)}
     live = lio.read_live()
     remaining = [i for i in publish.acl_initiators(live, target) if i not in gone]
-    released = publishing.storage_withdraw(ctx, export, remaining, force=args.force, live=live)["released"]
+    released = publishing.storage_withdraw(ctx, export, remaining, force=args.force, live=live,
+                                           detached=frozenset(gone))["released"]
     out = {"job": export.name, "step": args.step, "hosts": common.outcome_dict(fan), "still_restored_to": remaining,
            "released": released, "dry_run": ctx.dry_run}
     if args.json:

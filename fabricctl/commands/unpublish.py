@@ -81,7 +81,8 @@ def run(ctx, args) -> int:
     remaining = [i for i in acl_inits if i not in gone]
     # --force also drops the ACLs of initiators that are not in the config (they cannot be logged out)
     keep = [] if set(remaining) <= set(foreign) and args.force else remaining
-    storage = {"acls_left": remaining, **publishing.storage_withdraw(ctx, export, keep, force=args.force)}
+    storage = {"acls_left": remaining, **publishing.storage_withdraw(ctx, export, keep, force=args.force,
+                                                                           detached=frozenset(gone))}
     out = {"ref": f"{name}@{version}", "dry_run": ctx.dry_run, "hosts": common.outcome_dict(fan), "storage": storage,
            "foreign_acls": foreign}
     if args.json:

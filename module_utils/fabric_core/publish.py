@@ -109,15 +109,18 @@ def acl_initiators(live: dict, target_iqn: str) -> list[str]:
 
 
 def plan_removal(live: dict, *, iqn_base: str, backstore_prefix: str, target_iqns: list[str],
-                 force: bool = False) -> list[lio.Action]:
-    """Actions deleting whole project-owned targets and the backstores only they export."""
+                 force: bool = False, planned_logouts: frozenset = frozenset()) -> list[lio.Action]:
+    """Actions deleting whole project-owned targets and the backstores only they export.
+
+    A target with logged-in initiators is refused (unless ``force``), except for the initiators in
+    ``planned_logouts``: a dry run's own planned logouts, whose sessions are still there."""
     state = lio.DesiredState(base_iqn=iqn_base, backstore_prefix=backstore_prefix)
     planner = lio._Planner(state, live, purge=True, force=force)  # noqa: SLF001 - same module family
     doomed = [iqn for iqn in target_iqns if iqn in planner.targets]
     for iqn in doomed:
         if not state.owns_target(iqn):
             raise UserError(f"target {iqn} is not fabricctl's (outside {iqn_base})", "leave it to its owner")
-        planner.check_busy("target", iqn, planner.session_initiators(iqn))
+        planner.check_busy("target", iqn, [i for i in planner.session_initiators(iqn) if i not in planned_logouts])
         planner.add("delete_target", iqn, "unpublished")
         planner.deleted_targets.add(iqn)
     for name in sorted(planner.backstores):

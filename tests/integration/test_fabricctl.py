@@ -189,6 +189,11 @@ def test_unpublish_refuses_while_in_use_then_cleans_up(hosts, storage, fctl):
     assert state_of(hosts, storage, "v2")["hosts"]["gpu2"]["session"]  # nothing changed
     gpu1.run("pkill -f 'sleep 600'")
     time.sleep(1)
+    plan = fctl.json("unpublish", f"{NAME}@v2", "--dry-run")  # plans logouts and the target's removal
+    assert plan["dry_run"] and {h["status"] for h in plan["hosts"].values()} == {"ok"}, plan
+    assert any("delete_target" in a for a in plan["storage"]["lio_actions"]), plan
+    st = state_of(hosts, storage, "v2")
+    assert st["target"] and st["hosts"]["gpu1"]["session"] and st["hosts"]["gpu1"]["mount"]  # nothing changed
     res = fctl("unpublish", f"{NAME}@v2")
     assert res.rc == 0, res.stderr
     st = state_of(hosts, storage, "v2")

@@ -123,6 +123,18 @@ def test_removal_is_refused_while_an_initiator_is_logged_in_and_allowed_with_for
                                                                                      "fabric_hc_rec_b"}
 
 
+def test_a_dry_runs_planned_logout_does_not_block_the_removal_plan():
+    live = json.loads((DATA / "lio" / "rec_dump_with_session.json").read_text())
+    iqn = "iqn.2026-11.io.fabric.lab:hc-rec"
+    actions = lio.changes(publish.plan_removal(
+        live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_", target_iqns=[iqn],
+        planned_logouts=frozenset({"iqn.2004-10.com.debian:cfea9e9490c1"})))
+    assert [a.op for a in actions] == ["delete_target", "delete_backstore", "delete_backstore"]
+    with pytest.raises(Busy):  # another initiator's planned logout does not excuse this one
+        publish.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_",
+                             target_iqns=[iqn], planned_logouts=frozenset({"iqn.2004-10.com.debian:other"}))
+
+
 def test_removal_never_touches_a_foreign_target():
     live = json.loads((DATA / "lio" / "rec_dump_with_session.json").read_text())
     live = copy.deepcopy(live)
