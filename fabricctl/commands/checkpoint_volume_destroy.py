@@ -64,8 +64,8 @@ def run(ctx, args) -> int:
         ctx.ssh(host), rw, target_iqn=target, portal=cfg.portal.address, force=args.force, step=step),
         f"retire {job}", quiet=args.json)
     fan.raise_for_partial(f"retire {job} (the volume is kept until its writer has let go of it)")
-    storage = publishing.storage_withdraw(ctx, rw, [], force=args.force, live=live,
-                                          detached=frozenset({writer.initiator}))
+    # read LIO again (no live=): the writer's session, seen above, ended with its logout
+    storage = publishing.storage_withdraw(ctx, rw, [], force=args.force, detached=frozenset({writer.initiator}))
     common.destroy_volume(ctx, volume)
     out = {"job": job, "writer": writer.name, "hosts": common.outcome_dict(fan),
            "lio_actions": storage["lio_actions"], "destroyed" if not ctx.dry_run else "would_destroy": what,
