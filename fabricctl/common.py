@@ -157,9 +157,14 @@ def require_job(ctx, job: str) -> dict:
     return vols[job]
 
 
+def metric_columns(cfg) -> tuple[str, ...]:
+    """The user properties that hold the configured metrics, one per metric, for a snapshot listing."""
+    return tuple(f"fabric:metric.{m}" for m in cfg.metrics)
+
+
 def checkpoints(ctx, job: str) -> list[dict]:
     """The job's checkpoint snapshots, oldest first, with step (int), metrics and tags parsed."""
-    columns = tuple(f"fabric:metric.{m}" for m in ctx.config.metrics)
+    columns = metric_columns(ctx.config)
     rows = versions.list_snapshots(ctx.local, ck_volume(ctx.config, job), kinds=("checkpoint",),
                                    extra_columns=columns)  # one listing, metrics included
     for r in rows:

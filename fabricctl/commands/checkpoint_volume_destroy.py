@@ -47,8 +47,9 @@ def run(ctx, args) -> int:
     ours = f"{cfg.iqn_base}:ck.{job}."
     rw = publish.checkpoint_volume_export(cfg.checkpoint_root, cfg.checkpoint_mount_root, job,
                                           vol.get("fabric:fs") or "ext4")
+    target = rw.target_iqn(cfg.iqn_base)
     restored = sorted(t["wwn"].split(ours, 1)[1] for t in live["dump"].get("targets", [])
-                      if t["wwn"].startswith(ours) and t["wwn"] != rw.target_iqn(cfg.iqn_base))
+                      if t["wwn"].startswith(ours) and t["wwn"] != target)
     held = [r["name"] for r in snapshots if r.get("userrefs")]
     if restored or held:
         steps = ", ".join(s[1:] if s.startswith("s") else s for s in restored)
@@ -59,7 +60,6 @@ def run(ctx, args) -> int:
     if not args.yes and not ctx.dry_run:
         raise UserError(f"destroying {volume} and its {len(snapshots)} checkpoint(s) is permanent and needs --yes",
                         f"run `fabricctl checkpoint volume destroy {job} --yes` (or --dry-run to look first)")
-    target = rw.target_iqn(cfg.iqn_base)
     fan = common.fan(ctx, [writer], lambda host, step: publish.detach(
         ctx.ssh(host), rw, target_iqn=target, portal=cfg.portal.address, force=args.force, step=step),
         f"retire {job}", quiet=args.json)

@@ -55,7 +55,7 @@ def collect(ctx, now: datetime.datetime) -> tuple[retention.Plan, list[dict]]:
     live = lio.read_live()
     exported = published_snapshots(cfg, live)
     plans, scopes = [], []
-    metric_columns = tuple(f"fabric:metric.{m}" for m in cfg.metrics)
+    metric_columns = common.metric_columns(cfg)
     for prefix, vols in (("datasets", common.volumes(ctx)), ("checkpoints", common.checkpoint_volumes(ctx))):
         for name, vol in sorted(vols.items()):
             path = f"{prefix}/{name}"

@@ -21,7 +21,6 @@ CONTROLLER_ADDR = ipaddress.ip_address("10.77.0.1")  # the bridge's own address
 ISCSI_PORT = 3260
 
 
-
 def netns_name(state_dir: Path, override: str | None = None) -> str:
     """The lab's network namespace: one per checkout (state directory), so a second checkout (a CI
     clone, say) boots its own lab beside a running one instead of colliding with it. Bridge, taps

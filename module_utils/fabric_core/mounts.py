@@ -132,10 +132,15 @@ def marked_units(runner) -> list[dict]:
     return [e for _, e in sorted(files.items()) if e["owner"] and e["mountpoint"]]
 
 
+def _of_owner(marked: list[dict], owner: str) -> list[dict]:
+    """owner's entries of ``marked_units``, without their owner field."""
+    return [{k: v for k, v in u.items() if k != "owner"} for u in marked if u["owner"] == owner]
+
+
 def owned_units(runner, owner: str) -> list[dict]:
     """The .mount units in UNIT_DIR marked as owner's: [{unit, path, mountpoint, device}], sorted."""
     check_owner(owner)
-    return [{k: v for k, v in u.items() if k != "owner"} for u in marked_units(runner) if u["owner"] == owner]
+    return _of_owner(marked_units(runner), owner)
 
 
 def reconcile(runner, wanted: list[dict], *, owner: str, purge: bool = True, force: bool = False) -> dict:
@@ -159,8 +164,7 @@ def reconcile(runner, wanted: list[dict], *, owner: str, purge: bool = True, for
                         + "; ".join(f"{u['mountpoint']} ({u['unit']}, {u['owner']})" for u in theirs),
                         "choose other mount points, or remove those mounts with the tool that made them")
     if purge:
-        stale = [{k: v for k, v in u.items() if k != "owner"} for u in marked
-                 if u["owner"] == owner and u["mountpoint"] not in points]
+        stale = [u for u in _of_owner(marked, owner) if u["mountpoint"] not in points]
         busy = {u["mountpoint"]: users(runner, u["mountpoint"]) for u in stale}
         busy = {m: who for m, who in busy.items() if who}
         if busy and not force:
