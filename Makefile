@@ -13,6 +13,7 @@ PY           := $(VENV)/bin/python
 LABCTL       := $(PYTHON) lab/labctl.py
 PYTEST       := tests/run-pytest $(PY)
 STORAGE2     ?=
+DEBIAN       ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint lint lock clean
@@ -53,8 +54,8 @@ $(VENV)/.installed: requirements/dev.in requirements/constraints.txt pyproject.t
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
-lab-up: ## boot the lab (STORAGE2=1 adds storage2); re-running converges a half-up lab
-	$(LABCTL) up $(if $(STORAGE2),--storage2)
+lab-up: ## boot the lab (STORAGE2=1 adds storage2, DEBIAN=12 for Debian 12 guests); re-running converges a half-up lab
+	$(LABCTL) up $(if $(STORAGE2),--storage2) $(if $(DEBIAN),--debian $(DEBIAN))
 
 lab-down: ## stop the lab: VMs, taps, bridge and namespace
 	$(LABCTL) down
@@ -62,8 +63,8 @@ lab-down: ## stop the lab: VMs, taps, bridge and namespace
 lab-status: ## what is up
 	$(LABCTL) status
 
-lab-image: ## build (or find) the cached guest image only
-	$(LABCTL) image
+lab-image: ## build (or find) the cached guest image only (DEBIAN=12 for Debian 12)
+	$(LABCTL) image $(if $(DEBIAN),--debian $(DEBIAN))
 
 bench-site: venv ## issue 3 benchmark on a fresh lab (site.yml times, iSCSI vs local read) -> docs/benchmarks.md
 	$(PY) bench/site_bench.py

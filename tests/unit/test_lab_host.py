@@ -130,3 +130,33 @@ def test_parse_mirrors_one_line_and_unrelated_repos():
     assert image.parse_debian_mirrors([ONE_LINE]) == ("http://local.example/debian",
                                                       "http://local.example/security")
     assert image.parse_debian_mirrors(["deb https://x.example/apt cloud-sdk-bookworm main\n"]) == (None, None)
+
+
+def test_parse_mirrors_of_a_debian_13_host():
+    trixie = DEB822.replace("bookworm", "trixie")
+    assert image.parse_debian_mirrors([trixie]) == ("http://mirror.example/debian",
+                                                    "http://mirror.example/debian-security")
+
+
+def test_release_names_and_refusal():
+    assert image.release_name("13") == "trixie" and image.release_name("12") == "bookworm"
+    assert image.release_name("bookworm") == "bookworm"
+    assert image.RELEASES[image.DEFAULT_DEBIAN] == "trixie"  # Debian 13 is the primary platform
+    with pytest.raises(LabError) as exc:
+        image.release_name("11")
+    assert "DEBIAN=13" in exc.value.fix and "'11'" in str(exc.value)
+
+
+def test_each_release_has_its_own_image_key():
+    assert image.image_key("trixie").startswith("trixie-")
+    assert image.image_key("bookworm").startswith("bookworm-")
+    assert image.image_key("trixie").split("-", 1)[1] != image.image_key("bookworm").split("-", 1)[1]
+
+
+def test_pruning_keeps_the_other_releases_image(tmp_path, monkeypatch):
+    monkeypatch.setenv("FABRIC_LAB_CACHE", str(tmp_path))
+    images = tmp_path / "images"
+    for name in ("trixie-old", "trixie-new", "bookworm-kept", "0123456789abcdef", "trixie-x.building"):
+        (images / name).mkdir(parents=True)
+    image.prune_old_images(keep="trixie-new", log=lambda msg: None)
+    assert sorted(p.name for p in images.iterdir()) == ["bookworm-kept", "trixie-new", "trixie-x.building"]
