@@ -115,7 +115,9 @@ def fan(ctx, hosts, fn, what: str, *, quiet: bool = False):
         return fn(host, (lambda text: progress.set(host, text)) if progress else (lambda text: None))
 
     try:
-        return run_on_hosts(hosts, call, parallel=ctx.config.defaults.parallel_hosts, progress=progress)
+        result = run_on_hosts(hosts, call, parallel=ctx.config.defaults.parallel_hosts, progress=progress)
+        ctx.record_outcomes(result)
+        return result
     finally:
         if progress:
             progress.close()

@@ -22,6 +22,7 @@ from typing import Any
 from fabric_core.errors import InvalidName, NotFound, UserError
 from fabric_core.iscsi import normalize_portal, validate_chap
 from fabric_core.lio import CHAP_SECRET_MAX, CHAP_SECRET_MIN
+from fabric_core.lock import DEFAULT_WAIT as LOCK_DEFAULT_WAIT
 from fabric_core.names import validate_dataset_name, validate_hostname, validate_iqn, validate_pool_name
 
 DEFAULT_PATH = "/etc/fabricctl/config.yml"
@@ -90,8 +91,21 @@ class Defaults:
 
 @dataclass(frozen=True)
 class Rotation:
-    lock_file: str = "/run/fabricctl-rotate.lock"
     metrics_file: str | None = "/var/lib/prometheus/node-exporter/fabricctl.prom"  # None: no metrics written
+
+
+@dataclass(frozen=True)
+class Lock:
+    """The node lock every change takes (fabric_core.lock; its file is fixed, shared with the Ansible modules)."""
+
+    wait_seconds: float = LOCK_DEFAULT_WAIT  # how long a change waits for another one to finish
+
+
+# rotation.lock_file: rotate's own lock before the node lock replaced it; accepted (config files the
+# role wrote before carry it) and ignored, with a warning.
+OBSOLETE_LOCK_FILE = ("rotation.lock_file is obsolete and ignored: every change takes the node lock "
+                      "(/run/fabric/node.lock); re-run playbooks/fabricctl.yml to rewrite the configuration without it")
+LOCK_WAIT_MAX = 3600.0
 
 
 @dataclass
@@ -114,7 +128,9 @@ class Config:
     metrics: list[str] = field(default_factory=list)
     retention: dict = field(default_factory=dict)  # raw: fabric_core.retention.parse_policies validates it
     rotation: Rotation = field(default_factory=Rotation)
+    lock: Lock = field(default_factory=Lock)
     source: str = "<dict>"
+    deprecations: list[str] = field(default_factory=list)  # warnings about obsolete keys, for the operator
 
     # ---- paths
 
@@ -329,12 +345,13 @@ def _kind(value) -> str:
 
 TOP_KEYS = ("pool", "dataset_root", "checkpoint_root", "iqn_base", "portal", "backstore_prefix", "mount_root",
             "checkpoint_mount_root", "staging_root", "state_dir", "ssh", "hosts", "groups", "chap", "defaults",
-            "metrics", "retention", "rotation")
+            "metrics", "retention", "rotation", "lock")
 SSH_KEYS = ("user", "key_file", "known_hosts", "connect_timeout", "port")
 PORTAL_KEYS = ("ip", "port")
 HOST_KEYS = ("address", "initiator")
 DEFAULTS_KEYS = ("fs", "manifest_workers", "parallel_hosts")
-ROTATION_KEYS = ("lock_file", "metrics_file")
+ROTATION_KEYS = ("metrics_file", "lock_file")  # lock_file: obsolete, see OBSOLETE_LOCK_FILE
+LOCK_KEYS = ("wait_seconds",)
 
 
 def from_dict(raw: Any, source: str = "<dict>") -> Config:
@@ -392,14 +409,29 @@ def from_dict(raw: Any, source: str = "<dict>") -> Config:
 
     rot = c.mapping(raw.get("rotation") or {}, "rotation", ROTATION_KEYS)
     metrics_file = rot.get("metrics_file", Rotation.metrics_file)
-    rotation = Rotation(lock_file=c.path(rot.get("lock_file", Rotation.lock_file), "rotation.lock_file"),
-                        metrics_file=None if metrics_file in (None, "") else
+    rotation = Rotation(metrics_file=None if metrics_file in (None, "") else
                         c.path(metrics_file, "rotation.metrics_file"))
+    deprecations = []
+    if "lock_file" in rot:
+        c.path(rot["lock_file"], "rotation.lock_file")
+        deprecations.append(f"{source}: {OBSOLETE_LOCK_FILE}")
+    lock = _lock(c, raw.get("lock"))
 
     return Config(pool=pool, dataset_root=d, checkpoint_root=k, iqn_base=iqn_base, portal=portal,
                   backstore_prefix=prefix, state_dir=state_dir, ssh=ssh, hosts=hosts, groups=groups, chap=chap,
-                  defaults=defaults, metrics=metrics, retention=retention, rotation=rotation, source=source,
-                  **paths)
+                  defaults=defaults, metrics=metrics, retention=retention, rotation=rotation, lock=lock,
+                  source=source, deprecations=deprecations, **paths)
+
+
+def _lock(c: _Checker, raw) -> Lock:
+    raw = c.mapping(raw if raw is not None else {}, "lock", LOCK_KEYS)
+    wait = raw.get("wait_seconds", Lock.wait_seconds)
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)):
+        raise c.fail("lock.wait_seconds", f"expected a number of seconds, got {_kind(wait)}")
+    if not 0 <= wait <= LOCK_WAIT_MAX:
+        raise c.fail("lock.wait_seconds", f"{wait} is out of range 0-{LOCK_WAIT_MAX:g}",
+                     "give how long a change waits for another one to finish, e.g. 60 (0: do not wait)")
+    return Lock(wait_seconds=float(wait))
 
 
 def _ssh(c: _Checker, raw) -> SSHConfig:

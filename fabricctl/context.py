@@ -13,6 +13,8 @@ class Context:
         self.args = args
         self._config = None
         self._ssh: dict = {}
+        # every host the command reached -> its last outcome (fan-out status, or "contacted"): the journal record
+        self.hosts: dict[str, str] = {}
         self.dry_run = bool(getattr(args, "dry_run", False))
         self.json = bool(getattr(args, "json", False))
         self.local = LocalRunner(dry_run=self.dry_run)
@@ -23,15 +25,23 @@ class Context:
             from . import config  # noqa: PLC0415
 
             self._config = config.load(getattr(self.args, "config", None))
+            for text in self._config.deprecations:
+                self.note(f"fabricctl: warning: {text}")
         return self._config
 
     def ssh(self, host):
         """A runner on a GPU node (one connection per host, reused, closed at exit)."""
+        self.hosts.setdefault(host.name, "contacted")
         if host.name not in self._ssh:
             from .remote import SSHRunner  # noqa: PLC0415
 
             self._ssh[host.name] = SSHRunner(host, self.config.ssh, dry_run=self.dry_run)
         return self._ssh[host.name]
+
+    def record_outcomes(self, result) -> None:
+        """Note each host's outcome of a fan-out (a FanoutResult) for the journal record."""
+        for outcome in result.outcomes:
+            self.hosts[outcome.name] = outcome.status
 
     def close(self) -> None:
         for runner in self._ssh.values():

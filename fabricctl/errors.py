@@ -1,15 +1,24 @@
-"""Exit codes of fabricctl. The error classes are the core library's (fabric_core.errors);
-fabricctl adds only what is about many hosts at once."""
+"""Exit statuses of fabricctl. The numbers, their table and the error classes are the core library's
+(fabric_core.errors); fabricctl adds only what is about many hosts at once (PartialFailure)."""
 
 from __future__ import annotations
 
-from fabric_core.errors import EXIT_PARTIAL, EXIT_UNEXPECTED, EXIT_USER, FabricError, UserError
+from fabric_core.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_LOCKED,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_STATUSES,
+    EXIT_UNEXPECTED,
+    EXIT_USAGE,
+    EXIT_USER,
+    FabricError,
+    LockHeld,
+    UserError,
+)
 
-EXIT_OK = 0
-EXIT_INTERRUPTED = 130
-
-__all__ = ["EXIT_OK", "EXIT_USER", "EXIT_PARTIAL", "EXIT_UNEXPECTED", "EXIT_INTERRUPTED",
-           "FabricError", "UserError", "PartialFailure"]
+__all__ = ["EXIT_OK", "EXIT_USER", "EXIT_USAGE", "EXIT_PARTIAL", "EXIT_LOCKED", "EXIT_UNEXPECTED",
+           "EXIT_INTERRUPTED", "EXIT_STATUSES", "FabricError", "UserError", "LockHeld", "PartialFailure"]
 
 
 class PartialFailure(FabricError):

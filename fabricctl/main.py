@@ -1,19 +1,26 @@
-"""fabricctl entry point: argument parsing, dispatch to fabricctl.commands, errors to exit codes.
+"""fabricctl entry point: argument parsing, dispatch to fabricctl.commands, errors to exit statuses.
 
 Every command lives in its own module under ``fabricctl/commands/`` and declares ``PATH`` (its
-words on the command line, e.g. ``("dataset", "create")``), ``HELP``, ``configure(parser)``,
-``run(ctx, args) -> int`` and ``main(argv) -> int``. This module builds the nested parsers from
-those declarations and maps errors to exit codes in one place.
+words on the command line, e.g. ``("dataset", "create")``), ``HELP``, ``MUTATING`` (True when it
+changes the fabric; a --dry-run never does), ``configure(parser)``, ``run(ctx, args) -> int`` and
+``main(argv) -> int``. This module builds the nested parsers from those declarations and, in one
+place (``main``), for every command: takes the node lock around a change (fabric_core.lock), maps
+errors to exit statuses (fabric_core.errors.EXIT_STATUSES), and logs one journal record when a
+change ends (fabricctl.audit).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import time
 
-from . import __version__
-from .errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, FabricError
+from fabric_core.lock import describe, node_lock
+
+from . import audit
+from .errors import EXIT_INTERRUPTED, EXIT_STATUSES, EXIT_UNEXPECTED, FabricError, UserError
 
 DESCRIPTION = """\
 Operate the storage fabric from a storage node: publish immutable dataset versions read-only
@@ -23,9 +30,13 @@ A dataset version is a ZFS snapshot of a staging volume: create the volume, inge
 a version (snapshot + manifest), publish it read-only to GPU nodes (mounted at
 /datasets/NAME/VERSION, with /datasets/NAME/current pointing at the newest), unpublish, destroy.
 
-Exit codes: 0 success, 1 user error (nothing changed), 2 partial (some hosts failed),
-3 unexpected error, 130 interrupted.
-"""
+Every change (not a --dry-run) takes this node's lock first (/run/fabric/node.lock, shared with
+the Ansible modules): a second change waits for it (lock.wait_seconds in the config, default 60 s),
+then gives up with exit status 4. When a change ends, one record goes to the journal
+(journalctl -t fabricctl).
+
+Exit statuses:
+""" + "".join(f"  {status:>3}  {meaning}\n" for status, meaning in EXIT_STATUSES)
 
 GROUP_HELP = {"dataset": "staging volumes and sealed versions of training datasets",
               "checkpoint": "checkpoint volumes and snapshots of training jobs"}
@@ -40,7 +51,8 @@ def _commands() -> list:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fabricctl", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"fabricctl {__version__}")
+    parser.add_argument("--version", action=_Version, help="show fabricctl's version and those of ZFS, rtslib-fb "
+                        "and open-iscsi found on this node, then exit")
     parser.add_argument("--config", metavar="PATH",
                         help="configuration file (default: $FABRICCTL_CONFIG or /etc/fabricctl/config.yml)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -59,35 +71,79 @@ def build_parser() -> argparse.ArgumentParser:
         p = where.add_parser(leaf, help=module.HELP, description=doc or module.HELP,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         module.configure(p)
-        p.set_defaults(func=module.run, command_path=module.PATH)
+        p.set_defaults(func=module.run, command_path=module.PATH, command_module=module)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+class _Version(argparse.Action):
+    """--version: probes the node's ZFS, rtslib-fb and open-iscsi only when asked (fabricctl.about)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):  # noqa: A002
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .about import version_text  # noqa: PLC0415
+
+        print(version_text())
+        parser.exit()
+
+
+def changes(module, args) -> bool:
+    """Whether this run of the command changes the fabric: its module's MUTATING, and never a --dry-run."""
+    declared = module.MUTATING
+    mutating = declared(args) if callable(declared) else bool(declared)
+    return mutating and not getattr(args, "dry_run", False)
+
+
+def _node_lock(ctx, args):
+    """The node lock for a change, waiting as long as the config says (the default when the config does
+    not load: the command itself reports that, after checking its own arguments)."""
+    try:
+        wait = ctx.config.lock.wait_seconds
+    except UserError:
+        wait = None
+    kwargs = {} if wait is None else {"wait": wait}
+    return node_lock(audit.command_line(args), waiting=lambda holder: ctx.note(
+        f"fabricctl: waiting for this node's lock, held by {describe(holder)}"), **kwargs)
+
+
+def main(argv: list[str] | None = None, *, sink: audit.Sink | None = None) -> int:
+    """Run one command; returns its exit status. ``sink`` receives the journal record of a change
+    (default: the journal, else syslog; see fabricctl.audit)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # a usage error exits 2 here (argparse)
     if not getattr(args, "func", None):
         (getattr(args, "group_parser", None) or parser).print_help()
         return 0
     from .context import Context  # noqa: PLC0415
 
     ctx = Context(args)
+    change = changes(args.command_module, args)
+    started = time.monotonic()
+    status, error = EXIT_UNEXPECTED, ""
     try:
-        return args.func(ctx, args)
+        with _node_lock(ctx, args) if change else contextlib.nullcontext():
+            status = args.func(ctx, args)
+        return status
     except FabricError as exc:
         print(f"fabricctl: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        status, error = exc.exit_code, type(exc).__name__
+        return status
     except KeyboardInterrupt:
         print("fabricctl: interrupted; the fabric is consistent (re-run the command to finish it)", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - the last line of defence: map to exit 3 with a hint
+        status, error = EXIT_INTERRUPTED, "KeyboardInterrupt"
+        return status
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: map to exit 5 with a hint
+        status, error = EXIT_UNEXPECTED, type(exc).__name__
         if os.environ.get("FABRICCTL_DEBUG"):
             raise
         print(f"fabricctl: unexpected error: {exc!r}\n  hint: re-run with FABRICCTL_DEBUG=1 for a traceback; "
               "`journalctl -t fabricctl` and `dmesg` on this node", file=sys.stderr)
-        return EXIT_UNEXPECTED
+        return status
     finally:
         ctx.close()
+        if change:
+            audit.emit(audit.record(args, ctx.hosts, status, time.monotonic() - started, error), sink)
 
 
 def command_main(path: tuple, argv: list[str] | None) -> int:

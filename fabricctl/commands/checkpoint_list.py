@@ -16,6 +16,7 @@ from ..output import human_bytes
 
 PATH = ("checkpoint", "list")
 HELP = "list a job's checkpoint snapshots (--json for scripts)"
+MUTATING = False  # read-only: no node lock, no journal record
 
 
 def configure(p) -> None:

@@ -21,6 +21,7 @@ from ..main import command_main
 
 PATH = ("checkpoint", "restore")
 HELP = "expose a checkpoint read-only on many hosts (or --remove it)"
+MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
 def configure(p) -> None:

@@ -21,6 +21,7 @@ from ..main import command_main
 
 PATH = ("checkpoint", "rollback")
 HELP = "roll the writable volume back to a checkpoint (newer ones must be named)"
+MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
 def configure(p) -> None:

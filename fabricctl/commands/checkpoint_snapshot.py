@@ -24,6 +24,7 @@ from ..main import command_main
 
 PATH = ("checkpoint", "snapshot")
 HELP = "snapshot a job's checkpoint volume consistently (fsfreeze on the writer)"
+MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
 def configure(p) -> None:

@@ -22,6 +22,7 @@ from ..main import command_main
 
 PATH = ("checkpoint", "volume", "create")
 HELP = "create a job's checkpoint volume for its one writer host"
+MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
 def configure(p) -> None:

@@ -22,6 +22,7 @@ from ..main import command_main
 
 PATH = ("checkpoint", "volume", "destroy")
 HELP = "retire a job: unmount on its writer, remove its export, destroy its volume and checkpoints"
+MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
 def configure(p) -> None:

@@ -22,6 +22,7 @@ from ..main import command_main
 
 PATH = ("dataset", "create")
 HELP = "create a writable staging volume for a dataset"
+MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 # room for ZFS metadata beyond volsize when checking that a fully reserved volume fits
 RESERVE_SLACK = 1.02
 

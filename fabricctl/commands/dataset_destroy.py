@@ -20,6 +20,7 @@ from ..main import command_main
 
 PATH = ("dataset", "destroy")
 HELP = "destroy a version or a whole dataset (refused while published or held)"
+MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
 def configure(p) -> None:

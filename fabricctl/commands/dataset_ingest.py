@@ -28,6 +28,7 @@ from ..output import ProgressBar
 
 PATH = ("dataset", "ingest")
 HELP = "copy files into a dataset's staging volume (resumable)"
+MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 PARTIAL = ".fabric-partial"
 
 

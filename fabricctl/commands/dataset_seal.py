@@ -26,6 +26,7 @@ from ..output import ProgressBar
 
 PATH = ("dataset", "seal")
 HELP = "snapshot the staging volume as an immutable, manifested version"
+MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
 def configure(p) -> None:

@@ -16,6 +16,7 @@ from ..output import human_bytes
 
 PATH = ("list",)
 HELP = "list datasets and versions (--json for scripts)"
+MUTATING = False  # read-only: no node lock, no journal record
 
 
 def configure(p) -> None:

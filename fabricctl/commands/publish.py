@@ -24,6 +24,7 @@ from ..main import command_main
 
 PATH = ("publish",)
 HELP = "export a sealed version read-only and mount it on GPU nodes"
+MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
 def configure(p) -> None:

@@ -7,7 +7,8 @@ newest snapshot of each of the N newest periods, as sanoid); keep_best by a metr
 pin_tags. A snapshot is never destroyed when it is held, published or restored somewhere,
 pinned, or not created by fabricctl (no fabric:managed=true); a dataset or job without a policy
 keeps everything. The plan is computed by a pure function of the snapshot list and the clock;
---explain says why each snapshot is kept or destroyed. A lock prevents two overlapping runs; the
+--explain says why each snapshot is kept or destroyed. A run (not --dry-run) holds the node lock,
+as every change does, so it never overlaps another rotation or any other change on this node; the
 last success time and counts go to a Prometheus textfile for node_exporter.
 
 Examples:
@@ -18,18 +19,17 @@ Examples:
 from __future__ import annotations
 
 import datetime
-import fcntl
 import os
 import time
 
 from fabric_core import lio, lzc, retention, versions
-from fabric_core.errors import Busy
 
 from .. import common
 from ..main import command_main
 
 PATH = ("rotate",)
 HELP = "destroy snapshots that no retention rule keeps (--dry-run --explain first)"
+MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
 def configure(p) -> None:
@@ -99,24 +99,15 @@ def run(ctx, args) -> int:
     cfg = ctx.config
     started = time.monotonic()
     retention.parse_retention(cfg.retention, cfg.metrics)  # a bad policy is refused before anything else
-    os.makedirs(os.path.dirname(cfg.rotation.lock_file) or ".", exist_ok=True)
-    lock = open(cfg.rotation.lock_file, "a")  # noqa: SIM115 - held for the whole run
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise Busy(f"another fabricctl rotate is running (lock {cfg.rotation.lock_file})",
-                   "wait for it to finish; the timer's next run picks up where it left") from None
-    try:
-        plan, scopes = collect(ctx, datetime.datetime.now(datetime.UTC))
-        batches = retention.batches(plan)
-        destroyed = []
-        if not ctx.dry_run:
-            for names in batches.values():  # one libzfs_core call per dataset
-                destroyed += lzc.destroy_snapshots(names)
-            write_metrics(cfg.rotation.metrics_file, kept=len(plan.keep), destroyed=len(destroyed),
-                          seconds=time.monotonic() - started)
-    finally:
-        lock.close()
+    # no lock of its own: main.py holds the node lock around a run that is not --dry-run
+    plan, scopes = collect(ctx, datetime.datetime.now(datetime.UTC))
+    batches = retention.batches(plan)
+    destroyed = []
+    if not ctx.dry_run:
+        for names in batches.values():  # one libzfs_core call per dataset
+            destroyed += lzc.destroy_snapshots(names)
+        write_metrics(cfg.rotation.metrics_file, kept=len(plan.keep), destroyed=len(destroyed),
+                      seconds=time.monotonic() - started)
     if args.json:
         ctx.emit({**plan.to_dict(), "scopes": scopes, "dry_run": ctx.dry_run,
                   "batches": {k: len(v) for k, v in batches.items()}})

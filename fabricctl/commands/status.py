@@ -16,6 +16,7 @@ from ..output import human_bytes
 
 PATH = ("status",)
 HELP = "pool health, published versions, holds and sessions (--json for scripts)"
+MUTATING = False  # read-only: no node lock, no journal record
 POOL_COLUMNS = ("name", "size", "alloc", "free", "cap", "health")
 
 

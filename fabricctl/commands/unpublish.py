@@ -23,6 +23,7 @@ from ..main import command_main
 
 PATH = ("unpublish",)
 HELP = "unmount and un-export a published version"
+MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
 def configure(p) -> None:

@@ -28,6 +28,7 @@ from ..main import command_main
 
 PATH = ("verify",)
 HELP = "check a version's files against its manifest"
+MUTATING = False  # read-only: no node lock, no journal record
 MANIFEST = os.path.join(".fabric", "manifest.tsv")
 
 

@@ -1,13 +1,31 @@
 """Typed errors of the core library. Each names the problem and, where there is one, the fix.
 
 Ansible modules turn them into ``fail_json(msg=str(err))``; fabricctl maps ``exit_code``.
+
+The exit statuses of fabricctl are defined here, once (``EXIT_STATUSES``); fabricctl re-exports
+them, prints the table in ``fabricctl --help`` and docs/fabricctl.md lists the same codes.
 """
 
 from __future__ import annotations
 
-EXIT_USER = 1
-EXIT_PARTIAL = 2
-EXIT_UNEXPECTED = 3
+EXIT_OK = 0
+EXIT_USER = 1  # bad input or refused (UserError and its subclasses): nothing was changed
+EXIT_USAGE = 2  # argparse's own status for a usage error (unknown option, missing argument)
+EXIT_PARTIAL = 3  # some hosts done, some failed (fabricctl.errors.PartialFailure)
+EXIT_LOCKED = 4  # another fabric command holds this node's lock past the bounded wait (LockHeld)
+EXIT_UNEXPECTED = 5  # internal or unexpected error: CommandError, any other FabricError, any uncaught exception
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+
+# (status, meaning): the one table of exit statuses, in the order --help and the docs show it.
+EXIT_STATUSES: tuple[tuple[int, str], ...] = (
+    (EXIT_OK, "success"),
+    (EXIT_USER, "bad input or refused; nothing was changed"),
+    (EXIT_USAGE, "usage error: unknown command or option, missing or malformed argument"),
+    (EXIT_PARTIAL, "partial success: some hosts done, some failed (each named with its reason)"),
+    (EXIT_LOCKED, "another fabric command holds this node's lock (waited, gave up); nothing was changed"),
+    (EXIT_UNEXPECTED, "internal or unexpected error (an external command failing unexpectedly, a bug)"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C); the fabric is consistent, the same command finishes the job"),
+)
 
 
 class FabricError(Exception):
@@ -48,6 +66,12 @@ class Busy(UserError):
 
 class UnsafeOperation(UserError):
     """Refused because it could destroy data; the fix says how to allow it explicitly."""
+
+
+class LockHeld(FabricError):
+    """Another fabric command (fabricctl or an Ansible module) held the node's lock for the whole wait."""
+
+    exit_code = EXIT_LOCKED
 
 
 class CommandError(FabricError):

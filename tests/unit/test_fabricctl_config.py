@@ -40,7 +40,8 @@ retention:
                           pin_tags: [release]}
   assign:
     "checkpoints/*": checkpoints-default
-rotation: {lock_file: /run/fabricctl-rotate.lock, metrics_file: /var/lib/prometheus/node-exporter/fabricctl.prom}
+rotation: {metrics_file: /var/lib/prometheus/node-exporter/fabricctl.prom}
+lock: {wait_seconds: 60}
 """
 
 MINIMAL = {"pool": "tank", "iqn_base": "iqn.2026-11.io.fabric.lab.fabricctl", "portal": {"ip": "10.77.0.11"}}
@@ -92,7 +93,8 @@ def test_the_example_of_the_brief_loads_whole(tmp_path):
     assert cfg.defaults.parallel_hosts == 16 and cfg.defaults.fs == "ext4"
     assert cfg.metrics == ["loss", "accuracy"]
     assert cfg.retention == example()["retention"]  # kept raw for fabric_core.retention.parse_policies
-    assert cfg.rotation.lock_file == "/run/fabricctl-rotate.lock"
+    assert cfg.rotation.metrics_file == "/var/lib/prometheus/node-exporter/fabricctl.prom"
+    assert cfg.lock.wait_seconds == 60.0 and cfg.deprecations == []
     assert cfg.dataset("imagenet") == "tank/datasets/imagenet" and cfg.checkpoint("job7") == "tank/checkpoints/job7"
     with pytest.raises(InvalidName):
         cfg.dataset("bad@name")
@@ -108,8 +110,22 @@ def test_missing_optional_keys_get_defaults():
     assert cfg.hosts == {} and cfg.groups == {} and cfg.chap is None and cfg.initiator_chap() is None
     assert cfg.defaults == config.Defaults("ext4", 4, 16)
     assert cfg.metrics == [] and cfg.retention == {}
-    assert cfg.rotation == config.Rotation("/run/fabricctl-rotate.lock",
-                                           "/var/lib/prometheus/node-exporter/fabricctl.prom")
+    assert cfg.rotation == config.Rotation("/var/lib/prometheus/node-exporter/fabricctl.prom")
+    assert cfg.lock == config.Lock(60.0) and cfg.deprecations == []
+
+
+def test_the_obsolete_rotation_lock_file_is_accepted_ignored_and_warned_about():
+    """Config files the role wrote before the node lock carry rotation.lock_file: they still load."""
+    cfg = from_dict(with_("rotation.lock_file", "/run/fabricctl-rotate.lock"), source="/etc/fabricctl/config.yml")
+    assert cfg.rotation == config.Rotation("/var/lib/prometheus/node-exporter/fabricctl.prom")
+    assert len(cfg.deprecations) == 1
+    assert cfg.deprecations[0].startswith("/etc/fabricctl/config.yml: rotation.lock_file is obsolete and ignored")
+    assert "/run/fabric/node.lock" in cfg.deprecations[0]
+
+
+def test_lock_wait_zero_means_try_once():
+    assert from_dict(with_("lock", {"wait_seconds": 0})).lock.wait_seconds == 0.0
+    assert from_dict(with_("lock", None)).lock == config.Lock(60.0)
 
 
 def test_one_way_chap_and_no_metrics_file():
@@ -139,7 +155,8 @@ def test_ipv6_portal_and_host_names_as_addresses():
     ("hosts.gpu1", "initator", "initiator"),
     ("defaults", "parallel_host", "parallel_hosts"),
     ("retention", "polices", "policies"),
-    ("rotation", "lockfile", "lock_file"),
+    ("rotation", "metricsfile", "metrics_file"),
+    ("lock", "wait_secs", "wait_seconds"),
     ("chap", "mutual_user", "mutual_userid"),
 ])
 def test_unknown_keys_name_the_key_the_place_the_file_and_the_closest_valid_key(path, wrong, right):
@@ -207,6 +224,12 @@ def test_an_unknown_key_without_a_close_match_lists_the_valid_ones():
     ("metrics", "loss", "metrics: expected a list"),
     ("retention", ["keep_last"], "retention: expected a mapping with keys policies, assign"),
     ("rotation.lock_file", "run/lock", "rotation.lock_file: 'run/lock' must be an absolute"),
+    ("rotation.metrics_file", "x.prom", "rotation.metrics_file: 'x.prom' must be an absolute"),
+    ("lock.wait_seconds", -1, "lock.wait_seconds: -1 is out of range 0-3600"),
+    ("lock.wait_seconds", 3601, "lock.wait_seconds: 3601 is out of range 0-3600"),
+    ("lock.wait_seconds", "60", "lock.wait_seconds: expected a number of seconds, got str '60'"),
+    ("lock.wait_seconds", True, "lock.wait_seconds: expected a number of seconds"),
+    ("lock", [60], "lock: expected a mapping with keys wait_seconds"),
 ])
 def test_invalid_values_are_named_with_their_place_and_file(path, value, expected):
     err = error_of(with_(path, value))
