@@ -170,9 +170,12 @@ rolled_back:
   sample: []
 """
 
+from contextlib import nullcontext  # noqa: E402
+
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.fabric_core.errors import FabricError  # noqa: E402
 from ansible.module_utils.fabric_core.lio import reconcile  # noqa: E402
+from ansible.module_utils.fabric_core.lock import node_lock  # noqa: E402
 
 ACL_CHAP_KEYS = ("password", "mutual_password")
 
@@ -207,8 +210,10 @@ def main():
     module.no_log_values.update(_secrets(module.params["targets"]))
     result: dict = {"changed": False, "actions": [], "kept": [], "targets": {}}
     try:
-        out = reconcile(_desired(module.params), purge=module.params["purge"], force=module.params["force"],
-                        dry_run=module.check_mode, save_config=module.params["save_config"])
+        # the node lock (shared with fabricctl) around a change; check mode changes nothing
+        with nullcontext() if module.check_mode else node_lock("ansible fabric_lio_target"):
+            out = reconcile(_desired(module.params), purge=module.params["purge"], force=module.params["force"],
+                            dry_run=module.check_mode, save_config=module.params["save_config"])
     except FabricError as err:
         partial = getattr(err, "result", None) or {}
         result.update({k: v for k, v in partial.items() if k not in ("before", "after")})

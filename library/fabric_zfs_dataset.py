@@ -139,10 +139,13 @@ diff:
   type: dict
 """
 
+from contextlib import nullcontext
+
 from ansible.module_utils.basic import AnsibleModule
 
 try:
     from ansible.module_utils.fabric_core.errors import FabricError
+    from ansible.module_utils.fabric_core.lock import node_lock
     from ansible.module_utils.fabric_core.runner import ModuleRunner
     from ansible.module_utils.fabric_core.zfs import ensure_dataset
 except ImportError as exc:  # pragma: no cover - reported by main()
@@ -173,8 +176,10 @@ def main():
     runner = ModuleRunner(module, dry_run=module.check_mode)
     result = {"changed": False, "created": False, "changed_properties": {}, "commands": [], "prepared": ""}
     try:
-        out = ensure_dataset(runner, name=p["name"], properties=p["properties"], encryption=p["encryption"],
-                             allow_dedup=p["allow_dedup"], volume_size=p["volume_size"], adopt=p["adopt"])
+        # the node lock (shared with fabricctl) around a change; check mode changes nothing
+        with nullcontext() if module.check_mode else node_lock(f"ansible fabric_zfs_dataset {p['name']}"):
+            out = ensure_dataset(runner, name=p["name"], properties=p["properties"], encryption=p["encryption"],
+                                 allow_dedup=p["allow_dedup"], volume_size=p["volume_size"], adopt=p["adopt"])
     except FabricError as err:
         result["commands"] = [list(a) for a in (runner.executed + runner.planned)]
         module.fail_json(msg=str(err), **result)

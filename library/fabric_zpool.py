@@ -165,11 +165,14 @@ diff:
   type: dict
 """
 
+from contextlib import nullcontext
+
 from ansible.module_utils.basic import AnsibleModule
 
 try:
     from ansible.module_utils.fabric_core import disks as fabric_disks
     from ansible.module_utils.fabric_core.errors import FabricError
+    from ansible.module_utils.fabric_core.lock import node_lock
     from ansible.module_utils.fabric_core.model import PoolLayout
     from ansible.module_utils.fabric_core.names import validate_pool_name
     from ansible.module_utils.fabric_core.runner import ModuleRunner
@@ -215,10 +218,13 @@ def main():
     try:
         validate_pool_name(p["name"])
         layout = validate_layout(_layout_arg(module, p["layout"]))  # bad input fails before discovery
-        disks = fabric_disks.discover(runner)
-        out = ensure_pool(runner, name=p["name"], layout=layout, disks=disks, ashift=p["ashift"],
-                          properties=p["properties"], fs_properties=p["filesystem_properties"],
-                          safe_mode=p["safe_mode"], wipe=p["wipe"], allow_grow=p["allow_grow"], adopt=p["adopt"])
+        # the node lock (shared with fabricctl) around discovery and change; check mode changes nothing
+        with nullcontext() if module.check_mode else node_lock(f"ansible fabric_zpool {p['name']}"):
+            disks = fabric_disks.discover(runner)
+            out = ensure_pool(runner, name=p["name"], layout=layout, disks=disks, ashift=p["ashift"],
+                              properties=p["properties"], fs_properties=p["filesystem_properties"],
+                              safe_mode=p["safe_mode"], wipe=p["wipe"], allow_grow=p["allow_grow"],
+                              adopt=p["adopt"])
     except FabricError as err:
         result["commands"] = [list(a) for a in (runner.executed + runner.planned)]
         module.fail_json(msg=str(err), **result)
