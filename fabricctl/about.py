@@ -79,10 +79,10 @@ PROBES: tuple[tuple[str, Probe], ...] = (("zfs", zfs_version), ("rtslib-fb", rts
                                          ("open-iscsi", iscsi_version))
 
 
-def version_text(probes: tuple[tuple[str, Probe], ...] = PROBES,
-                 own: Callable[[], str] = fabricctl_version) -> str:
-    lines = [f"fabricctl {own()}"]
-    for label, probe in probes:
+def version_text(probes: tuple[tuple[str, Probe], ...] | None = None, own: Callable[[], str] | None = None) -> str:
+    """``fabricctl X.Y.Z`` then one ``LABEL: VERSION`` line per probe (default PROBES), 'not found' when absent."""
+    lines = [f"fabricctl {(own or fabricctl_version)()}"]
+    for label, probe in PROBES if probes is None else probes:
         try:
             found = probe()
         except Exception:  # noqa: BLE001 - --version never fails on what it cannot find

@@ -101,7 +101,7 @@ class FanoutResult:
 
         * every host failed with the same user error (same type and problem, e.g. a version that
           does not exist): that error itself (exit 1, nothing was changed on any host);
-        * otherwise ``PartialFailure`` (exit 2) naming each failed host and why, and which hosts
+        * otherwise ``PartialFailure`` (exit 3) naming each failed host and why, and which hosts
           succeeded. ``fix`` replaces the generic advice.
         """
         failed = [o for o in self.outcomes if o.status != OK]

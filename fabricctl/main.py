@@ -20,7 +20,7 @@ import time
 from fabric_core.lock import describe, node_lock
 
 from . import audit
-from .errors import EXIT_INTERRUPTED, EXIT_STATUSES, EXIT_UNEXPECTED, FabricError, UserError
+from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_STATUSES, EXIT_UNEXPECTED, EXIT_USAGE, FabricError, UserError
 
 DESCRIPTION = """\
 Operate the storage fabric from a storage node: publish immutable dataset versions read-only
@@ -101,17 +101,19 @@ def _node_lock(ctx, args):
     try:
         wait = ctx.config.lock.wait_seconds
     except UserError:
-        wait = None
-    kwargs = {} if wait is None else {"wait": wait}
-    return node_lock(audit.command_line(args), waiting=lambda holder: ctx.note(
-        f"fabricctl: waiting for this node's lock, held by {describe(holder)}"), **kwargs)
+        wait = None  # fabric_core.lock.DEFAULT_WAIT
+    return node_lock(audit.command_line(args), wait=wait, waiting=lambda holder: ctx.note(
+        f"fabricctl: waiting for this node's lock, held by {describe(holder)}"))
 
 
 def main(argv: list[str] | None = None, *, sink: audit.Sink | None = None) -> int:
     """Run one command; returns its exit status. ``sink`` receives the journal record of a change
     (default: the journal, else syslog; see fabricctl.audit)."""
     parser = build_parser()
-    args = parser.parse_args(argv)  # a usage error exits 2 here (argparse)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a usage error (argparse prints it, status 2), --help or --version (0)
+        return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_USAGE)
     if not getattr(args, "func", None):
         (getattr(args, "group_parser", None) or parser).print_help()
         return 0

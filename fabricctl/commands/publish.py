@@ -6,7 +6,7 @@ on this node, the version's snapshot device is made visible, the snapshot is hel
 exports it read-only with one ACL per host (and CHAP when the config has it). Then on every
 host in parallel: iSCSI login, a read-only mount at MOUNT_ROOT/NAME/VERSION through a systemd
 unit (back after a reboot), and an atomic switch of MOUNT_ROOT/NAME/current when this version
-is newer than the one it points to. Hosts that fail are named with the reason (exit 2); the
+is newer than the one it points to. Hosts that fail are named with the reason (exit 3); the
 others finish. Publishing again to more hosts adds them; hosts already there are left as they are.
 
 Examples:

@@ -20,7 +20,7 @@ import os
 import tempfile
 
 from fabric_core import manifest, mounts
-from fabric_core.errors import FabricError, NotFound, UserError
+from fabric_core.errors import EXIT_USER, FabricError, NotFound, UserError
 from fabric_core.names import parse_ref
 
 from .. import common
@@ -33,7 +33,9 @@ MANIFEST = os.path.join(".fabric", "manifest.tsv")
 
 
 class VerifyFailed(FabricError):
-    exit_code = 1
+    """The content differs from the manifest: exit 1 (nothing was changed), as a refusal."""
+
+    exit_code = EXIT_USER
 
 
 def configure(p) -> None:

@@ -118,18 +118,20 @@ def _write(fd: int, info: dict) -> None:
 
 
 @contextlib.contextmanager
-def node_lock(what: str, path: str | None = None, wait: float = DEFAULT_WAIT, *,
+def node_lock(what: str, path: str | None = None, wait: float | None = None, *,
               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
               now: Callable[[], datetime.datetime] = _now, poll: float = POLL,
               waiting: Callable[[dict], None] | None = None) -> Iterator[dict]:
     """Hold the node's lock for the ``with`` block; yield the description written into the lock file.
 
     what: the holder's description for others to read (a command line WITHOUT secrets).
-    path: the lock file (default ``DEFAULT_PATH``, resolved at call time); wait: seconds to wait
-    for a holder to finish (0: try once); waiting(holder): called once when the lock is found held
-    (e.g. to tell the operator what it waits for). Raises ``LockHeld`` after ``wait`` seconds.
+    path: the lock file (default ``DEFAULT_PATH``); wait: seconds to wait for a holder to finish
+    (default ``DEFAULT_WAIT``; 0: try once), both resolved at call time; waiting(holder): called
+    once when the lock is found held (e.g. to tell the operator what it waits for). Raises
+    ``LockHeld`` after ``wait`` seconds.
     """
     path = path or DEFAULT_PATH
+    wait = DEFAULT_WAIT if wait is None else wait
     fd = _open(path)
     try:
         deadline = clock() + max(0.0, wait)
