@@ -306,10 +306,16 @@ def free_for_pool(disks: list[DiskInfo], pool: str) -> list[DiskInfo]:
     own = (member, "has partitions: ", "partition table gpt", f"ZFS pool member of pool '{pool}'")
     result = []
     for disk in disks:
-        if member in disk.reasons and all(r.startswith(own) for r in disk.reasons):
+        if member in disk.reasons and all(r.startswith(own) or _unlabelled_member(r) for r in disk.reasons):
             disk = DiskInfo.from_dict({**disk.to_dict(), "in_use": False, "reasons": []})
         result.append(disk)
     return result
+
+
+def _unlabelled_member(reason: str) -> bool:
+    """A zfs_member label that names no pool: an L2ARC (cache) device's label carries only the pool's
+    GUID (OpenZFS 2.3), so `zpool status` membership, checked beside it, says whose it is."""
+    return reason.startswith("ZFS pool member on ") or reason == "ZFS pool member (zfs_member signature)"
 
 
 def is_active_use(reason: str) -> bool:

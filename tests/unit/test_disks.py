@@ -282,3 +282,18 @@ def test_free_for_pool_frees_only_that_pools_members():
     other = disks.free_for_pool(found, "tank")
     assert [d.in_use for d in other] == [d.in_use for d in found]
     assert next(d for d in found if d.by_id == member).in_use
+
+
+def test_free_for_pool_frees_an_l2arc_device_whose_label_names_no_pool():
+    """OpenZFS 2.3: a cache device's label carries only the pool GUID (wipefs shows no label), so the
+    pool's own cache disk is recognised through `zpool status` membership (recorded on the trixie lab)."""
+    found = list(discovered("tank-zfs23").values())
+    cache = next(d for d in found if d.by_id.endswith("NVME1003"))
+    assert "ZFS pool member on nvme1n1p1 (zfs_member signature)" in cache.reasons
+    freed = {d.by_id: d for d in disks.free_for_pool(found, "tank")}
+    assert not freed[cache.by_id].in_use
+    assert all(not d.in_use for d in freed.values() if "part of imported pool 'tank'" in
+               next(f for f in found if f.by_id == d.by_id).reasons)
+    assert freed["/dev/disk/by-id/virtio-lab-root"].in_use
+    # another pool's name does not free it: the membership is tank's
+    assert next(d for d in disks.free_for_pool(found, "other") if d.by_id == cache.by_id).in_use
