@@ -1,6 +1,6 @@
 """Checkpoints and rotation on the lab (issue 5): a job's writable volume with one writer,
 consistent snapshots (fsfreeze on the writer, thawed whatever fails), restore to many hosts,
-rollback, retention with its protections, the lock, the textfile metric and the timer.
+rollback, retention with its protections, the node lock, the textfile metric and the timer.
 
 Checked through separate read paths: `zfs get`/`zfs list`/`zfs holds` and configfs on storage1;
 findmnt and the files themselves on the GPU nodes; the journal for the timer.
@@ -8,6 +8,7 @@ findmnt and the files themselves on the GPU nodes; the journal for the timer.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 
@@ -141,14 +142,43 @@ def test_rotation_destroys_in_one_batch_and_writes_metrics(storage, fctl):
     assert "fabricctl_rotate_last_success_timestamp_seconds" in metrics
 
 
-def test_a_second_rotation_waits_for_the_lock(storage, fctl):
-    storage.check_output("setsid flock /run/fabricctl-rotate.lock sleep 60 > /dev/null 2>&1 & "
-                         "echo $! > /tmp/holder.pid")
-    time.sleep(1)
-    res = fctl("rotate", "--dry-run")
-    assert res.rc == 1 and "another fabricctl rotate is running" in res.stderr
-    storage.run("kill -- -$(cat /tmp/holder.pid)")
-    assert storage.run("timeout 30 flock /run/fabricctl-rotate.lock true").rc == 0  # released again
+# Holds the node lock through fabricctl's own code (found through the installed shim), as another
+# change would, until killed or 60 s have passed.
+LOCK_HOLDER = r'''
+import re, shutil, sys, time
+shim = open(shutil.which("fabricctl")).read()
+sys.path.insert(0, re.search(r'sys\.path\.insert\(0, "([^"]+)"\)', shim).group(1))
+from fabric_core.lock import node_lock
+with node_lock("integration test holder", wait=0):
+    print("locked", flush=True)
+    time.sleep(60)
+'''
+
+
+def test_a_rotation_gives_up_on_a_held_node_lock_naming_its_holder(storage, fctl):
+    """Every change takes /run/fabric/node.lock; a rotation that finds it held for its whole wait
+    (lock.wait_seconds, 2 s here) exits 4 naming the holder; a dry run takes no lock and works."""
+    env = edited_config(storage, "/tmp/rotate-lock.yml", "c['retention'] = {}; c['lock'] = {'wait_seconds': 2}")
+    storage.check_output(f"echo {base64.b64encode(LOCK_HOLDER.encode()).decode()} | base64 -d > /tmp/lock-holder.py")
+    pid = storage.check_output("setsid python3 /tmp/lock-holder.py > /tmp/lock-holder.out 2>&1 & echo $!").strip()
+    try:
+        for _ in range(30):
+            if storage.run("grep -q locked /tmp/lock-holder.out").rc == 0:
+                break
+            time.sleep(0.5)
+        assert "integration test holder" in storage.check_output("cat /run/fabric/node.lock")
+        assert storage.check_output("stat -c %a /run/fabric /run/fabric/node.lock").split() == ["700", "600"]
+        started = time.monotonic()
+        res = fctl("rotate", env=env)
+        assert res.rc == 4, res.stderr
+        assert f"another fabric command is running: integration test holder, pid {pid}, since " in res.stderr
+        assert time.monotonic() - started >= 2  # it waited
+        res = fctl("rotate", "--dry-run", env=env)
+        assert res.rc == 0, res.stderr
+    finally:
+        storage.run(f"kill {pid}")
+    assert storage.run("timeout 30 flock /run/fabric/node.lock true").rc == 0  # released again
+    assert fctl("rotate", env=env).rc == 0
 
 
 @pytest.mark.parametrize("change, words", [
