@@ -39,11 +39,13 @@ All on storage1 (and gpu1, the writer), in one run:
    sanoid's zvol, each only when it carries this benchmark's bench:owner mark; the temporary
    config, sanoid config directory, scripts and the lock holder go too.
 
-While it runs, the scheduled `fabricctl rotate` (role fabricctl: an hourly timer, with the real
-config, whose "checkpoints/*" policy would prune bench-ck's snapshots in the middle of the
-measurement) is kept out by holding the real rotation lock (rotation.lock_file) from a process of
-this benchmark: a timer run in that window fails with "another fabricctl rotate is running" and the
-next one works. The benchmark's own rotate uses a lock file of its own.
+While bench-ck's 1,000 snapshots wait for the benchmark's own rotate, the scheduled `fabricctl rotate`
+(role fabricctl: an hourly timer, with the real config, whose "checkpoints/*" policy would prune
+them in the middle of the measurement) is kept out by holding the node lock (/run/fabric/node.lock,
+which every change takes) from a process of this benchmark, from before the snapshots are made
+until just before the benchmark's own rotate: a timer run in that window gives up (exit 4, naming
+this benchmark) and the next one works. Only reads run in that window (listing, dry runs, sanoid);
+the benchmark's own changes (volume create, rotate, checkpoint snapshot, destroy) run outside it.
 
 Precondition: the lab is up and converged: `make lab-up` and `ansible-playbook playbooks/site.yml`
 (which installs fabricctl on storage1; the lab image has sanoid, perl and GNU time). This script
@@ -97,7 +99,6 @@ SNAPSHOT_AFTER_MIB = 256
 SANOID_SHIFT = 30 * 86400            # seconds sanoid's clock is moved forward (see the docstring)
 OWNER = "bench/checkpoint_bench.py"
 WORK = "/root/ckbench"               # on storage1: temporary config, sanoid config dir, scripts
-BENCH_LOCK = "/run/ckbench-rotate.lock"
 BENCH_PROM = f"{WORK}/fabricctl-rotate.prom"
 GIB = 2**30
 
@@ -119,12 +120,12 @@ def wait_until(what: str, check, *, timeout: float, every: float = 2.0):
 # fabricctl's own loader and retention parser before use.
 MAKE_CONFIG = r'''
 import json, os, sys, yaml
-install_dir, src, dst, job, keep, lock, prom = sys.argv[1:8]
+install_dir, src, dst, job, keep, prom = sys.argv[1:7]
 sys.path.insert(0, install_dir)
 raw = yaml.safe_load(open(src))
 raw["retention"] = {"policies": {"bench-keep-last": {"keep_last": int(keep)}},
                     "assign": {f"checkpoints/{job}": "bench-keep-last"}}
-raw["rotation"] = {"lock_file": lock, "metrics_file": prom}
+raw["rotation"] = {"metrics_file": prom}
 fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 with os.fdopen(fd, "w") as fh:
     yaml.safe_dump(raw, fh, default_flow_style=False, sort_keys=False)
@@ -161,22 +162,21 @@ print(json.dumps({"seconds": round(time.monotonic() - started, 2), "ck_seconds":
                   "sanoid_seconds": round(other_s, 2)}))
 '''
 
+# Holds the node lock through fabricctl's own code (waiting up to 15 minutes for a running change)
+# until killed or `hold` seconds have passed.
 LOCK_HOLDER = r'''
-import fcntl, sys, time
-path, state, hold = sys.argv[1], sys.argv[2], int(sys.argv[3])
-fh = open(path, "a")
-deadline = time.monotonic() + 900
-while True:
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        break
-    except BlockingIOError:
-        if time.monotonic() > deadline:
-            open(state, "w").write("timeout\n")
-            sys.exit(1)
-        time.sleep(2)
-open(state, "w").write("locked\n")
-time.sleep(hold)
+import sys, time
+install_dir, state, hold = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sys.path.insert(0, install_dir)
+from fabric_core.errors import LockHeld
+from fabric_core.lock import node_lock
+try:
+    with node_lock("bench/checkpoint_bench.py (keeps the scheduled fabricctl rotate off bench-ck)", wait=900):
+        open(state, "w").write("locked\n")
+        time.sleep(hold)
+except LockHeld:
+    open(state, "w").write("timeout\n")
+    sys.exit(1)
 '''
 
 WRITER_SCRIPT = r'''
@@ -238,7 +238,7 @@ class Lab:
     pool: str
     checkpoint_root: str
     mount_root: str
-    lock_file: str
+    node_lock: str
     sanoid: str
     sanoid_defaults: str
 
@@ -266,7 +266,7 @@ def preflight() -> Lab:
     version = ssh(STORAGE, "dpkg-query -W -f='${Version}' sanoid", check=False).stdout.strip()
     say(f"  sanoid {version or '?'} at {sanoid}, defaults {defaults[0]}")
     return Lab(facts["install_dir"], facts["config"], facts["pool"], facts["checkpoint_root"],
-               facts["checkpoint_mount_root"], facts["lock_file"], sanoid, defaults[0])
+               facts["checkpoint_mount_root"], facts["node_lock"], sanoid, defaults[0])
 
 
 # ---- clean-up ------------------------------------------------------------------------------------
@@ -282,12 +282,15 @@ def stop_lock_holder(state: State) -> None:
         return
     pid = state.lock_pid
     # only our own holder process, by its id, after checking that it is ours
-    ssh(STORAGE, f"grep -q ckbench-lock.py /proc/{pid}/cmdline 2>/dev/null && kill {pid}; true", check=False)
+    # ... and until it is gone: the lock is free when the next command starts
+    ssh(STORAGE, f"grep -q ckbench-lock.py /proc/{pid}/cmdline 2>/dev/null && kill {pid} && timeout 30 sh -c "
+                 f"'while kill -0 {pid} 2>/dev/null; do sleep 0.1; done'; true", check=False)
     state.lock_pid = None
 
 
 def cleanup(lab: Lab, state: State) -> list[str]:
     left = []
+    stop_lock_holder(state)  # first: the destroy below takes the node lock
     if state.writer_pid is not None:  # let our writer finish (it ends by itself within minutes)
         try:
             wait_until("the checkpoint writer on gpu1 to finish",
@@ -313,9 +316,8 @@ def cleanup(lab: Lab, state: State) -> list[str]:
             proc = ssh(STORAGE, f"zfs destroy -r {lab.other}", check=False, timeout=900)
             if proc.returncode != 0:
                 left.append(f"{lab.other}: {tail(proc.stderr, 3)}")
-    ssh(STORAGE, f"rm -rf {WORK} {BENCH_LOCK}", check=False)
+    ssh(STORAGE, f"rm -rf {WORK}", check=False)
     ssh(WRITER, "rm -f /tmp/ckbench-writer.py /tmp/ckbench-writer.out /tmp/ckbench-writer.err", check=False)
-    stop_lock_holder(state)
     return left
 
 
@@ -334,17 +336,17 @@ def snapshot_names(dataset: str) -> list[str]:
     return [n for n in out if n.startswith(dataset + "@")]
 
 
-def hold_rotation_lock(lab: Lab, state: State) -> None:
-    say(f"holding the real rotation lock {lab.lock_file} (keeps the scheduled fabricctl rotate off bench-ck)")
+def hold_node_lock(lab: Lab, state: State) -> None:
+    say(f"holding the node lock {lab.node_lock} (keeps the scheduled fabricctl rotate off bench-ck)")
     put(STORAGE, f"{WORK}/ckbench-lock.py", LOCK_HOLDER)
-    pid = ssh(STORAGE, f"rm -f {WORK}/lock.state; nohup python3 {WORK}/ckbench-lock.py {lab.lock_file} "
+    pid = ssh(STORAGE, f"rm -f {WORK}/lock.state; nohup python3 {WORK}/ckbench-lock.py {lab.install_dir} "
                        f"{WORK}/lock.state 14400 >/dev/null 2>&1 </dev/null & echo $!").stdout.strip()
     state.lock_pid = int(pid)
-    status = wait_until("the rotation lock (a scheduled fabricctl rotate may be running)",
+    status = wait_until("the node lock (a scheduled fabricctl rotate or another change may be running)",
                         lambda: ssh(STORAGE, f"cat {WORK}/lock.state 2>/dev/null", check=False).stdout.strip(),
                         timeout=960)
     if status != "locked":
-        raise BenchError(f"could not take {lab.lock_file} within 15 minutes (a fabricctl rotate still runs?)")
+        raise BenchError(f"could not take {lab.node_lock} within 15 minutes (a fabricctl change still runs?)")
 
 
 def median(values: list[float]) -> float:
@@ -385,13 +387,13 @@ def sanoid_pruned(lab: Lab, output: str) -> list[str]:
     return names
 
 
-def measure_rotation(lab: Lab) -> dict:
+def measure_rotation(lab: Lab, state: State) -> dict:
     r: dict = {}
     env = f"FABRICCTL_CONFIG={WORK}/fabricctl.yml"
     say(f"temporary fabricctl config: retention {{keep_last: {KEEP}}} for checkpoints/{JOB} only")
     put(STORAGE, f"{WORK}/make-config.py", MAKE_CONFIG)
     made = json.loads(ssh(STORAGE, f"python3 {WORK}/make-config.py {lab.install_dir} {lab.config} "
-                                   f"{WORK}/fabricctl.yml {JOB} {KEEP} {BENCH_LOCK} {BENCH_PROM}").stdout)
+                                   f"{WORK}/fabricctl.yml {JOB} {KEEP} {BENCH_PROM}").stdout)
     if made["policy_for_job"] != "bench-keep-last" or len(made["assign"]) != 1:
         raise BenchError(f"the temporary config does not assign the bench policy as intended: {made}")
 
@@ -420,6 +422,8 @@ def measure_rotation(lab: Lab) -> dict:
     r["base_plan_s"] = t.node
     say(f"  {t.node:.1f} s")
 
+    say(f"releasing the node lock {lab.node_lock}: the benchmark's own rotate takes it")
+    stop_lock_holder(state)
     say("HEADLINE 1: fabricctl rotate (destroys 900 of bench-ck's 1000 snapshots)")
     t = timed(STORAGE, f"{env} fabricctl rotate --json", timeout=3600)
     done = t.json()
@@ -554,7 +558,8 @@ def section(lab: Lab, r: dict, when: str) -> list[str]:
         f"{COUNT - KEEP + 1}-{COUNT}; sanoid kept {KEEP} (ties in the one-second `creation` are ordered by sanoid "
         "itself). The freeze window is measured by fabricctl on storage1 from `fsfreeze -f` to `fsfreeze -u` on "
         "gpu1 (two SSH round trips and one lzc_snapshot); the writer's longest single write shows what the "
-        "training process felt. The scheduled fabricctl rotate was kept off by holding its lock during the run. "
+        "training process felt. The scheduled fabricctl rotate was kept off bench-ck by holding the node lock from "
+        "before the snapshots were made until the benchmark's own rotate. "
         "Absolute numbers are bound by software emulation; compare ratios.",
     ]
     return rows
@@ -569,7 +574,6 @@ def run(lab: Lab, state: State) -> dict:
         raise BenchError(f"{lab.checkpoint_root} has {have / GIB:.1f} GiB available; the benchmark needs about "
                          f"{need / GIB:.1f} GiB (a fully reserved {SIZE} volume + {FREEZE_RUNS} GiB of snapshots)")
     ssh(STORAGE, f"mkdir -p {WORK} && chmod 700 {WORK}")
-    hold_rotation_lock(lab, state)
 
     say(f"fabricctl checkpoint volume create {JOB} --size {SIZE} --writer {WRITER}")
     t = timed(STORAGE, f"fabricctl checkpoint volume create {JOB} --size {SIZE} --writer {WRITER} --json",
@@ -587,6 +591,7 @@ def run(lab: Lab, state: State) -> dict:
     ssh(STORAGE, f"zfs create -s -V {props['volsize']} -o volblocksize={props['volblocksize']} "
                  f"-o snapdev={props['snapdev']} -o {OWNER_PROP}={OWNER} {lab.other}")
 
+    hold_node_lock(lab, state)  # until measure_rotation's own rotate: only reads run meanwhile
     say(f"{COUNT} snapshots of each zvol, interleaved, one lzc_snapshot call each (expect a few minutes)")
     put(STORAGE, f"{WORK}/snapshots.py", SNAPSHOTS)
     r["create"] = json.loads(ssh(STORAGE, f"python3 {WORK}/snapshots.py {lab.ck} {lab.other} {COUNT}",
@@ -599,7 +604,7 @@ def run(lab: Lab, state: State) -> dict:
 
     say(f"HEADLINE 2: listing {COUNT} checkpoints, {LIST_ROUNDS} rounds")
     r.update(measure_listing(lab))
-    r.update(measure_rotation(lab))
+    r.update(measure_rotation(lab, state))
     r["freeze"] = measure_freeze(lab, state)
     return r
 

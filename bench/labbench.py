@@ -39,6 +39,7 @@ if not m:
     print(json.dumps({"error": f"cannot find fabricctl's install directory in {shim}"})); sys.exit(0)
 sys.path.insert(0, m.group(1))
 from fabricctl import config
+from fabric_core.lock import DEFAULT_PATH as NODE_LOCK
 try:
     c = config.load()
 except Exception as exc:
@@ -46,7 +47,7 @@ except Exception as exc:
 print(json.dumps({"install_dir": m.group(1), "config": c.source, "pool": c.pool,
                   "dataset_root": c.dataset_root, "mount_root": c.mount_root,
                   "checkpoint_root": c.checkpoint_root, "checkpoint_mount_root": c.checkpoint_mount_root,
-                  "lock_file": c.rotation.lock_file, "key_file": c.ssh.key_file, "known_hosts": c.ssh.known_hosts,
+                  "node_lock": NODE_LOCK, "key_file": c.ssh.key_file, "known_hosts": c.ssh.known_hosts,
                   "ssh_user": c.ssh.user, "ssh_port": c.ssh.port, "portal_ip": c.portal.ip,
                   "hosts": {n: h.address for n, h in c.hosts.items()}}))
 '''
