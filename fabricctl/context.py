@@ -40,7 +40,8 @@ class Context:
 
     def record_outcomes(self, result) -> None:
         """Note each host's outcome of a fan-out (a FanoutResult) for the journal record."""
-        for outcome in result.outcomes:
+        for outcome in result.outcomes:  # in the fan-out's order (hosts first reached in parallel threads)
+            self.hosts.pop(outcome.name, None)
             self.hosts[outcome.name] = outcome.status
 
     def close(self) -> None:

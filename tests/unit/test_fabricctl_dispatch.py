@@ -499,3 +499,21 @@ def test_iscsi_version_and_a_missing_tool():
     assert about._run(["/nonexistent/fabric-test-tool", "--version"]) is None
     assert about._run([sys.executable, "-c", "import sys; sys.exit(3)"]) is None
     assert about._run([sys.executable, "-c", "print('v1')"]) == "v1"
+
+
+def test_the_record_lists_hosts_in_the_fan_outs_order_whatever_order_they_were_reached_in():
+    from fabricctl.config import Host
+    from fabricctl.context import Context
+    from fabricctl.fanout import run_on_hosts
+
+    hosts = [Host(f"gpu{i}", f"10.77.0.{20 + i}", f"iqn.2026-11.io.fabric.lab:gpu{i}") for i in (1, 2, 3)]
+    ctx = Context(build_parser().parse_args(["publish", "imagenet@v1", "--to", "gpu_nodes"]))
+    ctx.hosts.update({"gpu3": "contacted", "gpu1": "contacted", "writer": "contacted"})  # as threads reached them
+
+    def one(host):
+        if host.name == "gpu2":
+            raise UserError("no route to host")
+
+    ctx.record_outcomes(run_on_hosts(hosts, one))
+    rec = audit.record(ctx.args, ctx.hosts, 3, 1.0, "PartialFailure")
+    assert rec.hosts == ["writer", "gpu1", "gpu2", "gpu3"] and rec.hosts_failed == ["gpu2"]
