@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from fabric_core.lock import describe, node_lock
+from fabric_core.lock import DEFAULT_WAIT, describe, node_lock
 
 from . import audit
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_STATUSES, EXIT_UNEXPECTED, EXIT_USAGE, FabricError, UserError
@@ -101,9 +101,9 @@ def _node_lock(ctx, args):
     try:
         wait = ctx.config.lock.wait_seconds
     except UserError:
-        wait = None  # fabric_core.lock.DEFAULT_WAIT
+        wait = DEFAULT_WAIT
     return node_lock(audit.command_line(args), wait=wait, waiting=lambda holder: ctx.note(
-        f"fabricctl: waiting for this node's lock, held by {describe(holder)}"))
+        f"fabricctl: waiting up to {wait:g} s for this node's lock, held by {describe(holder)}"))
 
 
 def main(argv: list[str] | None = None, *, sink: audit.Sink | None = None) -> int:

@@ -371,7 +371,7 @@ def test_a_change_waits_as_long_as_the_config_says_telling_what_it_waits_for(cfg
     assert main(["--config", cfg, "checkpoint", "snapshot", "llama", "--step", "200"], sink=lambda f: None) == 0
     thread.join(10)
     assert len(calls) == 1
-    assert "waiting for this node's lock, held by fabricctl checkpoint snapshot llama@step-100, pid" in \
+    assert "waiting up to 30 s for this node's lock, held by fabricctl checkpoint snapshot llama@step-100, pid" in \
         capsys.readouterr().err
 
 
