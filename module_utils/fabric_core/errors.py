@@ -19,7 +19,7 @@ EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 # (status, meaning): the one table of exit statuses, in the order --help and the docs show it.
 EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "success"),
-    (EXIT_USER, "bad input or refused; nothing was changed"),
+    (EXIT_USER, "bad input or refused (or verify found differences); nothing was changed"),
     (EXIT_USAGE, "usage error: unknown command or option, missing or malformed argument"),
     (EXIT_PARTIAL, "partial success: some hosts done, some failed (each named with its reason)"),
     (EXIT_LOCKED, "another fabric command holds this node's lock (waited, gave up); nothing was changed"),
