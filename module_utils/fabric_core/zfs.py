@@ -93,6 +93,9 @@ def normalize(prop: str, value) -> str:
     if prop == "acltype":
         # zfs(8): posixacl and noacl are accepted aliases; `zfs get` reports posix and off
         return {"posixacl": "posix", "noacl": "off"}.get(low, low)
+    if prop == "xattr":
+        # OpenZFS 2.2 made `on` mean system-attribute xattrs: `zfs set xattr=sa` reads back as `on`
+        return "on" if low == "sa" else low
     if prop in ("mountpoint", "sharenfs", "sharesmb", "keylocation", "comment"):
         return text
     return low
