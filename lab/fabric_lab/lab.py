@@ -38,6 +38,9 @@ class Lab:
         # or a second lab's ssh would reuse the first lab's connections.
         self.control_dir = host.RUN_DIR / f"cm-{self.netns}"
         self.settings_path = self.state_dir / "lab.json"
+        # Ansible's fact cache (ansible.cfg: fact_caching_connection): a VM that starts from fresh disks
+        # is a new machine, so its cached facts (host keys, addresses) go with it.
+        self.facts_dir = REPO / ".ansible" / "facts"
 
     # --- state -------------------------------------------------------------------------------
 
@@ -128,6 +131,7 @@ class Lab:
             # a new VM, or one whose image changed: start from a fresh overlay and blank disks
             for old in d.glob("*.qcow2"):
                 old.unlink()
+            (self.facts_dir / vm.name).unlink(missing_ok=True)
             marker.write_text(img.name + "\n")
         root = d / "root.qcow2"
         if not root.exists():
@@ -222,6 +226,8 @@ class Lab:
             else:
                 log(f"namespace {self.netns} belongs to another lab ({owner}): left alone")
             shutil.rmtree(self.state_dir / "vms", ignore_errors=True)
+            for vm in self.vms(storage2=True):
+                (self.facts_dir / vm.name).unlink(missing_ok=True)
             for path in (self.ssh_config_path, self.known_hosts, self.settings_path,
                          self.inventory_dir / "hosts.yml"):
                 path.unlink(missing_ok=True)
