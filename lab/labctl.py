@@ -12,8 +12,9 @@
 Guests run Debian 13 (trixie) with OpenZFS 2.3 unless --debian 12 (or FABRIC_LAB_DEBIAN=12) asks
 for Debian 12 (bookworm) with OpenZFS 2.3 from bookworm-backports. A running lab keeps its release.
 
-Environment: FABRIC_LAB_DEBIAN (13 or 12), FABRIC_LAB_CACHE (image cache, default /var/cache/fabric-lab), FABRIC_LAB_STATE
-(per-checkout state, default .lab/), FABRIC_LAB_ACCEL (auto|tcg|kvm), FABRIC_LAB_MIRROR,
+Environment: FABRIC_LAB_DEBIAN (13 or 12), FABRIC_LAB_CACHE (image cache, default
+/var/cache/fabric-lab), FABRIC_LAB_STATE (per-checkout state, default .lab/), FABRIC_LAB_ACCEL
+(auto|tcg|kvm), FABRIC_LAB_MIRROR,
 FABRIC_LAB_BOOT_TIMEOUT (seconds, default 600), FABRIC_LAB_NETNS (network namespace, default
 fabriclab-<hash of the state directory>: one per checkout).
 """

@@ -61,7 +61,8 @@ decision:
     bookworm-backports, and why.
   returned: when zfs is true
   type: dict
-  sample: {"action": "ok", "backports": false, "explanation": "OpenZFS 2.3.9-1 from trixie contrib, module 2.3.9-1 loaded"}
+  sample: {"action": "ok", "backports": false,
+           "explanation": "OpenZFS 2.3.9-1 from trixie contrib, module 2.3.9-1 loaded"}
 """
 
 from dataclasses import asdict
