@@ -8,7 +8,8 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lio, lzc
+from fabric_core import lio, lzc, zpool
+from fabric_core.errors import NotFound
 
 from .. import common
 from ..main import command_main
@@ -17,7 +18,6 @@ from ..output import human_bytes
 PATH = ("status",)
 HELP = "pool health, published versions, holds and sessions (--json for scripts)"
 MUTATING = False  # read-only: no node lock, no journal record
-POOL_COLUMNS = ("name", "size", "alloc", "free", "cap", "health")
 
 
 def configure(p) -> None:
@@ -26,10 +26,10 @@ def configure(p) -> None:
 
 def collect(ctx) -> dict:
     cfg = ctx.config
-    res = ctx.local.run(["zpool", "list", "-H", "-p", "-o", ",".join(POOL_COLUMNS), cfg.pool])
-    pool = dict(zip(POOL_COLUMNS, res.stdout.strip().split("\t"), strict=False))
-    for key in ("size", "alloc", "free", "cap"):
-        pool[key] = int(pool[key]) if pool.get(key, "").isdigit() else pool.get(key)
+    pool = zpool.pool_exists(ctx.local, cfg.pool)  # `zpool list -j --json-int`: name, size, alloc, free, cap, health
+    if pool is None:
+        raise NotFound(f"pool {cfg.pool} (`pool:` in the fabricctl configuration) is not imported on this node",
+                       f"check the name with `zpool list`, or import it: `zpool import {cfg.pool}`")
     live = lio.read_live()
     by_init = common.host_by_initiator(cfg)
     sessions: dict = {}

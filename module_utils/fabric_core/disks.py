@@ -15,8 +15,8 @@ Commands, all read-only (so a dry run runs them too):
 * ``wipefs --no-act --json DEV...``: the signatures (filesystem, RAID, LVM, zfs_member, partition
   table) found by probing the devices NOW with libblkid. This is the signature source we trust;
   for zfs_member its label is the pool name.
-* ``zpool status -P``: the devices of every imported pool (absent ZFS tools are tolerated: the
-  zfs_member signature still marks such disks as in use).
+* ``zpool status -j --json-int -P``: the devices of every imported pool, from OpenZFS 2.3's JSON
+  (absent ZFS tools are tolerated: the zfs_member signature still marks such disks as in use).
 
 A disk is in use when any of these holds; each produces a reason sentence (``DiskInfo.reasons``).
 Reasons that start with one of ``ACTIVE_USE_PREFIXES`` mean the disk is actively used right now
@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 
+from . import zjson
 from .errors import CommandError
 from .model import DiskInfo
 from .runner import Runner
@@ -36,7 +37,7 @@ BY_ID_DIR = "/dev/disk/by-id"
 LSBLK_COLUMNS = "NAME,KNAME,TYPE,SIZE,ROTA,TRAN,SERIAL,MODEL,WWN,MOUNTPOINTS,PKNAME"
 LSBLK_ARGV = ("lsblk", "--json", "--bytes", "--output", LSBLK_COLUMNS)
 BY_ID_ARGV = ("find", BY_ID_DIR, "-mindepth", "1", "-maxdepth", "1", "-printf", r"%f\t%l\n")
-ZPOOL_STATUS_ARGV = ("zpool", "status", "-P")
+ZPOOL_STATUS_ARGV = ("zpool", "status", *zjson.JSON, "-P")
 
 # kernel names of block devices that are never candidate disks: loop devices, compressed RAM,
 # optical drives, RAM disks, floppies and ZFS volumes (zd*)
@@ -199,28 +200,32 @@ def parse_holders(listing_text: str) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in result.items()}
 
 
-def parse_zpool_status(text: str) -> dict[str, list[str]]:
-    """``zpool status -P`` → {pool: [device paths]} (every device of every imported pool)."""
+def parse_zpool_status(json_text: str) -> dict[str, list[str]]:
+    """``zpool status -j --json-int -P`` → {pool: [device paths]}: every device of every imported pool (data,
+    special, dedup and log vdevs, cache and spare devices, spares standing in), as zpool names it (by-id
+    links keep their -partN). A device the pool misses counts by the path it was at ("was"): the pool
+    wants that disk back."""
     pools: dict[str, list[str]] = {}
-    pool = None
-    in_config = False
-    for line in text.splitlines():
-        stripped = line.strip()
-        match = re.match(r"^pool:\s*(\S+)$", stripped)
-        if match:
-            pool = match.group(1)
-            pools.setdefault(pool, [])
-            in_config = False
-            continue
-        if stripped.startswith("config:"):
-            in_config = True
-            continue
-        if stripped.startswith("errors:"):
-            in_config = False
-            continue
-        if in_config and pool and stripped.startswith("/"):
-            pools[pool].append(stripped.split()[0])
+    for pool in zjson.objects(zjson.loads(ZPOOL_STATUS_ARGV, json_text), "pools"):
+        paths = pools.setdefault(str(pool.get("name", "")), [])
+        roots = [*(pool.get("vdevs") or {}).values()]
+        for key in ("dedup", "special", "logs", "l2cache", "spares"):
+            roots += (pool.get(key) or {}).values()
+        for node in roots:
+            _device_paths(node, paths)
     return pools
+
+
+def _device_paths(node, paths: list[str]) -> None:
+    if not isinstance(node, dict):
+        return
+    children = (node.get("vdevs") or {}).values()
+    if not children:
+        path = str(node.get("was") or node.get("path") or "")
+        if path.startswith("/") and path not in paths:
+            paths.append(path)
+    for child in children:
+        _device_paths(child, paths)
 
 
 def signature_reason(sig: dict, device: str, disk: str) -> str:
@@ -363,6 +368,7 @@ def discover(runner: Runner) -> list[DiskInfo]:
     signatures, probe_errors = _probe_signatures(runner, devices)
     status = runner.run(ZPOOL_STATUS_ARGV, check=False)
     if status.rc not in (0, 127) and "modules are not loaded" not in (status.stderr + status.stdout):
+        zjson.refuse_without_json(status)
         raise CommandError(ZPOOL_STATUS_ARGV, status.rc, status.stdout, status.stderr,
                            fix="check that ZFS works on this node (`zpool status`)")
     pools = parse_zpool_status(status.stdout) if status.ok else {}

@@ -1,4 +1,5 @@
-"""Dataset staging volumes and their sealed versions, read from ZFS in one listing each.
+"""Dataset staging volumes and their sealed versions, read from ZFS in one listing each
+(`zfs list -j --json-int -p`, OpenZFS 2.3 JSON; see zjson.py).
 
 A dataset NAME is a zvol ``DATASET_ROOT/NAME`` (the writable staging volume, carrying
 ``fabric:kind=dataset`` and ``fabric:fs``); each version is a snapshot ``DATASET_ROOT/NAME@VERSION``
@@ -14,7 +15,7 @@ import getpass
 import os
 import socket
 
-from .errors import CommandError
+from . import zfs, zjson
 
 PROPS = ("fabric:managed", "fabric:kind", "fabric:version", "fabric:created-by", "fabric:created-at", "fabric:note",
          "fabric:files", "fabric:bytes", "fabric:manifest-sha256", "fabric:step", "fabric:tags", "fabric:fs")
@@ -27,33 +28,28 @@ SNAPSHOT_KINDS = ("dataset-version", "checkpoint")
 INT_COLUMNS = {"creation", "used", "referenced", "userrefs", "volsize", "fabric:files", "fabric:bytes"}
 
 
-def _rows(text: str, columns) -> list[dict]:
-    rows = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        row = dict(zip(columns, line.split("\t"), strict=False))
+def _typed(rows: list[dict]) -> list[dict]:
+    for row in rows:
         for key, value in list(row.items()):
             if value == "-":
                 row[key] = None
             elif key in INT_COLUMNS and value.isdigit():
                 row[key] = int(value)
-        rows.append(row)
     return rows
 
 
-def _list(runner, root: str, kind: str, columns, extra=()) -> list[dict]:
-    argv = ["zfs", "list", "-H", "-p", "-t", kind, "-o", ",".join(columns), *extra, "-r", root]
-    res = runner.run(argv, check=False)
-    if res.rc != 0:
-        if "does not exist" in res.stderr:
-            return []
-        raise CommandError(res.argv, res.rc, res.stdout, res.stderr)
-    return _rows(res.stdout, columns)
+def _list(runner, root: str, kind: str, columns, oldest_first: bool = False) -> list[dict]:
+    extra = ("-s", "createtxg") if oldest_first else ()
+    argv = ["zfs", "list", *zjson.JSON, "-p", "-t", kind, "-o", ",".join(columns), *extra, "-r", root]
+    doc = zjson.run(runner, argv, missing=zjson.NO_DATASET)
+    # oldest first: zfs sorts by createtxg, and so does rows_of, on the txg each object of the JSON carries
+    return [] if doc is None else _typed(zfs.rows_of(doc, columns, by_txg=oldest_first))
 
 
 def parse_snapshots(text: str) -> list[dict]:
-    return _rows(text, SNAPSHOT_COLUMNS)
+    """`zfs list -j --json-int -p -t snapshot -o SNAPSHOT_COLUMNS ...` -> rows, oldest first: "-" becomes
+    None and the INT_COLUMNS numbers; every other value stays the string `zfs get -Hp` prints."""
+    return _typed(zfs.list_rows(text, SNAPSHOT_COLUMNS, by_txg=True))
 
 
 def list_snapshots(runner, root: str, kinds=("dataset-version",), extra_columns=()) -> list[dict]:
@@ -62,7 +58,7 @@ def list_snapshots(runner, root: str, kinds=("dataset-version",), extra_columns=
     extra_columns: more properties read in the same listing (a checkpoint's metrics), so that one
     `zfs list` serves, however many snapshots there are.
     """
-    rows = _list(runner, root, "snapshot", (*SNAPSHOT_COLUMNS, *extra_columns), ("-s", "createtxg"))
+    rows = _list(runner, root, "snapshot", (*SNAPSHOT_COLUMNS, *extra_columns), oldest_first=True)
     out = []
     for row in rows:
         if row.get("fabric:managed") != "true" or (kinds and row.get("fabric:kind") not in kinds):
@@ -92,7 +88,7 @@ def now_iso(now: datetime.datetime | None = None) -> str:
 def list_all_snapshots(runner, root: str, extra_columns=()) -> list[dict]:
     """Every snapshot under root (managed or not), oldest first, with the fabric properties (and
     extra_columns, read in the same listing)."""
-    rows = _list(runner, root, "snapshot", (*SNAPSHOT_COLUMNS, *extra_columns), ("-s", "createtxg"))
+    rows = _list(runner, root, "snapshot", (*SNAPSHOT_COLUMNS, *extra_columns), oldest_first=True)
     for row in rows:
         row["dataset"], _, row["snapshot"] = row["name"].partition("@")
     return rows

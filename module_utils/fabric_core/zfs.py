@@ -1,15 +1,18 @@
-"""ZFS datasets and volumes: parse ``zfs get``, normalise property values, converge a dataset.
+"""ZFS datasets and volumes: read ``zfs get``/``zfs list`` as OpenZFS 2.3 JSON, normalise property values,
+converge a dataset.
 
-Written against OpenZFS 2.1 (recorded outputs in tests/unit/data/zfs/). A dataset is created with
-``fabric:managed=true``; an existing one is changed only by ``zfs set`` of the properties that
-differ. Nothing here destroys a dataset.
+Reads are JSON (``zfs get -j --json-int -p``, ``zfs list -j --json-int -p``; see zjson.py, recorded
+outputs in tests/unit/data/zfs23/); the dry run ``zfs create -n -v`` prints text, shown unparsed. A
+dataset is created with ``fabric:managed=true``; an existing one is changed only by ``zfs set`` of
+the properties that differ. Nothing here destroys a dataset.
 """
 
 from __future__ import annotations
 
 import re
 
-from .errors import CommandError, UnsafeOperation, UserError
+from . import zjson
+from .errors import UnsafeOperation, UserError
 from .names import validate_dataset_name
 from .runner import Runner
 
@@ -31,7 +34,7 @@ READ_ONLY = {"type", "creation", "used", "available", "referenced", "compressrat
              "encryptionroot", "keystatus", "clones", "defer_destroy", "userrefs", "snapshots_changed",
              "filesystem_count", "snapshot_count", "version"}
 KEYFORMATS = ("passphrase", "hex", "raw")
-# defaults of OpenZFS 2.1 for "on" and short names of algorithms
+# what OpenZFS 2.3 means by "on" and by the short names of algorithms
 _COMPRESSION_ALIASES = {"on": "lz4", "zstd": "zstd-3", "gzip": "gzip-6"}
 _CHECKSUM_ALIASES = {"on": "fletcher4"}
 _DEDUP_ALIASES = {"on": "sha256", "verify": "sha256,verify"}
@@ -66,12 +69,13 @@ def normalize(prop: str, value) -> str:
     """A canonical text for a property value, so declared and live values compare equal.
 
     Sizes become bytes, booleans and yes/no become on/off, algorithm aliases are resolved
-    (compression on -> lz4, zstd -> zstd-3 in 2.1), enumerations are lower-cased; user properties
-    (with ':') are compared verbatim.
+    (compression on -> lz4, zstd -> zstd-3), enumerations are lower-cased; user properties (with ':')
+    are compared verbatim, except that an all-digit value compares as a number: `--json-int` prints
+    it as one (a user property set to 007 reads back as 7, see zjson.py).
     """
     text = _text(value)
     if ":" in prop:
-        return text
+        return str(int(text)) if text.isascii() and text.isdigit() else text
     low = text.lower()
     if prop in SIZE_PROPS:
         if prop in NONE_IS_ZERO or low != "none":
@@ -102,28 +106,56 @@ def normalize(prop: str, value) -> str:
 
 
 def parse_get(text: str) -> dict:
-    """`zfs get -H -p -o name,property,value,source ...` -> {dataset: {property: (value, source)}}."""
-    out: dict = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        cols = line.split("\t")
-        if len(cols) < 4:
-            continue
-        name, prop, value, source = cols[0], cols[1], cols[2], cols[3]
-        out.setdefault(name, {})[prop] = (value, source)
-    return out
+    """`zfs get -j --json-int -p PROPS NAME...` -> {dataset: {property: (value, source)}}, value and source
+    as `zfs get -H -p` printed them ("-" when unset; local, default, -, inherited from X, ...)."""
+    doc = zjson.loads(("zfs", "get"), text)
+    return {str(d.get("name", "")): zjson.properties(d) for d in zjson.objects(doc, "datasets")}
 
 
 def get_props(runner: Runner, name: str, props=None) -> dict:
     """{dataset: {prop: (value, source)}} of NAME, or {} when it does not exist."""
     what = ",".join(props) if props else "all"
-    res = runner.run(["zfs", "get", "-H", "-p", "-o", "name,property,value,source", what, name], check=False)
-    if res.rc == 0:
-        return parse_get(res.stdout)
-    if "does not exist" in res.stderr:
-        return {}
-    raise CommandError(res.argv, res.rc, res.stdout, res.stderr)
+    doc = zjson.run(runner, ["zfs", "get", *zjson.JSON, "-p", what, name], missing=zjson.NO_DATASET)
+    return {} if doc is None else {str(d.get("name", "")): zjson.properties(d) for d in zjson.objects(doc, "datasets")}
+
+
+# `zfs list -o` accepts short names; its JSON names each property by its full name
+COLUMN_NAMES = {"avail": "available", "refer": "referenced", "ratio": "compressratio", "refratio": "refcompressratio",
+                "compress": "compression", "reserv": "reservation", "refreserv": "refreservation",
+                "recsize": "recordsize", "volblock": "volblocksize", "lused": "logicalused",
+                "lrefer": "logicalreferenced", "usedsnap": "usedbysnapshots", "usedds": "usedbydataset",
+                "usedchild": "usedbychildren", "usedrefreserv": "usedbyrefreservation"}
+
+
+def list_rows(text: str, columns, *, by_txg: bool = False) -> list:
+    """`zfs list -j --json-int -p -o name,COLUMNS ...` -> one dict per dataset with "name" and each column's
+    value as `zfs list -H -p` printed it ("-" when unset), in the order listed, or oldest first (by the
+    creation txg every object of the JSON carries) with ``by_txg``."""
+    return rows_of(zjson.loads(("zfs", "list"), text), columns, by_txg=by_txg)
+
+
+def rows_of(doc: dict, columns, *, by_txg: bool = False) -> list:
+    """list_rows of a parsed `zfs list -j` document."""
+    objs = zjson.objects(doc, "datasets")
+    if by_txg:
+        objs = sorted(objs, key=lambda o: _txg(o.get("createtxg")))
+    rows = []
+    for obj in objs:
+        props = obj.get("properties") or {}
+        row = {"name": str(obj.get("name", ""))}
+        for column in columns:
+            if column != "name":
+                entry = props.get(column) or props.get(COLUMN_NAMES.get(column, column))
+                row[column] = zjson.value_text(entry.get("value")) if isinstance(entry, dict) else "-"
+        rows.append(row)
+    return rows
+
+
+def _txg(value) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
 
 
 def list_datasets(runner: Runner, root: str | None = None, prop: str = MANAGED_PROP, value: str | None = "true",
@@ -131,22 +163,15 @@ def list_datasets(runner: Runner, root: str | None = None, prop: str = MANAGED_P
     """Datasets and volumes (recursively under ``root``) whose user property ``prop`` equals ``value``.
 
     ``value=None`` returns all of them with the property's value. Each item: {name, <columns>, prop}.
-    Uses `zfs list -H -p -o name,COLUMNS,PROP -t filesystem,volume [-r ROOT]`.
+    Uses `zfs list -j --json-int -p -o name,COLUMNS,PROP -t filesystem,volume [-r ROOT]`.
     """
     cols = ["name", *columns, prop]
-    argv = ["zfs", "list", "-H", "-p", "-o", ",".join(cols), "-t", "filesystem,volume"]
+    argv = ["zfs", "list", *zjson.JSON, "-p", "-o", ",".join(cols), "-t", "filesystem,volume"]
     if root:
         argv += ["-r", root]
-    res = runner.run(argv, check=False)
-    if res.rc != 0:
-        if root and "does not exist" in res.stderr:
-            return []
-        raise CommandError(res.argv, res.rc, res.stdout, res.stderr)
+    doc = zjson.run(runner, argv, missing=zjson.NO_DATASET if root else "")
     items = []
-    for line in res.stdout.splitlines():
-        if not line.strip():
-            continue
-        row = dict(zip(cols, line.split("\t"), strict=False))
+    for row in rows_of(doc or {}, cols):
         for key in ("used", "avail", "available", "referenced", "volsize", "quota"):
             if key in row and row[key].isdigit():
                 row[key] = int(row[key])
@@ -251,7 +276,7 @@ def ensure_dataset(runner: Runner, *, name: str, properties: dict | None = None,
         argv = create_argv(name, props, enc, None if volume_size is None else str(volume_size))
         data = enc["key"] if enc and enc.get("enabled") else None
         pool = name.split("/")[0]
-        if runner.dry_run and runner.run(["zpool", "list", "-H", "-o", "name", pool], check=False).ok:
+        if runner.dry_run and runner.run(["zpool", "list", *zjson.JSON, pool], check=False).ok:
             check = create_argv(name, props, enc, None if volume_size is None else str(volume_size), dry_run=True)
             res = runner.run(check, data=data)
             result["prepared"] = (res.stdout + res.stderr).strip()
@@ -340,5 +365,5 @@ def ensure_dataset(runner: Runner, *, name: str, properties: dict | None = None,
     return result
 
 
-__all__ = ["DEDUP_WARNING", "create_argv", "ensure_dataset", "get_props", "list_datasets", "normalize", "parse_get",
-           "parse_size"]
+__all__ = ["DEDUP_WARNING", "create_argv", "ensure_dataset", "get_props", "list_datasets", "list_rows", "normalize",
+           "parse_get", "parse_size", "rows_of"]

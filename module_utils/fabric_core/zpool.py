@@ -1,6 +1,8 @@
-"""ZFS pools: parse ``zpool status -P``/``list``/``get``, build create/add commands, converge a pool.
+"""ZFS pools: read ``zpool status``/``list``/``get`` as OpenZFS 2.3 JSON, build create/add commands, converge a pool.
 
-Written against OpenZFS 2.1 output (recorded from the lab in tests/unit/data/zpool/).
+Every read is JSON (``-j --json-int``, see zjson.py; recorded from the lab in tests/unit/data/zfs23/).
+The dry runs ``zpool create -n`` and ``zpool add -n`` print only text in 2.3: it goes to the caller
+as ``prepared``, unparsed.
 
 Safety rules (see docs/dev/helper-brief.md): a pool is never destroyed or re-created and a vdev is
 never removed. A disk that carries something (a filesystem, a partition table, another pool) is
@@ -13,28 +15,30 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from . import zfs
+from . import zfs, zjson
 from .disks import ACTIVE_USE_PREFIXES
-from .errors import CommandError, NotFound, UnsafeOperation, UserError
+from .errors import NotFound, UnsafeOperation, UserError
 from .model import MIN_WIDTH, VDEV_ROLES, VDEV_TYPES, DiskInfo, PoolLayout, Vdev
 from .names import validate_pool_name
 from .runner import Runner
 
 MANAGED_PROP = "fabric:managed"
 
-# section headers of `zpool status` (level 0 below the pool) -> vdev role
-_SECTIONS = {"special": "special", "logs": "log", "cache": "cache", "spares": "spare", "dedup": "dedup"}
+# the vdev classes of a pool object in `zpool status -j`, in the order zpool prints them -> vdev role;
+# "vdevs" holds the root vdev, whose children are the data vdevs
+_CLASSES = (("dedup", "dedup"), ("special", "special"), ("logs", "log"), ("l2cache", "cache"), ("spares", "spare"))
 # role -> keyword on the zpool create/add command line
 _ROLE_KEYWORD = {"special": "special", "log": "log", "cache": "cache", "spare": "spare"}
 _ROLE_ORDER = ("data", "special", "log", "cache", "spare")
-# top-level vdev names in `zpool status`: mirror-0, raidz1-0, raidz2-3, draid...; inner: spare-2, replacing-1
-_TOP_RE = re.compile(r"^(mirror|raidz[123]?)-\d+$")
-_INNER_RE = re.compile(r"^(spare|replacing)-\d+$")
+# vdev_type of a node that stands for one declared member while a pool heals: a hot spare standing in
+# (spare-N: the original member first, then the spare) or a replacement (replacing-N: old first, then new)
+_INNER_TYPES = ("spare", "replacing")
+_RAIDZ_NAME = re.compile(r"^raidz([123])-\d+$")  # raidz vdevs are named raidzP-N (P = parity)
 _PART1 = re.compile(r"^(/dev/.+?)-part1$")
 
 
 # --------------------------------------------------------------------------------------------------
-# parsing
+# reading `zpool status/list/get -j --json-int`
 
 
 def strip_part1(path: str) -> str:
@@ -45,18 +49,18 @@ def strip_part1(path: str) -> str:
 
 @dataclass
 class DeviceHealth:
-    """One line of the `zpool status` config tree."""
+    """One node of the vdev tree of `zpool status -j` (the pool's root vdev, a vdev, or a device)."""
 
-    name: str  # as printed (for a leaf with -P: the full path; -part1 stripped in ``path``)
-    path: str  # device path mapped back to the declared disk ("" for vdev nodes)
+    name: str  # as zpool names it (with -P a device's full path; a missing device's GUID)
+    path: str  # device path mapped back to the declared disk, -part1 stripped ("" for vdev nodes)
     state: str  # ONLINE, DEGRADED, FAULTED, OFFLINE, UNAVAIL, REMOVED, AVAIL, INUSE
-    role: str  # data, special, log, cache, spare, dedup; "pool" for the pool line
+    role: str  # data, special, log, cache, spare, dedup; "pool" for the root vdev
     vdev: str  # the top-level vdev it belongs to (mirror-1, raidz1-0, or itself)
-    read: str = ""
-    write: str = ""
-    cksum: str = ""
-    note: str = ""  # the rest of the line: "was /dev/...", "currently in use", "(resilvering)"
-    depth: int = 0
+    read: int = 0  # error counters
+    write: int = 0
+    cksum: int = 0
+    aux: str = ""  # why zpool does not use it as is: OPEN_FAILED, SPARED (a spare standing in), ...
+    depth: int = 0  # 0 the root vdev, 1 a top-level vdev (or cache/spare device), 2 and more inside
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -66,10 +70,10 @@ class DeviceHealth:
 class PoolHealth:
     name: str = ""
     state: str = ""
-    status: str = ""
-    action: str = ""
-    scan: str = ""
-    errors: str = ""
+    status: str = ""  # zpool's explanation when the pool is not fine, on one line
+    action: str = ""  # what zpool suggests, on one line
+    scan: str = ""  # the last or current scan: "resilver finished, 0 errors", "scrub scanning, ..."
+    error_count: int = 0  # data errors zpool knows of
     devices: list = field(default_factory=list)  # list[DeviceHealth]
 
     def unhealthy(self) -> list:
@@ -78,167 +82,167 @@ class PoolHealth:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "state": self.state, "status": self.status, "action": self.action,
-                "scan": self.scan, "errors": self.errors, "devices": [d.to_dict() for d in self.devices]}
+                "scan": self.scan, "error_count": self.error_count, "devices": [d.to_dict() for d in self.devices]}
 
 
-def _leaf_path(name: str, note: str) -> str:
-    # an unavailable device is printed as its guid with "was /dev/..." after the counters
-    if name.isdigit():
-        m = re.search(r"\bwas (\S+)", note)
-        if m:
-            return strip_part1(m.group(1))
-    return strip_part1(name)
+def parse_pools(text: str) -> dict:
+    """{pool name: pool object} of `zpool status|list|get -j --json-int` output."""
+    doc = zjson.loads(("zpool",), text)
+    return {str(p.get("name", "")): p for p in zjson.objects(doc, "pools")}
 
 
-def parse_health(text: str) -> PoolHealth:
-    """Parse `zpool status -P POOL` into the pool state and one entry per line of the config tree."""
-    health = PoolHealth()
-    lines = text.splitlines()
-    key = None
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        m = re.match(r"^\s*(pool|state|status|action|scan|errors|config):\s?(.*)$", line)
-        if m and not line.startswith("\t"):
-            key, value = m.group(1), m.group(2).strip()
-            if key == "config":
-                i = _parse_config(lines, i + 1, health)
-                key = None
-                continue
-            if key == "pool":
-                health.name = value
-            elif key in ("state", "status", "action", "scan", "errors"):
-                setattr(health, key, value)
-        elif key in ("status", "action", "scan") and line.startswith("\t") and line.strip():
-            setattr(health, key, (getattr(health, key) + " " + line.strip()).strip())
-        i += 1
+def _pool(text: str, pool: str | None, what: str) -> dict:
+    pools = parse_pools(text)
+    if pool is None and len(pools) == 1:
+        return next(iter(pools.values()))
+    if pool is None:
+        raise UserError(f"the `{what}` output holds {len(pools)} pools ({', '.join(pools) or 'none'}), not one",
+                        f"name the pool: `{what} POOL`")
+    if pool not in pools:
+        raise UserError(f"pool {pool} is not in the `{what}` output (it holds {', '.join(pools) or 'no pool'})",
+                        f"pass the output of `{what} {pool}`")
+    return pools[pool]
+
+
+def _leaf_path(node: dict) -> str:
+    # a device that is missing is named by its GUID; "was" keeps the path it had
+    return strip_part1(str(node.get("was") or node.get("path") or node.get("name", "")))
+
+
+def _children(node: dict) -> list:
+    return [c for c in (node.get("vdevs") or {}).values() if isinstance(c, dict)]
+
+
+def _walk_health(node: dict, role: str, top: str, depth: int, out: list) -> None:
+    name = str(node.get("name", ""))
+    children = _children(node)
+    top = top or name
+    out.append(DeviceHealth(name=name, path="" if children else _leaf_path(node), state=str(node.get("state", "")),
+                            role=role, vdev=top, read=_int(node.get("read_errors")),
+                            write=_int(node.get("write_errors")), cksum=_int(node.get("checksum_errors")),
+                            aux=str(node.get("aux", "")), depth=depth))
+    for child in children:
+        _walk_health(child, role, top, depth + 1, out)
+
+
+def _health(obj: dict) -> PoolHealth:
+    health = PoolHealth(name=str(obj.get("name", "")), state=str(obj.get("state", "")),
+                        status=" ".join(str(obj.get("status", "")).split()),
+                        action=" ".join(str(obj.get("action", "")).split()),
+                        scan=_scan_text(obj.get("scan_stats")), error_count=_int(obj.get("error_count")))
+    for root in _children(obj):  # "vdevs" of the pool: its root vdev, named like the pool
+        health.devices.append(DeviceHealth(name=str(root.get("name", "")), path="", state=str(root.get("state", "")),
+                                           role="pool", vdev="", read=_int(root.get("read_errors")),
+                                           write=_int(root.get("write_errors")),
+                                           cksum=_int(root.get("checksum_errors")), depth=0))
+        for top in _children(root):
+            _walk_health(top, "data", "", 1, health.devices)
+    for key, role in _CLASSES:
+        for top in (obj.get(key) or {}).values():
+            _walk_health(top, role, "", 1, health.devices)
     return health
 
 
-def _parse_config(lines: list, i: int, health: PoolHealth) -> int:
-    role = "data"
-    top = ""
-    while i < len(lines):
-        line = lines[i]
-        if not line.strip():
-            i += 1
-            if health.devices:
-                return i
-            continue
-        if not line.startswith("\t"):
-            return i
-        body = line[1:]
-        indent = len(body) - len(body.lstrip(" "))
-        fields = body.split()
-        name = fields[0]
-        if name == "NAME":
-            i += 1
-            continue
-        depth = indent // 2
-        state = fields[1] if len(fields) > 1 else ""
-        counters = fields[2:5] if len(fields) >= 5 and all(f.isdigit() or f[-1:] in "KMGT" for f in fields[2:5]) \
-            else []
-        rest = fields[2 + len(counters):] if len(fields) > 1 else []
-        note = " ".join(rest)
-        if depth == 0:
-            if name in _SECTIONS and len(fields) == 1:
-                role = _SECTIONS[name]
-                i += 1
-                continue
-            health.devices.append(DeviceHealth(name=name, path="", state=state, role="pool", vdev="",
-                                               note=note, depth=0))
-            if counters:
-                d = health.devices[-1]
-                d.read, d.write, d.cksum = counters
-            i += 1
-            continue
-        is_vdev = bool(_TOP_RE.match(name) or _INNER_RE.match(name))
-        if depth == 1:
-            top = name
-        dev = DeviceHealth(name=name, path="" if is_vdev else _leaf_path(name, note), state=state, role=role,
-                           vdev=top, note=note, depth=depth)
-        if counters:
-            dev.read, dev.write, dev.cksum = counters
-        health.devices.append(dev)
-        i += 1
-    return i
+def _scan_text(scan) -> str:
+    if not isinstance(scan, dict) or not scan.get("function"):
+        return ""
+    return f"{str(scan['function']).lower()} {str(scan.get('state', '')).lower()}, {_int(scan.get('errors'))} errors"
 
 
-def parse_status(text: str) -> PoolLayout:
-    """The layout of a pool from `zpool status -P POOL`.
+def parse_health(text: str, pool: str | None = None) -> PoolHealth:
+    """The state of a pool and of every node of its vdev tree from `zpool status -j --json-int -P [POOL]`.
 
-    Leaves keep their full path, minus the ``-part1`` ZFS adds on whole disks. A spare that is
+    ``pool`` picks one pool when the output holds several (`zpool status` of all pools).
+    """
+    return _health(_pool(text, pool, "zpool status -j --json-int -P"))
+
+
+def _first_leaf(node: dict) -> dict:
+    children = _children(node)
+    return _first_leaf(children[0]) if children else node
+
+
+def _members(node: dict) -> list:
+    """The declared members under a vdev: a spare standing in or a new disk being resilvered in shows
+    as the member it stands for (the first child of spare-N/replacing-N)."""
+    out = []
+    for child in _children(node):
+        if child.get("vdev_type") in _INNER_TYPES:
+            out.append(_leaf_path(_first_leaf(child)))
+        elif _children(child):
+            out += _members(child)
+        else:
+            out.append(_leaf_path(child))
+    return out
+
+
+def _top_vdev(node: dict, role: str) -> Vdev:
+    kind = node.get("vdev_type")
+    name = str(node.get("name", ""))
+    if kind == "mirror":
+        return Vdev(role=role, type="mirror", disks=_members(node))
+    if kind == "raidz":
+        m = _RAIDZ_NAME.match(name)
+        return Vdev(role=role, type=f"raidz{m.group(1)}" if m else name, disks=_members(node))
+    if kind in _INNER_TYPES:  # a single-disk vdev whose disk is being spared or replaced
+        return Vdev(role=role, type="disk", disks=[_leaf_path(_first_leaf(node))])
+    if _children(node):  # another kind (draid): never declared by this project, reported as it is
+        return Vdev(role=role, type=str(kind), disks=_members(node))
+    return Vdev(role=role, type="disk", disks=[_leaf_path(node)])
+
+
+def _layout(obj: dict) -> PoolLayout:
+    vdevs = [_top_vdev(top, "data") for root in _children(obj) for top in _children(root)]
+    for key, role in _CLASSES:
+        vdevs += [_top_vdev(top, role) for top in (obj.get(key) or {}).values() if isinstance(top, dict)]
+    return PoolLayout(vdevs=vdevs)
+
+
+def parse_status(text: str, pool: str | None = None) -> PoolLayout:
+    """The layout of a pool from `zpool status -j --json-int -P [POOL]`.
+
+    Devices keep their full path, minus the ``-part1`` ZFS adds on whole disks. A spare that is
     standing in (``spare-N``) or a replacement in progress (``replacing-N``) is shown as the
     original member, so the layout stays the declared one while the pool heals; the states are in
     ``parse_health``.
     """
-    health = parse_health(text)
-    if not health.name:
-        raise UserError("no pool found in the `zpool status` output", "pass the output of `zpool status -P POOL`")
-    vdevs: list = []
-    current: Vdev | None = None
-    stack: dict = {}  # depth -> node name on the path to the current line
-    taken: set = set()  # spare-N/replacing-N nodes whose first child (the declared member) was taken
-    for dev in health.devices:
-        if dev.role == "pool":
-            continue
-        stack = {d: n for d, n in stack.items() if d < dev.depth}
-        stack[dev.depth] = dev.name
-        if dev.depth == 1:
-            m = _TOP_RE.match(dev.name)
-            if m:
-                vtype = "raidz1" if m.group(1) == "raidz" else m.group(1)
-                current = Vdev(role=dev.role, type=vtype, disks=[])
-            elif _INNER_RE.match(dev.name):
-                current = Vdev(role=dev.role, type="disk", disks=[])
-            else:
-                current = Vdev(role=dev.role, type="disk", disks=[dev.path])
-            vdevs.append(current)
-            continue
-        if _INNER_RE.match(dev.name) or current is None:
-            continue
-        parent = stack.get(dev.depth - 1, "")
-        if _INNER_RE.match(parent):
-            key = (len(vdevs), dev.depth - 1, parent)
-            if key in taken:
-                continue  # the standing-in spare or the new disk of a replacement
-            taken.add(key)
-        current.disks.append(dev.path)
-    return PoolLayout(vdevs=vdevs)
+    return _layout(_pool(text, pool, "zpool status -j --json-int -P"))
+
+
+def _pool_row(obj: dict) -> dict:
+    props = obj.get("properties") or {}
+
+    def value(key):
+        entry = props.get(key)
+        return entry.get("value") if isinstance(entry, dict) else None
+
+    return {"name": str(obj.get("name", "")), "size": _int_or_none(value("size")),
+            "alloc": _int_or_none(value("allocated")), "free": _int_or_none(value("free")),
+            "cap": _int_or_none(value("capacity")), "health": str(value("health") or obj.get("state", ""))}
 
 
 def parse_list(text: str) -> list:
-    """`zpool list -H -p -o name,size,alloc,free,health` -> [{name, size, alloc, free, health}]."""
-    pools = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        name, size, alloc, free, health = (line.split("\t") + [""] * 5)[:5]
-        pools.append({"name": name, "size": _int(size), "alloc": _int(alloc), "free": _int(free), "health": health})
-    return pools
+    """`zpool list -j --json-int [POOL]` -> [{name, size, alloc, free, cap, health}] (bytes; cap in %)."""
+    return [_pool_row(p) for p in parse_pools(text).values()]
 
 
-def parse_props(text: str) -> dict:
-    """`zpool get -H -p -o property,value,source all POOL` -> {property: (value, source)}.
-
-    Also accepts the default 4-column form (name, property, value, source).
-    """
-    props = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        cols = line.split("\t")
-        if len(cols) >= 4:
-            cols = cols[1:4]
-        if len(cols) < 3:
-            continue
-        props[cols[0]] = (cols[1], cols[2])
-    return props
+def parse_props(text: str, pool: str | None = None) -> dict:
+    """`zpool get -j --json-int all POOL` -> {property: (value, source)}, as `zpool get -H -p` printed them."""
+    return zjson.properties(_pool(text, pool, "zpool get -j --json-int all"))
 
 
-def _int(value: str):
+def _int(value) -> int:
+    number = _int_or_none(value)
+    return 0 if number is None else number
+
+
+def _int_or_none(value):
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
     try:
-        return int(value)
+        return int(str(value))
     except ValueError:
         return None
 
@@ -432,27 +436,40 @@ def normalize_pool_prop(prop: str, value) -> str:
 
 
 def pool_exists(runner: Runner, name: str) -> dict | None:
-    res = runner.run(["zpool", "list", "-H", "-p", "-o", "name,size,alloc,free,health", name], check=False)
-    if res.rc == 0:
-        pools = parse_list(res.stdout)
-        return pools[0] if pools else None
-    if "no such pool" in res.stderr:
-        return None
-    raise CommandError(res.argv, res.rc, res.stdout, res.stderr)
+    """{name, size, alloc, free, cap, health} of the imported pool NAME (`zpool list -j --json-int`), None
+    when there is no such pool."""
+    doc = zjson.run(runner, ["zpool", "list", *zjson.JSON, name], missing=zjson.NO_POOL)
+    pools = [_pool_row(p) for p in zjson.objects(doc, "pools")] if doc is not None else []
+    return next((p for p in pools if p["name"] == name), None)
+
+
+def _missing_pool(name: str) -> NotFound:
+    return NotFound(f"pool {name} does not exist (not imported on this node)",
+                    f"check the name with `zpool list`; an exported pool comes back with `zpool import {name}`")
 
 
 def get_layout(runner: Runner, name: str, aliases: dict | None = None) -> tuple:
-    """(PoolLayout, PoolHealth) of a live pool, paths mapped through ``aliases`` (alias -> by_id)."""
-    text = runner.run(["zpool", "status", "-P", name]).stdout
-    layout = parse_status(text)
+    """(PoolLayout, PoolHealth) of a live pool from one `zpool status -j --json-int -P NAME`, paths mapped
+    through ``aliases`` (alias -> by_id). NotFound when the pool is not imported."""
+    doc = zjson.run(runner, ["zpool", "status", *zjson.JSON, "-P", name], missing=zjson.NO_POOL)
+    obj = next((p for p in zjson.objects(doc or {}, "pools") if p.get("name") == name), None)
+    if obj is None:
+        raise _missing_pool(name)
+    layout = _layout(obj)
     if aliases:
         for vdev in layout.vdevs:
             vdev.disks = [aliases.get(d, d) for d in vdev.disks]
-    return layout, parse_health(text)
+    return layout, _health(obj)
 
 
 def get_props(runner: Runner, name: str) -> dict:
-    return parse_props(runner.run(["zpool", "get", "-H", "-p", "-o", "property,value,source", "all", name]).stdout)
+    """{property: (value, source)} of the pool NAME (`zpool get -j --json-int all NAME`); NotFound when the
+    pool is not imported."""
+    doc = zjson.run(runner, ["zpool", "get", *zjson.JSON, "all", name], missing=zjson.NO_POOL)
+    obj = next((p for p in zjson.objects(doc or {}, "pools") if p.get("name") == name), None)
+    if obj is None:
+        raise _missing_pool(name)
+    return zjson.properties(obj)
 
 
 def _disk_index(disks: list) -> dict:
@@ -655,5 +672,5 @@ def _layout_dict(layout: PoolLayout) -> dict:
 
 
 __all__ = ["DeviceHealth", "PoolHealth", "DiskInfo", "add_argv", "create_argv", "diff_layout", "ensure_pool",
-           "get_layout", "parse_health", "parse_list", "parse_props", "parse_status", "pool_exists", "strip_part1",
-           "validate_layout", "vdev_args", "wipe_disk"]
+           "get_layout", "get_props", "parse_health", "parse_list", "parse_pools", "parse_props", "parse_status",
+           "pool_exists", "strip_part1", "validate_layout", "vdev_args", "wipe_disk"]
