@@ -1,13 +1,19 @@
-"""Shared unit-test helpers: a scripted command runner and an in-process Ansible module runner.
+"""Shared unit-test helpers: a scripted command runner, an in-process Ansible module runner, and the
+OpenZFS 2.3 JSON the lab did not record, derived from what it did.
 
 Module tests are data: each case lists the module input, the exact commands the module must run
 (with the recorded rc/stdout/stderr they get back) and the expected result. ``run_module`` runs
 the module in-process with ``AnsibleModule.run_command`` replaced by the script, and checks
 that every scripted command was consumed, in order.
+
+Recorded outputs are used as they are wherever the lab recorded the situation (tests/unit/data/zfs23/
+for OpenZFS 2.3). Where it did not, ``derive_json`` makes the JSON from a 2.3 recording by a minimal,
+stated edit (names replaced, named properties set): the format is always one zpool/zfs printed.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import sys
@@ -34,13 +40,110 @@ def data(*parts: str) -> str:
     return DATA.joinpath(*parts).read_text()
 
 
+def _replace(value, rename: dict):
+    if isinstance(value, dict):
+        return {_replace(k, rename): _replace(v, rename) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace(v, rename) for v in value]
+    if isinstance(value, str):
+        for old, new in rename.items():
+            value = value.replace(old, new)
+    return value
+
+
+def derive_json(source: str, *, rename: dict | None = None, properties: dict | None = None, edit=None) -> str:
+    """A recorded OpenZFS 2.3 JSON output under tests/unit/data/ (``source``), minimally edited for a
+    situation the lab did not record. Each caller says what it edits and why.
+
+    rename: {old: new} replaced in every key and string value (pool, dataset and device names).
+    properties: {object name: {property: [value, source type, source data]}}: set in the object's
+    "properties" (of `zpool get`/`zfs get`/`zfs list` -j) in the shape the recording uses, e.g.
+    {"z23_rec/secret": {"encryption": ["aes-256-gcm", "NONE", "-"]}}.
+    edit: a function changing the parsed document in place (after rename and properties).
+    """
+    doc = _replace(json.loads(data(source)), dict(rename or {}))
+    for name, props in (properties or {}).items():
+        obj = next(o for key in ("datasets", "pools") for o in (doc.get(key) or {}).values() if o["name"] == name)
+        for prop, (value, kind, where) in props.items():
+            obj["properties"][prop] = {"value": value, "source": {"type": kind, "data": where}}
+    if edit is not None:
+        edit(doc)
+    return json.dumps(doc)
+
+
 def script_of(case: dict) -> list[dict]:
     """A YAML case's `commands` as a ScriptedRunner script; `stdout_file`/`stderr_file` name
-    recorded outputs under tests/unit/data/."""
-    return [{"command": [str(a) for a in step["command"]], "rc": step.get("rc", 0),
-             "stdout": data(step["stdout_file"]) if "stdout_file" in step else step.get("stdout", ""),
+    recorded outputs under tests/unit/data/; `stdout_derived` is derive_json's arguments
+    ({from: FILE, rename: {...}, properties: {...}}) for an output the lab did not record."""
+    def stdout(step: dict) -> str:
+        if "stdout_derived" in step:
+            spec = step["stdout_derived"]
+            return derive_json(spec["from"], rename=spec.get("rename"), properties=spec.get("properties"))
+        return data(step["stdout_file"]) if "stdout_file" in step else step.get("stdout", "")
+
+    return [{"command": [str(a) for a in step["command"]], "rc": step.get("rc", 0), "stdout": stdout(step),
              "stderr": data(step["stderr_file"]) if "stderr_file" in step else step.get("stderr", "")}
             for step in case.get("commands", [])]
+
+
+# --- disk discovery states ----------------------------------------------------------------------
+#
+# tests/unit/data/disks/STATE/commands.json lists what disks.discover() ran on storage1, with its
+# output. The states recorded on Debian 12 with ZFS 2.1 (all but tank-zfs23) ran the text
+# `zpool status -P`, which discover() no longer reads: their zpool step is marked "derived" and its
+# 2.3 JSON is made here from 2.3 recordings of the same pool topology, with only the pool names and
+# device paths replaced by the ones the 2.1 text listed (see tests/unit/data/disks/README.md).
+# The 2.3 recordings are of file-backed pools: the replaced device paths keep `"vdev_type": "file"`
+# (discovery reads only the paths).
+
+BY_ID = "/dev/disk/by-id/"
+
+
+def _single(pool: str, device: str) -> dict:
+    # a pool of one device: z23_one (`zpool create z23_one /var/tmp/z23_s1.img`), renamed
+    return {"from": "zfs23/status_single.json", "rename": {"z23_one": pool, "/var/tmp/z23_s1.img": device}}
+
+
+# hb_rec, another helper's pool in those states: the topology of zfs23's z23_rec (record.sh built it
+# "as the 2.1 recordings did with disks"), on these devices
+_HB_REC = {"z23_rec": "hb_rec", "/var/tmp/z23_r1.img": BY_ID + "ata-LAB_HDD_8TB_7200_HDD1002-part1",
+           "/var/tmp/z23_r2.img": BY_ID + "ata-LAB_HDD_8TB_7200_HDD1003-part1",
+           "/var/tmp/z23_r3.img": BY_ID + "ata-LAB_HDD_8TB_7200_HDD1004-part1",
+           "/var/tmp/z23_nvme1.img": BY_ID + "nvme-QEMU_NVMe_Ctrl_NVME1000-part1",
+           "/var/tmp/z23_nvme2.img": "/var/tmp/hb_nvme.img",
+           "/var/tmp/z23_log1.img": BY_ID + "ata-LAB_SSD_960GB_SSD1000-part1",
+           "/var/tmp/z23_log2.img": BY_ID + "ata-LAB_SSD_960GB_SSD1001-part1",
+           "/var/tmp/z23_cache.img": "/var/tmp/hb_cache.img", "/var/tmp/z23_spare.img": "/var/tmp/hb_spare.img"}
+_HB_ONLINE = {"from": "zfs23/status_full.json", "rename": _HB_REC}
+# inuse-fs: HDD1004 offline and the spare standing in for it (status_spare_inuse: r3 offline, spare in use)
+_HB_SPARED = {"from": "zfs23/status_spare_inuse.json", "rename": _HB_REC}
+_HC, _HD = _single("hc_pool", "/var/tmp/hc_pool.img"), _single("hd_pool", "/var/tmp/hd_pool.img")
+# the pools each 2.1 state's `zpool status -P` listed, in its order
+DERIVED_POOLS = {
+    "clean": [_HC, _HD],
+    "shared": [_HB_ONLINE, _HC, _HD],
+    "inuse-fs": [_HB_SPARED, _HC, _HD],
+    # ha_test: `zpool create -f ha_test /dev/disk/by-id/ata-LAB_HDD_8TB_7200_HDD1005` (ZFS uses its part1)
+    "inuse-zpool": [_single("ha_test", BY_ID + "ata-LAB_HDD_8TB_7200_HDD1005-part1"), _HB_ONLINE, _HC, _HD],
+    "exported-pool": [_HC, _HD],
+}
+
+
+def derived_zpool_status(state: str) -> str:
+    """`zpool status -j --json-int -P` of a 2.1 disk state: its pools, each derived as DERIVED_POOLS says,
+    in one document as zpool prints several pools (tests/unit/data/zfs23/status_all.json)."""
+    docs = [json.loads(derive_json(spec["from"], rename=spec["rename"])) for spec in DERIVED_POOLS[state]]
+    merged = copy.deepcopy(docs[0])
+    merged["pools"] = {name: pool for doc in docs for name, pool in doc["pools"].items()}
+    return json.dumps(merged)
+
+
+def disk_state_script(state: str) -> list[dict]:
+    """The recorded commands of a disk discovery state as a ScriptedRunner script."""
+    steps = json.loads((DATA / "disks" / state / "commands.json").read_text())
+    return [{"command": s["command"], "rc": s["rc"], "stderr": s["stderr"],
+             "stdout": derived_zpool_status(state) if s.get("derived") else
+             (DATA / "disks" / state / s["stdout_file"]).read_text()} for s in steps]
 
 
 class ScriptedRunner(Runner):

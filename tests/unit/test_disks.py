@@ -1,28 +1,30 @@
-"""Disk discovery: parsers and discover() on output recorded from storage1 (tests/unit/data/disks/)."""
+"""Disk discovery: parsers and discover() on output recorded from storage1 (tests/unit/data/disks/).
+
+The states recorded with ZFS 2.1 get their `zpool status -j --json-int -P` from support.derived_zpool_status
+(2.3 recordings of the same pool topology, renamed to their devices); tank-zfs23 is recorded on 2.3 throughout.
+"""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from support import DATA, ScriptedRunner  # (support puts module_utils on sys.path)
+from support import DATA, ScriptedRunner, data, derive_json, disk_state_script  # (puts module_utils on sys.path)
 
 # isort: split
-from fabric_core import disks
+from fabric_core import disks, zjson
 from fabric_core.errors import CommandError
 from fabric_core.model import DiskInfo
 
-STATES = ("clean", "shared", "inuse-fs", "inuse-zpool", "exported-pool")
+STATES = ("clean", "shared", "inuse-fs", "inuse-zpool", "exported-pool", "tank-zfs23")
 BY_ID = "/dev/disk/by-id/"
 HDD5 = BY_ID + "ata-LAB_HDD_8TB_7200_HDD1005"
 NVME1 = BY_ID + "nvme-QEMU_NVMe_Ctrl_NVME1001"
 
 
 def script(state: str) -> list[dict]:
-    """The recorded commands of a state as a ScriptedRunner script (stdout read from its file)."""
-    steps = json.loads((DATA / "disks" / state / "commands.json").read_text())
-    return [{"command": s["command"], "rc": s["rc"], "stderr": s["stderr"],
-             "stdout": (DATA / "disks" / state / s["stdout_file"]).read_text()} for s in steps]
+    """The recorded commands of a state as a ScriptedRunner script (stdout read from its file, or derived)."""
+    return disk_state_script(state)
 
 
 def output(state: str, argv0: str, index: int = 0) -> str:
@@ -147,6 +149,21 @@ def test_parse_holders():
 
 
 def test_parse_zpool_status_devices_of_every_pool():
+    # recorded on 2.3: tank as site.yml built it (by-id paths keep the -part1 of whole-disk members;
+    # every class: raidz2 data, special mirror, log mirror, cache)
+    tank = disks.parse_zpool_status(output("tank-zfs23", "zpool"))
+    assert tank == {"tank": [BY_ID + f"ata-LAB_HDD_8TB_7200_HDD100{i}-part1" for i in range(6)]
+                    + [BY_ID + f"nvme-QEMU_NVMe_Ctrl_NVME100{i}-part1" for i in range(3)]
+                    + [BY_ID + "ata-LAB_SSD_960GB_SSD1000-part1", BY_ID + "ata-LAB_SSD_960GB_SSD1001-part1",
+                       BY_ID + "nvme-QEMU_NVMe_Ctrl_NVME1003-part1"]}
+    assert output("tank-zfs23", "zpool") == data("zfs23", "tank_status.json")
+    # recorded on 2.3: several pools in one document, and a spare standing in (listed once)
+    every = disks.parse_zpool_status(data("zfs23", "status_all.json"))
+    assert sorted(every) == ["tank", "z23_mir", "z23_one", "z23_rec"]
+    spared = disks.parse_zpool_status(data("zfs23", "status_spare_inuse.json"))["z23_rec"]
+    assert spared == [f"/var/tmp/z23_{n}.img" for n in ("r1", "r2", "r3", "spare", "nvme1", "nvme2", "log1", "log2",
+                                                         "cache")]
+    # the 2.1 states' pools (derived: see support.DERIVED_POOLS)
     pools = disks.parse_zpool_status(output("shared", "zpool"))
     assert sorted(pools) == ["hb_rec", "hc_pool", "hd_pool"]
     assert pools["hb_rec"] == [
@@ -156,7 +173,29 @@ def test_parse_zpool_status_devices_of_every_pool():
         "/var/tmp/hb_cache.img", "/var/tmp/hb_spare.img"]
     assert pools["hc_pool"] == ["/var/tmp/hc_pool.img"]
     assert disks.parse_zpool_status(output("inuse-zpool", "zpool"))["ha_test"] == [HDD5 + "-part1"]
-    assert disks.parse_zpool_status("no pools available\n") == {}
+
+
+def test_parse_zpool_status_without_pools():
+    # derived: no recording with no pool imported; `zpool status -j` then prints its document with empty
+    # "pools" (zpool_do_status adds "pools" before it walks the pools; OpenZFS 2.3.9 zpool_main.c)
+    empty = derive_json("zfs23/status_all.json", edit=lambda doc: doc["pools"].clear())
+    assert disks.parse_zpool_status(empty) == {}
+
+
+def test_parse_zpool_status_counts_a_missing_device_by_its_former_path():
+    # derived from the recorded degraded z23_rec: its offline member r3 edited into a device the pool misses,
+    # as OpenZFS 2.3.9 prints one (zpool_main.c vdev_stats_nvlist: named by its GUID, "not_present" and
+    # "was" its path): the pool wants that disk back, so the disk at that path stays in use
+    doc = json.loads(derive_json("zfs23/status_degraded.json", edit=_r3_not_present))
+    assert "/var/tmp/z23_r3.img" in disks.parse_zpool_status(json.dumps(doc))["z23_rec"]
+
+
+def _r3_not_present(doc: dict) -> None:
+    raidz = doc["pools"]["z23_rec"]["vdevs"]["z23_rec"]["vdevs"]["raidz1-0"]["vdevs"]
+    r3 = raidz.pop("/var/tmp/z23_r3.img")
+    guid = str(r3["guid"])
+    r3.update(name=guid, state="UNAVAIL", not_present=1, was=r3["path"])
+    raidz[guid] = r3
 
 
 @pytest.mark.parametrize("sig, device, expected", [
@@ -218,6 +257,16 @@ def test_discover_imported_pool_and_whole_disk_filesystem():
     assert disks.is_active_use("part of imported pool 'ha_test'")
 
 
+def test_discover_members_of_the_recorded_tank_are_part_of_it():
+    # recorded on 2.3 throughout: every member of tank (data, special, log, cache) is in active use
+    found = discovered("tank-zfs23")
+    members = [d for d in found.values() if "part of imported pool 'tank'" in d.reasons]
+    assert sorted(d.by_id.removeprefix(BY_ID) for d in members) == sorted(
+        [f"ata-LAB_HDD_8TB_7200_HDD100{i}" for i in range(6)] + [f"nvme-QEMU_NVMe_Ctrl_NVME100{i}" for i in range(4)]
+        + ["ata-LAB_SSD_960GB_SSD1000", "ata-LAB_SSD_960GB_SSD1001"])
+    assert all(any(disks.is_active_use(r) for r in d.reasons) for d in members)
+
+
 def test_discover_exported_pool_is_still_in_use_by_its_signature():
     found = discovered("exported-pool")
     assert found["sdf"].in_use
@@ -259,8 +308,17 @@ def test_discover_zpool_failure_is_an_error():
     steps[-1] = dict(steps[-1], rc=1, stdout="", stderr="internal error: something broke")
     with pytest.raises(CommandError) as err:
         disks.discover(ScriptedRunner(steps))
-    assert "zpool status -P" in str(err.value) and "something broke" in str(err.value)
+    assert "zpool status -j --json-int -P" in str(err.value) and "something broke" in str(err.value)
     assert err.value.fix
+
+
+def test_discover_on_a_zfs_without_json_says_to_upgrade():
+    # a zpool older than 2.3 rejects -j the way 2.3's `zfs holds` does (recorded: zfs23/holds.stderr, exit 2)
+    steps = script("clean")
+    steps[-1] = dict(steps[-1], rc=2, stdout="", stderr=data("zfs23", "holds.stderr"))
+    with pytest.raises(zjson.ZfsWithoutJson) as err:
+        disks.discover(ScriptedRunner(steps))
+    assert "older than OpenZFS 2.3" in str(err.value) and "fix: upgrade the node to OpenZFS 2.3" in str(err.value)
 
 
 def test_discover_runs_only_reads_so_a_dry_run_runs_everything():

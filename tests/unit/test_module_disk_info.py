@@ -6,16 +6,15 @@ import json
 
 import pytest
 import yaml
-from support import DATA, load_module, run_module
+from support import DATA, disk_state_script, load_module, run_module
 
 BY_ID = "/dev/disk/by-id/"
 CASES = yaml.safe_load((DATA / "module_disk_info.yaml").read_text())
 
 
 def script(state: str) -> list[dict]:
-    steps = json.loads((DATA / "disks" / state / "commands.json").read_text())
-    return [{"command": s["command"], "rc": s["rc"], "stderr": s["stderr"],
-             "stdout": (DATA / "disks" / state / s["stdout_file"]).read_text()} for s in steps]
+    """The state's recorded commands (its `zpool status -j` derived for the 2.1 states: support.DERIVED_POOLS)."""
+    return disk_state_script(state)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -30,7 +30,7 @@ class RecordingRunner(LocalRunner):
 
     def _run(self, argv, data):
         rc, stdout, stderr = super()._run(argv, data)
-        ext = ".json" if "--json" in argv else ".txt"
+        ext = ".json" if "--json" in argv or "-j" in argv else ".txt"
         fname = f"{len(self.steps) + 1:02d}-{argv[0]}{ext}"
         (self.out / fname).write_text(stdout)
         self.steps.append({"command": list(argv), "rc": rc, "stdout_file": fname, "stderr": stderr})
