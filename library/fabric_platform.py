@@ -33,6 +33,13 @@ options:
     description: Allow the decision C(reboot) when the loaded module is older than the installed packages.
     type: bool
     default: false
+  packages:
+    description:
+      - Debian packages to look up (one C(dpkg-query)); RV(missing_packages) lists those not installed, so that
+        a role runs apt only when something is missing.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -56,6 +63,12 @@ facts:
   type: dict
   sample: {"distribution": "debian", "major": "13", "codename": "trixie", "pretty": "Debian GNU/Linux 13 (trixie)",
            "zfs_package": "2.3.9-1", "zfs_module": "2.3.9-1", "pools": ["tank"]}
+missing_packages:
+  description: The packages of O(packages) that are not installed.
+  returned: always
+  type: list
+  elements: str
+  sample: [multipath-tools]
 decision:
   description: With O(zfs=true), what to do about ZFS (ok, install, upgrade, reboot), whether the packages come from
     bookworm-backports, and why.
@@ -79,11 +92,14 @@ def main():
             zfs=dict(type="bool", default=False),
             allow_upgrade=dict(type="bool", default=False),
             allow_reboot=dict(type="bool", default=False),
+            packages=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
-    facts = platform.read(ModuleRunner(module))
-    out = {"changed": False, "facts": facts.as_dict()}
+    runner = ModuleRunner(module)
+    facts = platform.read(runner)
+    out = {"changed": False, "facts": facts.as_dict(),
+           "missing_packages": platform.missing_packages(runner, module.params["packages"])}
     try:
         if module.params["zfs"]:
             decision = platform.zfs_decision(facts, allow_upgrade=module.params["allow_upgrade"],

@@ -18,11 +18,24 @@ description:
   - An existing dataset without a local C(fabric:managed=true) is changed only with O(adopt=true).
 version_added: "0.1.0"
 author: gpu-storage-fabric maintainers
+  - With O(datasets), a whole list is converged in one call, in order (parents first). The zfs_datasets
+    role does this, one module run per node instead of one per dataset.
+  - A volume with O(filesystem) gets that file system when it is blank (no signature at all); one that
+    carries it already is left alone; one that carries anything else is refused, never reformatted.
 options:
   name:
-    description: Dataset name, C(POOL/PATH).
+    description: Dataset name, C(POOL/PATH). Required unless O(datasets) is given.
     type: str
-    required: true
+  datasets:
+    description:
+      - Several datasets in one call, each with the options of a single one (C(name), C(properties),
+        C(volume_size), C(encryption), C(filesystem)); O(allow_dedup) and O(adopt) apply to all.
+    type: list
+    elements: dict
+  filesystem:
+    description: For a volume, the file system it gets when blank (C(ext4) or C(xfs)).
+    type: str
+    choices: [ext4, xfs]
   properties:
     description:
       - ZFS properties (compression, recordsize, quota, refquota, reservation, atime, primarycache,
@@ -102,9 +115,26 @@ EXAMPLES = r"""
     volume_size: 200G
     properties:
       volblocksize: 64K
+
+- name: A dataset tree and a volume with ext4, in one call
+  fabric_zfs_dataset:
+    datasets:
+      - {name: tank/datasets, properties: {recordsize: 1M, compression: zstd}}
+      - {name: tank/exports/welcome, volume_size: 256M, filesystem: ext4, properties: {volblocksize: 16K}}
 """
 
 RETURN = r"""
+datasets:
+  description: With O(datasets), the result of each dataset (created, changed_properties, commands, filesystem).
+  returned: when datasets is given
+  type: dict
+filesystem:
+  description: The file system made (or that would be made) on a blank volume, with the mkfs command.
+  returned: when filesystem is given
+  type: dict
+  sample: {changed: true, found: null,
+           command: [mkfs.ext4, -q, -m, "0", -E, "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
+                     -L, welcome, /dev/zvol/tank/exports/welcome]}
 changed:
   description: Whether the dataset was created or properties set (or would be, in check mode).
   returned: always
@@ -144,6 +174,7 @@ from contextlib import nullcontext
 from ansible.module_utils.basic import AnsibleModule
 
 try:
+    from ansible.module_utils.fabric_core import blockfs
     from ansible.module_utils.fabric_core.errors import FabricError
     from ansible.module_utils.fabric_core.lock import node_lock
     from ansible.module_utils.fabric_core.runner import ModuleRunner
@@ -153,44 +184,107 @@ except ImportError as exc:  # pragma: no cover - reported by main()
 else:
     IMPORT_ERROR = None
 
+ENCRYPTION = dict(type="dict", options=dict(
+    enabled=dict(type="bool", default=True),
+    key=dict(type="str", no_log=True),
+    keyformat=dict(type="str", default="passphrase", choices=["passphrase", "hex", "raw"]),
+))
+ONE = dict(
+    properties=dict(type="dict", default={}),
+    encryption=ENCRYPTION,
+    volume_size=dict(type="str"),
+    filesystem=dict(type="str", choices=list(blockfs.FILESYSTEMS) if IMPORT_ERROR is None else None),
+)
+
+
+def converge_one(runner, spec: dict, allow_dedup: bool, adopt: bool) -> dict:
+    """One dataset, then the file system of a volume that declares one."""
+    out = ensure_dataset(runner, name=spec["name"], properties=spec.get("properties") or {},
+                         encryption=spec.get("encryption"), allow_dedup=allow_dedup,
+                         volume_size=spec.get("volume_size"), adopt=adopt)
+    if spec.get("filesystem"):
+        if not spec.get("volume_size"):
+            raise blockfs.UserError(f"{spec['name']}: filesystem is only for volumes",
+                                    "give volume_size, or drop filesystem")
+        made = blockfs.ensure_filesystem(runner, f"/dev/zvol/{spec['name']}", spec["filesystem"],
+                                         label=spec["name"].rsplit("/", 1)[-1], device_planned=out["created"])
+        out["filesystem"] = made
+        out["changed"] = out["changed"] or made["changed"]
+        if made["command"] and made["changed"]:
+            out["commands"] = [*out["commands"], made["command"]]
+    return out
+
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            name=dict(type="str", required=True),
-            properties=dict(type="dict", default={}),
-            encryption=dict(type="dict", options=dict(
-                enabled=dict(type="bool", default=True),
-                key=dict(type="str", no_log=True),
-                keyformat=dict(type="str", default="passphrase", choices=["passphrase", "hex", "raw"]),
-            )),
+            name=dict(type="str"),
+            datasets=dict(type="list", elements="dict",
+                          options=dict(name=dict(type="str", required=True), **ONE)),
             allow_dedup=dict(type="bool", default=False),
-            volume_size=dict(type="str"),
             adopt=dict(type="bool", default=False),
+            **ONE,
         ),
+        required_one_of=[("name", "datasets")],
+        mutually_exclusive=[("name", "datasets")],
         supports_check_mode=True,
     )
     if IMPORT_ERROR is not None:
         module.fail_json(msg=f"fabric_core is not available: {IMPORT_ERROR}")
     p = module.params
+    many = p["datasets"] is not None
+    specs = p["datasets"] if many else [{k: p[k] for k in ("name", "properties", "encryption", "volume_size",
+                                                           "filesystem")}]
     runner = ModuleRunner(module, dry_run=module.check_mode)
     result = {"changed": False, "created": False, "changed_properties": {}, "commands": [], "prepared": ""}
+    outs: dict = {}
+    what = ", ".join(spec["name"] for spec in specs)
     try:
         # the node lock (shared with fabricctl) around a change; check mode changes nothing
-        with nullcontext() if module.check_mode else node_lock(f"ansible fabric_zfs_dataset {p['name']}"):
-            out = ensure_dataset(runner, name=p["name"], properties=p["properties"], encryption=p["encryption"],
-                                 allow_dedup=p["allow_dedup"], volume_size=p["volume_size"], adopt=p["adopt"])
+        with nullcontext() if module.check_mode else node_lock(f"ansible fabric_zfs_dataset {what}"):
+            for spec in specs:
+                outs[spec["name"]] = converge_one(runner, spec, p["allow_dedup"], p["adopt"])
     except FabricError as err:
         result["commands"] = [list(a) for a in (runner.executed + runner.planned)]
+        if many:
+            result["datasets"] = {name: _public(out) for name, out in outs.items()}
         module.fail_json(msg=str(err), **result)
-    result.update(changed=out["changed"], created=out["created"], changed_properties=out["changed_properties"],
-                  commands=out["commands"], prepared=out["prepared"])
+    if many:
+        result.update(changed=any(o["changed"] for o in outs.values()),
+                      created=any(o["created"] for o in outs.values()),
+                      commands=[c for o in outs.values() for c in o["commands"]],
+                      datasets={name: _public(out) for name, out in outs.items()})
+    else:
+        out = outs[specs[0]["name"]]
+        result.update(changed=out["changed"], created=out["created"], changed_properties=out["changed_properties"],
+                      commands=out["commands"], prepared=out["prepared"])
+        if "filesystem" in out:
+            result["filesystem"] = out["filesystem"]
     if module._diff:
-        result["diff"] = {"before": out["before"], "after": out["after"],
-                          "before_header": f"{p['name']} (live)", "after_header": f"{p['name']} (declared)"}
-    for warning in out["warnings"]:
-        module.warn(warning)
+        result["diff"] = [{"before": _with_fs(out["before"], out, "found"),
+                           "after": _with_fs(out["after"], out, "want"),
+                           "before_header": f"{name} (live)", "after_header": f"{name} (declared)"}
+                          for name, out in outs.items() if out["changed"] or not many]
+        if not many:
+            result["diff"] = result["diff"][0]
+    for out in outs.values():
+        for warning in out["warnings"]:
+            module.warn(warning)
     module.exit_json(**result)
+
+
+def _public(out: dict) -> dict:
+    keys = ("changed", "created", "changed_properties", "commands", "prepared", "filesystem")
+    return {k: out[k] for k in keys if k in out}
+
+
+def _with_fs(state, out: dict, side: str):
+    """The diff's before/after with the volume's file system (none before a mkfs on a blank volume)."""
+    made = out.get("filesystem")
+    if made is None or not isinstance(state, dict):
+        return state
+    fstype = made["found"] if side == "found" or not made["command"] else made["command"][0].split(".", 1)[1]
+    return {**state, "filesystem": fstype or "none (blank)"}
 
 
 if __name__ == "__main__":

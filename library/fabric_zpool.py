@@ -16,6 +16,10 @@ description:
   - There is only one state, present. The module never destroys or re-creates a pool and never
     removes a vdev; a live vdev that is not declared, or a declared vdev whose disks are elsewhere,
     is reported as a conflict and nothing is changed.
+  - With O(spec) instead of O(layout), the module plans the layout itself from the disks it discovers
+    (with the fabric_core layout planner, so there is one discovery per pool and run) and returns the
+    plan's explanation, one sentence per decision, in RV(explanation). The members of this pool count as free
+    for the planner, so planning an existing pool again gives its live layout.
   - Disks are found on the node itself (fabric disk discovery). Every declared disk must exist. A disk that
     carries anything (filesystem, partition table, another pool) is refused unless it is listed in
     O(wipe) and O(safe_mode=false); a mounted disk or a member of another imported pool is always refused.
@@ -29,12 +33,17 @@ options:
     required: true
   layout:
     description:
-      - The pool layout, as planned by C(fabric_disk_info) or written by hand.
+      - The pool layout written by hand (or planned elsewhere); give O(spec) or O(layout).
       - C(vdevs) is a list of C({role, type, disks}); role is data, special, log, cache or spare; type
         is disk, mirror, raidz1, raidz2 or raidz3 (cache and spare are type disk); disks are
         C(/dev/disk/by-id) paths. Other keys (explanation) are ignored.
     type: dict
-    required: true
+  spec:
+    description:
+      - "A layout spec for the planner, in policy form (C({data: {type: raidz2, width: 6, class: hdd}, special:
+        {type: mirror, width: 3, class: nvme}, log: {...}, cache: {class: nvme, count: rest}})) or explicit form
+        (C({vdevs: [{role, type, disks}]})); see the zfs_pool role's README. O(wipe) applies to it."
+    type: dict
   ashift:
     description: Sector size exponent for new vdevs (12 = 4 KiB). Used at creation and when adding vdevs.
     type: int
@@ -138,6 +147,11 @@ prepared:
   returned: always
   type: str
   sample: "would update 'tank' to the following configuration: ..."
+explanation:
+  description: With O(spec), one sentence per planning decision (why each disk was picked, skipped or left unused).
+  returned: when spec is given
+  type: list
+  elements: str
 layout:
   description: The live layout after the run (predicted in check mode), with by-id paths.
   returned: always
@@ -171,7 +185,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 try:
     from ansible.module_utils.fabric_core import disks as fabric_disks
-    from ansible.module_utils.fabric_core.errors import FabricError
+    from ansible.module_utils.fabric_core.errors import FabricError, UserError
+    from ansible.module_utils.fabric_core.layout import plan
     from ansible.module_utils.fabric_core.lock import node_lock
     from ansible.module_utils.fabric_core.model import PoolLayout
     from ansible.module_utils.fabric_core.names import validate_pool_name
@@ -198,7 +213,8 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             name=dict(type="str", required=True),
-            layout=dict(type="dict", required=True),
+            layout=dict(type="dict"),
+            spec=dict(type="dict"),
             ashift=dict(type="int", default=12),
             properties=dict(type="dict", default={}),
             filesystem_properties=dict(type="dict", default={}),
@@ -207,6 +223,8 @@ def main():
             allow_grow=dict(type="bool", default=False),
             adopt=dict(type="bool", default=False),
         ),
+        required_one_of=[("layout", "spec")],
+        mutually_exclusive=[("layout", "spec")],
         supports_check_mode=True,
     )
     if IMPORT_ERROR is not None:
@@ -217,13 +235,26 @@ def main():
               "properties_changed": {}, "health": ""}
     try:
         validate_pool_name(p["name"])
-        layout = validate_layout(_layout_arg(module, p["layout"]))  # bad input fails before discovery
+        if p["layout"] is not None:
+            layout = validate_layout(_layout_arg(module, p["layout"]))  # bad input fails before discovery
+        wipe = p["wipe"]
+        if p["spec"] is not None and p["spec"].get("wipe"):
+            if wipe and sorted(wipe) != sorted(p["spec"]["wipe"]):
+                raise UserError("wipe is given twice, inside spec and beside it, with different disks",
+                                "give the disks that may be wiped once, in wipe")
+            wipe = list(p["spec"]["wipe"])
         # the node lock (shared with fabricctl) around discovery and change; check mode changes nothing
         with nullcontext() if module.check_mode else node_lock(f"ansible fabric_zpool {p['name']}"):
             disks = fabric_disks.discover(runner)
+            if p["spec"] is not None:
+                # one discovery per pool and run: the plan is made here, from the disks just found; the pool's
+                # own members count as free so that re-planning an existing pool gives its live layout
+                planned = plan(fabric_disks.free_for_pool(disks, p["name"]), {**p["spec"], "wipe": wipe})
+                result["explanation"] = planned.explanation
+                layout = validate_layout(planned)
             out = ensure_pool(runner, name=p["name"], layout=layout, disks=disks, ashift=p["ashift"],
                               properties=p["properties"], fs_properties=p["filesystem_properties"],
-                              safe_mode=p["safe_mode"], wipe=p["wipe"], allow_grow=p["allow_grow"],
+                              safe_mode=p["safe_mode"], wipe=wipe, allow_grow=p["allow_grow"],
                               adopt=p["adopt"])
     except FabricError as err:
         result["commands"] = [list(a) for a in (runner.executed + runner.planned)]

@@ -6,4 +6,4 @@ package). Inside the package, imports are relative so both names work. Nothing h
 Ansible.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

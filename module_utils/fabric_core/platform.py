@@ -106,6 +106,20 @@ def read(runner, *, os_release: Path = OS_RELEASE, module_version: Path = ZFS_MO
     return facts
 
 
+def missing_packages(runner, names: list[str]) -> list[str]:
+    """The Debian packages of names that are not installed, from one dpkg-query (a cheap read that
+    lets a role skip apt, whose cache load costs seconds on a small node, when nothing is missing)."""
+    if not names:
+        return []
+    res = runner.run(["dpkg-query", "-W", "-f=${Package}\t${db:Status-Abbrev}\n", *names], check=False)
+    installed = set()
+    for line in res.stdout.splitlines():
+        package, _, status = line.partition("\t")
+        if status.startswith("ii"):
+            installed.add(package.split(":", 1)[0])
+    return [name for name in names if name not in installed]
+
+
 def check_supported(facts: Facts) -> None:
     """Refuse anything but Debian 12 and 13, naming the two."""
     if facts.distribution != "debian" or facts.major not in SUPPORTED:

@@ -136,3 +136,12 @@ def test_debian_11_is_refused():
     with pytest.raises(UnsupportedPlatform) as exc:
         platform.zfs_decision(f)
     assert "bullseye" in exc.value.problem
+
+
+def test_missing_packages_from_one_dpkg_query():
+    # recorded on the trixie lab: dpkg-query -W -f='${Package}\t${db:Status-Abbrev}\n' zfs-dkms nosuchpkg
+    # python3-rtslib-fb (exit 1 for the unknown one); plus a removed-but-configured package (rc)
+    runner = Scripted({"dpkg-query": (1, "python3-rtslib-fb\tii \nzfs-dkms\tii \nsanoid\trc \n")})
+    assert platform.missing_packages(runner, ["zfs-dkms", "nosuchpkg", "python3-rtslib-fb", "sanoid"]) == [
+        "nosuchpkg", "sanoid"]
+    assert platform.missing_packages(Scripted({}), []) == []
