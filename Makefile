@@ -14,6 +14,7 @@ LABCTL       := $(PYTHON) lab/labctl.py
 PYTEST       := tests/run-pytest $(PY)
 STORAGE2     ?=
 DEBIAN       ?=
+SHUFFLE      ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint lint lock clean
@@ -32,15 +33,15 @@ demo: venv lab-up ## boot the lab, converge site.yml, print the fabric, publish 
 	lab/demo-checkpoints.sh
 	@echo "== lab is still up: 'make lab-status', 'python3 lab/labctl.py ssh gpu1', 'make lab-down' =="
 
-test: venv ## all tests: unit (seconds, no root), then integration on the lab VMs (root)
+test: venv ## all tests: unit (seconds, no root), then integration on the lab VMs (root); SHUFFLE=SEED shuffles the files
 	$(PYTEST) tests/unit -q
-	$(PYTEST) tests/integration -v --durations=25
+	$(PYTEST) tests/integration -v --durations=25 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE))
 
 unit: venv ## unit tests only
 	$(PYTEST) tests/unit -q
 
-integration: venv ## integration tests only (boots the lab if it is not up)
-	$(PYTEST) tests/integration -v --durations=25
+integration: venv ## integration tests only (boots the lab if it is not up); SHUFFLE=SEED shuffles the files
+	$(PYTEST) tests/integration -v --durations=25 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE))
 
 host-deps:
 	@tests/host-deps.sh

@@ -27,24 +27,30 @@ LAB_HINT = ("this benchmark needs the lab up and converged: `make lab-up`, then 
 L = TypeVar("L")  # what a benchmark's preflight found out about the lab
 R = TypeVar("R")  # what its measurements return
 
-# On the storage node: what fabricctl's own config loader says (install directory, pool, roots, lock,
+# On the storage node: what fabricctl's own config loader says (where its code is installed: the
+# virtualenv's site-packages, which holds fabricctl and fabric_core side by side; pool, roots, lock,
 # SSH settings, hosts), so that a benchmark uses fabricctl's names rather than guessing them.
 FACTS = r'''
-import json, re, shutil, sys
+import json, os, shutil, subprocess, sys
 shim = shutil.which("fabricctl")
 if not shim:
     print(json.dumps({"error": "fabricctl is not installed on this node (not in PATH)"})); sys.exit(0)
-m = re.search(r'sys\.path\.insert\(0, "([^"]+)"\)', open(shim).read())
-if not m:
-    print(json.dumps({"error": f"cannot find fabricctl's install directory in {shim}"})); sys.exit(0)
-sys.path.insert(0, m.group(1))
+# the command is a script of the virtualenv the wheel is installed in: its interpreter knows where
+interp = open(shim).readline()[2:].strip()
+where = subprocess.run([interp, "-c", "import os, fabric_core; print(os.path.dirname(os.path.dirname("
+                        "fabric_core.__file__)))"], capture_output=True, text=True)
+if where.returncode != 0:
+    print(json.dumps({"error": f"cannot import fabric_core with {interp} (from {shim}): {where.stderr}"}))
+    sys.exit(0)
+install_dir = where.stdout.strip()
+sys.path.insert(0, install_dir)
 from fabricctl import config
 from fabric_core.lock import DEFAULT_PATH as NODE_LOCK
 try:
     c = config.load()
 except Exception as exc:
     print(json.dumps({"error": f"fabricctl's configuration does not load: {exc}"})); sys.exit(0)
-print(json.dumps({"install_dir": m.group(1), "config": c.source, "pool": c.pool,
+print(json.dumps({"install_dir": install_dir, "config": c.source, "pool": c.pool,
                   "dataset_root": c.dataset_root, "mount_root": c.mount_root,
                   "checkpoint_root": c.checkpoint_root, "checkpoint_mount_root": c.checkpoint_mount_root,
                   "node_lock": NODE_LOCK, "key_file": c.ssh.key_file, "known_hosts": c.ssh.known_hosts,

@@ -89,15 +89,16 @@ class VM:
 
 
 def storage_disks(index: int) -> tuple[Disk, ...]:
-    """A realistic storage node: 6 HDD-class, 2 SSD-class and 3 NVMe disks.
+    """A realistic storage node: 8 HDD-class, 2 SSD-class and 4 NVMe disks.
 
-    Enough for the reference layout: raidz2 of the 6 HDDs, a special mirror of 2 NVMe, L2ARC on
-    the third NVMe, and a SLOG mirror of the 2 SSDs.
+    Enough for the reference layout (raidz2 of 6 HDDs, a 3-way special mirror of NVMe, L2ARC on the
+    fourth NVMe, a SLOG mirror of the 2 SSDs) with two HDDs left free for tests that need a pool of
+    real disks of their own beside the converged one (a mirror).
 
     Serials embed the node index so that disks of storage1 and storage2 never share a name.
     """
     disks: list[Disk] = []
-    for i in range(7):
+    for i in range(8):
         disks.append(Disk(
             kind="hdd", serial=f"HDD{index}{i:03d}", size_gib=8, model="LAB HDD 8TB 7200",
             wwn=f"0x5000c5{index:02x}0077{i:04x}"))

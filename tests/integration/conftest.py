@@ -4,6 +4,12 @@ The lab boots once per test run (session fixture `lab`) and is shared by every t
 starts from freshly booted VMs: a lab that is already up is stopped and booted again, because
 tests assume blank disks (set FABRIC_LAB_REUSE=1 to reuse it as it is while developing). The run
 stops the lab at the end (set FABRIC_LAB_KEEP=1 to keep it).
+
+Every test file is independent: it asks for the lab state it needs through fixtures that build
+that state when it is missing and reuse it when it is there (`converged`: the site converged, with
+the record of its four runs; `published`: a dataset version published to the GPU nodes; `storage2`:
+the second storage node booted and converged). Any file runs alone, and the files run in any order
+(`--shuffle-files SEED`, or FABRIC_TEST_SHUFFLE=SEED, shuffles them; the order is printed).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import shlex
 import subprocess
 import sys
@@ -164,7 +171,7 @@ def parse_recap(stdout: str) -> dict:
 
 
 def ansible_playbook(lab: LabInfo, playbook: str, *args: str, extra_vars: dict | None = None,
-                     timeout: float = 1800, gather_facts: bool = True) -> PlaybookRun:
+                     timeout: float = 1800, gather_facts: bool = True, env: dict | None = None) -> PlaybookRun:
     """Run ansible-playbook from the repository root against the lab inventory.
 
     gather_facts=False skips the implicit fact gathering (for runs whose tasks need no facts,
@@ -173,56 +180,175 @@ def ansible_playbook(lab: LabInfo, playbook: str, *args: str, extra_vars: dict |
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory), playbook, *args]
     if extra_vars is not None:
         argv += ["-e", json.dumps(extra_vars)]
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
+    environ = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_CALLBACK_RESULT_FORMAT="yaml",
+                   **(env or {}))
     if not gather_facts:
-        env["ANSIBLE_GATHERING"] = "explicit"
-    proc = run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+        environ["ANSIBLE_GATHERING"] = "explicit"
+    proc = run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=environ)
     return PlaybookRun(proc.returncode, proc.stdout, proc.stderr, parse_recap(proc.stdout))
 
 
-# Test modules that change the fabric run in this order (pytest would take them alphabetically):
-# the lab itself, single modules, the whole site, fabricctl on the converged site, and the reboot last.
-MODULE_ORDER = ["test_lab.py", "test_lab_lifecycle.py", "test_lio_target.py", "test_iscsi_initiator.py",
-                "test_site.py", "test_fabricctl.py", "test_checkpoints.py", "test_reboot.py"]
+def pytest_addoption(parser):
+    parser.addoption("--shuffle-files", metavar="SEED", default=os.environ.get("FABRIC_TEST_SHUFFLE"),
+                     help="run the test files in an order shuffled with SEED (tests inside a file keep theirs); "
+                          "also FABRIC_TEST_SHUFFLE")
 
 
 def pytest_collection_modifyitems(session, config, items):
-    def rank(item):
-        name = Path(str(item.fspath)).name
-        return MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER)
+    """Files in the order of their names, or shuffled with a seed: no file may depend on another."""
+    files: dict = {}
+    for item in items:
+        files.setdefault(Path(str(item.fspath)).name, []).append(item)
+    order = sorted(files)
+    seed = config.getoption("--shuffle-files")
+    if seed not in (None, ""):
+        random.Random(str(seed)).shuffle(order)
+        config._fabric_file_order = (seed, order)
+    items[:] = [item for name in order for item in files[name]]
 
-    items.sort(key=rank)  # stable: the order inside a module is kept
+
+def pytest_report_header(config):
+    seed = config.getoption("--shuffle-files")
+    return f"test files shuffled with seed {seed}" if seed not in (None, "") else None
+
+
+def pytest_collection_finish(session):
+    shuffled = getattr(session.config, "_fabric_file_order", None)
+    if shuffled:
+        print(f"\nfile order (seed {shuffled[0]}): {' '.join(shuffled[1])}", flush=True)
 
 
 MOLECULE = Path(sys.executable).parent / "molecule"
 
 
-@pytest.fixture(scope="session")
-def converged(lab):
-    """The fabric converged once per run by Molecule's default scenario: syntax, check on the fresh
-    lab, converge, idempotence, verify.
+# ---- the converged site: one sequence of site runs per lab, recorded and shared ---------------------
 
-    Molecule's idempotence step runs site.yml a second time and fails unless it reports changed=0
-    on every host.
+@dataclass
+class SiteRun:
+    """One ansible-playbook run as fabric_runlog recorded it: its task results and its totals."""
 
-    While developing against a lab already converged (FABRIC_LAB_REUSE=1), FABRIC_SITE_CONVERGED=1
-    skips the Molecule run; test_site.py's Molecule assertions then fail, so never set it in CI.
-    """
-    if os.environ.get("FABRIC_LAB_REUSE") and os.environ.get("FABRIC_SITE_CONVERGED"):
-        step("FABRIC_SITE_CONVERGED=1: using the lab as converged, Molecule not run")
-        return ""
-    step("molecule test -s default (syntax, check, converge, idempotence, verify)")
-    started = time.monotonic()
+    name: str
+    tasks: list  # {"host", "task", "role", "status", "changed", "seconds", ...} per task result
+    summary: dict  # {"recap": {host: {...}}, "seconds", "per_host_seconds", "check_mode", ...}
+
+    def changed(self) -> dict:
+        return {host: counts["changed"] for host, counts in self.summary["recap"].items()}
+
+    def failures(self) -> dict:
+        return {host: counts["failures"] for host, counts in self.summary["recap"].items()}
+
+    def changes(self) -> list:
+        """(host, role, task) of every result that changed (or would have, in check mode)."""
+        return sorted((t["host"], t["role"], t["task"]) for t in self.tasks if t["changed"])
+
+
+@dataclass
+class Site:
+    """The site's runs on this lab: check mode on the fresh fabric (None when the lab was converged before
+    this record began), the converge, the idempotent re-run and check mode on the converged fabric."""
+
+    check_fresh: SiteRun | None
+    converge: SiteRun
+    rerun: SiteRun
+    check_converged: SiteRun
+    molecule_output: str  # empty when the runs were not made by Molecule
+
+
+def read_runlog(path: Path) -> list[tuple[list, dict]]:
+    """The runs in a fabric_runlog file: [(task results, run summary)] in order."""
+    runs, tasks = [], []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        rec = json.loads(line)
+        if rec["event"] == "task":
+            tasks.append(rec)
+        elif rec["event"] == "run":
+            runs.append((tasks, rec))
+            tasks = []
+    return runs
+
+
+def _site_record(lab: LabInfo) -> Path:
+    return lab.ssh_config.parent / "site-runs.json"
+
+
+def _lab_identity() -> dict:
+    """The running VMs by pid: a record of site runs belongs to the VMs it was made on."""
+    return {v["name"]: v["pid"] for v in _status()["vms"]}
+
+
+def _is_fresh(hosts) -> bool:
+    """No part of the site is on the lab yet (no pool tank on storage1, no fabricctl, no GPU mount)."""
+    probe = hosts["storage1"].run("zpool list -H -o name tank 2>/dev/null; test -e /opt/fabricctl && echo fabricctl")
+    return not probe.stdout.strip()
+
+
+def _run_molecule(runlog: Path) -> tuple[int, str, float]:
     # molecule runs ansible-config and ansible-playbook by name: the virtualenv's bin goes first on PATH
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", PY_COLORS="0",
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", PY_COLORS="0", FABRIC_RUNLOG=str(runlog),
                PATH=f"{MOLECULE.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    started = time.monotonic()
     proc = run([str(MOLECULE), "test", "-s", "default"], cwd=REPO, capture_output=True, text=True,
-                          env=env, timeout=3600)
-    elapsed = time.monotonic() - started
-    tail = f"{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
-    assert proc.returncode == 0, f"molecule failed (exit {proc.returncode}):\n{tail}"
-    step(f"molecule sequence passed in {elapsed:.0f} s")
-    return proc.stdout + proc.stderr
+               env=env, timeout=3600)
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
+
+
+@pytest.fixture(scope="session")
+def converged(lab, hosts) -> Site:
+    """The site converged on this lab, and the record of how: built once per lab, reused when present.
+
+    On a fresh lab, Molecule's default scenario runs the site's whole sequence once: syntax, check mode
+    on the fresh fabric, converge, idempotence (a second run that must change nothing), check mode on
+    the converged fabric, verify. Every run is recorded by the fabric_runlog callback; the record is
+    kept beside the lab (.lab/site-runs.json, gone with `lab down`) for later test runs on the same
+    lab. On a lab converged some other way (`make demo`), the site is run three times by ansible-playbook
+    (converge, re-run, check) and the fresh check is recorded as not seen.
+    """
+    record = _site_record(lab)
+    identity = _lab_identity()
+    if record.exists():
+        saved = json.loads(record.read_text())
+        if saved.get("lab") == identity:
+            step("site: converged earlier on this lab (record reused)")
+            return _site_from(saved)
+    runlog = record.with_suffix(".jsonl")
+    runlog.unlink(missing_ok=True)
+    if _is_fresh(hosts):
+        step("molecule test -s default (syntax, check, converge, idempotence, check, verify)")
+        rc, output, seconds = _run_molecule(runlog)
+        runs = read_runlog(runlog)
+        # check and converge run converge.yml, verify runs verify.yml (syntax runs no task)
+        site_runs = [r for r in runs if r[1]["playbook"] == "converge.yml"]
+        tail = f"{output[-8000:]}"
+        assert rc == 0, f"molecule failed (exit {rc}) after {len(site_runs)} site runs:\n{tail}"
+        assert len(site_runs) == 4, f"expected 4 site runs from molecule, got {len(site_runs)}:\n{tail}"
+        step(f"molecule sequence passed in {seconds:.0f} s")
+        names = ["check_fresh", "converge", "rerun", "check_converged"]
+    else:
+        step("site: the lab is converged already; converge, re-run and check with ansible-playbook")
+        output = ""
+        env = {"FABRIC_RUNLOG": str(runlog)}
+        for args in ((), (), ("--check", "--diff")):
+            res = ansible_playbook(lab, "playbooks/site.yml", *args, env=env)
+            assert res.rc == 0, res.output[-6000:]
+        site_runs = read_runlog(runlog)
+        names = ["converge", "rerun", "check_converged"]
+    saved = {"lab": identity, "molecule_output": output,
+             "runs": {name: {"tasks": tasks, "summary": summary} for name, (tasks, summary) in zip(names, site_runs,
+                                                                                                   strict=True)}}
+    record.write_text(json.dumps(saved))
+    return _site_from(saved)
+
+
+def _site_from(saved: dict) -> Site:
+    runs = {name: SiteRun(name, r["tasks"], r["summary"]) for name, r in saved["runs"].items()}
+    return Site(check_fresh=runs.get("check_fresh"), converge=runs["converge"], rerun=runs["rerun"],
+                check_converged=runs["check_converged"], molecule_output=saved.get("molecule_output", ""))
+
+
+@pytest.fixture(scope="session")
+def zfs_loaded(hosts):
+    """The zfs module is loaded on storage1 (tests that make their own pools need no converged site)."""
+    hosts["storage1"].run_expect([0], "modprobe zfs")
 
 
 # ---- fabricctl on storage1 (test_fabricctl.py, test_checkpoints.py) ------------------------------
@@ -253,6 +379,54 @@ def storage(hosts, converged):
 def fctl(storage):
     """fabricctl on storage1: fctl(*args) for the raw result, fctl.json(*args) for a parsed success."""
     return Fctl(storage)
+
+
+@pytest.fixture(scope="session")
+def storage2(lab, hosts, converged):
+    """storage2 booted beside the converged lab (labctl starts only what is missing) and its storage layer
+    converged by playbooks/storage.yml: its own pool from its own disks, its LIO target. The lab's
+    inventory then names it in storage_nodes; it stays up for the rest of the run."""
+    if not any(v["name"] == "storage2" and v["ssh"] for v in _status()["vms"]):
+        step("booting storage2")
+        proc = run([*LABCTL, "up", "--storage2"], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    status = _status()
+    lab.vms.update({v["name"]: v for v in status["vms"]})
+    hosts["storage2"] = testinfra.get_host("ssh://storage2", ssh_config=str(lab.ssh_config))
+    step("storage.yml on storage2")
+    res = ansible_playbook(lab, "playbooks/storage.yml", "--limit", "storage2")
+    assert res.rc == 0, res.output[-6000:]
+    return hosts["storage2"]
+
+
+# A version published to every GPU node, shared by the files that need one to exist (the reboot test:
+# fabricctl's mounts come back). test_fabricctl.py builds and tears down its own.
+SHARED = "shared"
+
+
+@pytest.fixture(scope="session")
+def published(hosts, converged) -> str:
+    """shared@v1, published read-only to the gpu_nodes group: made when missing, reused when present."""
+    storage = hosts["storage1"]
+    fctl = Fctl(storage)
+    ref = f"{SHARED}@v1"
+    listing = fctl.json("list")
+    have = {d["name"]: {v["version"]: v for v in d["versions"]} for d in listing["datasets"]}
+    version = have.get(SHARED, {}).get("v1")
+    if version and sorted(version.get("published_to") or []) == sorted(n for n in hosts if n.startswith("gpu")):
+        step(f"{ref}: published earlier on this lab (reused)")
+        return ref
+    step(f"{ref}: create, ingest, seal and publish to gpu_nodes")
+    if SHARED not in have:
+        fctl.json("dataset", "create", SHARED, "--size", "128M")
+        storage.check_output("rm -rf /srv/shared-src && mkdir -p /srv/shared-src/a && for i in $(seq 1 20); do "
+                             "head -c $((4096 * i)) /dev/urandom > /srv/shared-src/a/f$i; done")
+        fctl.json("dataset", "ingest", SHARED, "/srv/shared-src/")
+    if not version:
+        fctl.json("dataset", "seal", SHARED, "v1", "--note", "shared by the integration tests")
+    res = fctl("publish", ref, "--to", "gpu_nodes")
+    assert res.rc == 0, res.stderr
+    return ref
 
 
 EDIT_CONFIG = """

@@ -142,12 +142,10 @@ def test_rotation_destroys_in_one_batch_and_writes_metrics(storage, fctl):
     assert "fabricctl_rotate_last_success_timestamp_seconds" in metrics
 
 
-# Holds the node lock through fabricctl's own code (found through the installed shim), as another
-# change would, until killed or 60 s have passed.
+# Holds the node lock through fabricctl's own code (run with the interpreter of the virtualenv the
+# fabricctl command belongs to), as another change would, until killed or 60 s have passed.
 LOCK_HOLDER = r'''
-import re, shutil, sys, time
-shim = open(shutil.which("fabricctl")).read()
-sys.path.insert(0, re.search(r'sys\.path\.insert\(0, "([^"]+)"\)', shim).group(1))
+import time
 from fabric_core.lock import node_lock
 with node_lock("integration test holder", wait=0):
     print("locked", flush=True)
@@ -160,7 +158,8 @@ def test_a_rotation_gives_up_on_a_held_node_lock_naming_its_holder(storage, fctl
     (lock.wait_seconds, 2 s here) exits 4 naming the holder; a dry run takes no lock and works."""
     env = edited_config(storage, "/tmp/rotate-lock.yml", "c['retention'] = {}; c['lock'] = {'wait_seconds': 2}")
     storage.check_output(f"echo {base64.b64encode(LOCK_HOLDER.encode()).decode()} | base64 -d > /tmp/lock-holder.py")
-    pid = storage.check_output("setsid python3 /tmp/lock-holder.py > /tmp/lock-holder.out 2>&1 & echo $!").strip()
+    pid = storage.check_output('setsid "$(head -n1 "$(command -v fabricctl)" | cut -c3-)" /tmp/lock-holder.py '
+                               "> /tmp/lock-holder.out 2>&1 & echo $!").strip()
     try:
         for _ in range(30):
             if storage.run("grep -q locked /tmp/lock-holder.out").rc == 0:

@@ -290,3 +290,16 @@ def test_destroy_needs_yes_and_then_removes_the_version(storage, fctl):
     assert dry["would_destroy"] == [f"{POOL_ROOT}/{NAME}@v2"]
     assert fctl("dataset", "destroy", f"{NAME}@v2", "--yes").rc == 0
     assert storage.run(f"zfs list {POOL_ROOT}/{NAME}@v2").rc != 0
+
+
+def test_the_whole_dataset_goes_once_unpublished(hosts, storage, fctl):
+    """Leaves the lab as this file found it: v1 unpublished everywhere, the dataset and its staging
+    volume destroyed (the file then runs again on the same lab, in any order with the others)."""
+    res = fctl("dataset", "destroy", NAME, "--yes")
+    assert res.rc == 1 and "published" in res.stderr
+    assert fctl("unpublish", f"{NAME}@v1").rc == 0
+    assert fctl("dataset", "destroy", NAME, "--yes").rc == 0
+    assert storage.run(f"zfs list {POOL_ROOT}/{NAME}").rc != 0
+    for gpu in ("gpu1", "gpu2"):
+        assert f"ds.{NAME}." not in hosts[gpu].run("iscsiadm -m session").stdout
+        assert hosts[gpu].run(f"findmnt -n /datasets/{NAME}/v1").rc != 0

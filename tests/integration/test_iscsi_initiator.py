@@ -6,6 +6,11 @@ export. gpu1 runs the role through ansible-playbook; every check reads gpu1 sepa
 
 gpu1's initiator name is left as the lab set it (passed as iscsi_initiator_iqn): the lab is
 shared, and other tests' ACLs name gpu1 by that name. The default name is checked with --check.
+
+The exports are made once for the file and the role converged once; its negative cases (wrong CHAP,
+invalid IQN) reuse them. The role's runs here list only this file's exports, so on a converged lab
+they take gpu1's site mounts away (the role's purge); the fixture gives them back at the end by
+running the site's GPU layer for gpu1.
 """
 
 from __future__ import annotations
@@ -13,11 +18,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import EXPORT, REPO, run, run_python, step
+from conftest import EXPORT, REPO, _site_record, ansible_playbook, run, run_python, step
 
 PLAYBOOK = [{"hosts": "gpu1", "gather_facts": False, "roles": ["iscsi_initiator"]}]
 
@@ -45,9 +51,11 @@ def recap(output: str, host: str = "gpu1") -> dict:
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(1))}
 
 
-@pytest.fixture
-def exports(hosts, lab, uid):
-    """A file-backed pool with ext4, xfs and CHAP zvols exported read-only to gpu1; removed afterwards."""
+@pytest.fixture(scope="module")
+def exports(hosts, lab, zfs_loaded):
+    """A file-backed pool with ext4, xfs and CHAP zvols exported read-only to gpu1; removed afterwards, and
+    gpu1's site mounts given back when the site is converged on this lab."""
+    uid = uuid.uuid4().hex[:6]
     storage, gpu = hosts["storage1"], hosts["gpu1"]
     pool = f"hd_it{uid}"
     img = f"/var/tmp/{pool}.img"
@@ -93,6 +101,10 @@ def exports(hosts, lab, uid):
             gpu.run(f"echo {b64} | base64 -d > {path}")
         run_python(storage, UNEXPORT, json.dumps(made))
         storage.run(f"zpool destroy -f {pool}; rm -f {img}; rmdir /mnt/{pool}")
+        if _site_record(lab).exists():
+            step("gpu1: the site's GPU layer again (its mounts were purged by this file's role runs)")
+            back = ansible_playbook(lab, "playbooks/gpu.yml", "--limit", "gpu1")
+            assert back.rc == 0, back.output[-4000:]
 
 
 def playbook(tmp_path: Path, lab, extra: dict, *args: str) -> subprocess.CompletedProcess:

@@ -28,7 +28,7 @@ def test_storage_node_has_realistic_disks(lab, hosts):
     hdd = [d for d in disks if d["tran"] == "sata" and d["rota"]]
     ssd = [d for d in disks if d["tran"] == "sata" and not d["rota"]]
     nvme = [d for d in disks if d["tran"] == "nvme"]
-    assert (len(hdd), len(ssd), len(nvme)) == (7, 2, 4), disks
+    assert (len(hdd), len(ssd), len(nvme)) == (8, 2, 4), disks
     assert all(not d["rota"] for d in nvme)
     by_id = set(storage.check_output("ls /dev/disk/by-id").split())
     expected = set(lab.vms["storage1"]["disks"])
@@ -79,12 +79,20 @@ def initiator_name(host) -> str:
     return next(line.split("=", 1)[1].strip() for line in text.splitlines() if line.startswith("InitiatorName="))
 
 
+# The two HDDs the reference layout leaves free (raidz2 of HDD1000-1005): usable whether or not the
+# site has converged, so this file runs in any order.
+FREE_HDDS = ["ata-LAB_HDD_8TB_7200_HDD1006", "ata-LAB_HDD_8TB_7200_HDD1007"]
+
+
 @pytest.fixture
 def pool(hosts, lab, uid):
-    """A mirror pool on two of storage1's HDD-class by-id disks; destroyed afterwards."""
+    """A mirror pool on storage1's two free HDD-class by-id disks; destroyed afterwards."""
     storage = hosts["storage1"]
     name = f"labtest{uid}"
-    hdds = sorted(d for d in lab.vms["storage1"]["disks"] if "HDD" in d)[:2]
+    hdds = FREE_HDDS
+    assert set(hdds) <= set(lab.vms["storage1"]["disks"])
+    for d in hdds:
+        assert storage.run(f"blkid -p /dev/disk/by-id/{d}").rc == 2, f"{d} is not blank: another test left it used"
     step(f"zpool create {name} mirror {' '.join(hdds)}")
     storage.run_expect([0], "modprobe zfs")
     cmd = f"zpool create -f -o ashift=12 {name} mirror " + " ".join(f"/dev/disk/by-id/{d}" for d in hdds)

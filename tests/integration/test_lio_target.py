@@ -65,7 +65,7 @@ def configfs_tree(storage, iqn: str, backstore: str) -> str:
 
 
 @pytest.fixture
-def export_env(hosts, lab, uid):
+def export_env(hosts, lab, uid, zfs_loaded):
     """A file-backed pool with one 64 MiB zvol of random data; everything removed afterwards."""
     storage = hosts["storage1"]
     pool, img = f"hc{uid}", f"/var/tmp/hc{uid}.img"

@@ -24,7 +24,7 @@ def test_memory_budget(storage2):
 def test_storage_disk_set():
     vm = topology.plan()[0]
     kinds = [d.kind for d in vm.disks]
-    assert kinds.count("hdd") == 7 and kinds.count("ssd") == 2 and kinds.count("nvme") == 4
+    assert kinds.count("hdd") == 8 and kinds.count("ssd") == 2 and kinds.count("nvme") == 4
     assert all(d.rotational for d in vm.disks if d.kind == "hdd")
     assert not any(d.rotational for d in vm.disks if d.kind != "hdd")
     assert vm.disks[0].by_id == "ata-LAB_HDD_8TB_7200_HDD1000"
@@ -56,14 +56,14 @@ def test_qemu_argv_storage_node():
     assert argv[0] == "qemu-system-x86_64"
     assert "-accel tcg,thread=multi -cpu max" in line
     assert "-kernel /c/img/vmlinuz" in line and "-initrd /c/img/initrd.img" in line
-    assert line.count("ide-hd,") == 9
-    assert line.count("rotation_rate=7200") == 7 and line.count("rotation_rate=1") == 2
+    assert line.count("ide-hd,") == 10
+    assert line.count("rotation_rate=7200") == 8 and line.count("rotation_rate=1") == 2
     assert line.count("-device nvme,") == 4
     assert f"ifname={vm.tap}" in line and f"mac={vm.mac}" in line
-    # nine SATA disks on two six-port AHCI controllers, each port used once
+    # ten SATA disks on two six-port AHCI controllers, each port used once
     assert line.count("-device ahci,") == 2
     buses = [a.split("bus=")[1].split(",")[0] for a in argv if a.startswith("ide-hd,")]
-    assert len(set(buses)) == 9 and "sata1.2" in buses and "sata1.3" not in buses
+    assert len(set(buses)) == 10 and "sata1.3" in buses and "sata1.4" not in buses
     append = argv[argv.index("-append") + 1]
     assert "root=LABEL=root" in append and "fabric.hostname=storage1" in append
     assert " " not in append.split("fabric.sshkey=")[1]
