@@ -1,46 +1,99 @@
-"""fabric_core.zfs on recorded OpenZFS 2.1.11 output (tests/unit/data/zfs/, commands in its README)."""
+"""fabric_core.zfs on recorded OpenZFS 2.3.9 output (tests/unit/data/zfs23/, commands in its commands.tsv).
+
+z23_rec/datasets/imagenet, the volume z23_rec/vol1 and the pool's root z23_rec were recorded with
+`zfs get -j --json-int -p all`; tank/datasets and tank/exports/welcome on the lab's converged pool.
+Where the lab did not record a situation (an encrypted dataset, dedup on, an inherited
+fabric:managed), support.derive_json edits a recording, as each test says.
+"""
 
 from __future__ import annotations
 
 import pytest
-from support import ScriptedRunner, data  # (support puts module_utils on sys.path)
+from support import ScriptedRunner, data, derive_json  # (support puts module_utils on sys.path)
 
 # isort: split
-from fabric_core import zfs
-from fabric_core.errors import InvalidName, UnsafeOperation, UserError
+from fabric_core import zfs, zjson
+from fabric_core.errors import CommandError, FabricError, InvalidName, UnsafeOperation, UserError
 
-GET = ["zfs", "get", "-H", "-p", "-o", "name,property,value,source", "all"]
-IMAGENET = "hb_rec/datasets/imagenet"
+J = ["-j", "--json-int"]
+GET = ["zfs", "get", *J, "-p", "all"]
+IMAGENET = "z23_rec/datasets/imagenet"
+VOL1 = "z23_rec/vol1"
+SECRET = "z23_rec/secret"
 KEY = "correct horse battery staple"
 
 
-def get_step(name: str, file: str, rc: int = 0, stderr_file: str | None = None) -> dict:
-    return {"command": GET + [name], "rc": rc, "stdout": data("zfs", file),
-            "stderr": data("zfs", stderr_file) if stderr_file else ""}
+def get_step(name: str, file: str | None = None, rc: int = 0, stderr_file: str | None = None,
+             stdout: str = "") -> dict:
+    return {"command": GET + [name], "rc": rc, "stdout": data("zfs23", file) if file else stdout,
+            "stderr": data("zfs23", stderr_file) if stderr_file else ""}
 
 
-MISSING = get_step("hb_rec/nope", "get_missing.txt", 1, "get_missing.txt.stderr")
+# `zfs get -j --json-int -p all z23_rec/nope`: exit 1, nothing on stdout, "dataset does not exist"
+MISSING = get_step("z23_rec/nope", "get_missing.json", 1, "get_missing.stderr")
+# derived: no encrypted dataset was recorded on 2.3. imagenet's recording as z23_rec/secret, with the
+# encryption properties an encrypted dataset reports, values and sources as the 2.1 lab recorded them for
+# one (`zfs create -o encryption=aes-256-gcm -o keyformat=passphrase -o keylocation=prompt`)
+SECRET_JSON = derive_json("zfs23/get_all_imagenet.json", rename={IMAGENET: SECRET}, properties={SECRET: {
+    "encryption": ["aes-256-gcm", "NONE", "-"], "keyformat": ["passphrase", "NONE", "-"],
+    "keylocation": ["prompt", "LOCAL", "-"], "pbkdf2iters": [350000, "NONE", "-"],
+    "encryptionroot": [SECRET, "NONE", "-"], "keystatus": ["available", "NONE", "-"]}})
 
 
-# ---------------------------------------------------------------- parsing and normalising
+# ---------------------------------------------------------------- reading and normalising
 
 
 def test_parse_get_all_of_a_dataset():
-    props = zfs.parse_get(data("zfs", "get_all_imagenet.txt"))[IMAGENET]
+    props = zfs.parse_get(data("zfs23", "get_all_imagenet.json"))[IMAGENET]
     assert props["compression"] == ("zstd", "local")
     assert props["quota"] == ("2147483648", "local")
     assert props["recordsize"] == ("1048576", "local")
     assert props["special_small_blocks"] == ("65536", "local")
     assert props["fabric:role"] == ("dataset", "local") and props["fabric:managed"] == ("true", "local")
     assert props["atime"] == ("off", "local") and props["casesensitivity"] == ("sensitive", "-")
+    assert props["xattr"] == ("on", "default") and props["compressratio"] == ("1.00", "-")
 
 
-def test_parse_get_encrypted_volume_and_inherited():
-    secret = zfs.parse_get(data("zfs", "get_all_secret.txt"))["hb_rec/secret"]
+def test_the_json_reads_as_the_text_the_same_dataset_printed():
+    # recorded in the same state: `zfs get -H -p -o name,property,value,source all` and its -j form; every
+    # value and source of the JSON reads back as the text printed it
+    text: dict = {}
+    for line in data("zfs23", "get_all_imagenet.txt").splitlines():
+        name, prop, value, source = line.split("\t")
+        text.setdefault(name, {})[prop] = (value, source)
+    assert zfs.parse_get(data("zfs23", "get_all_imagenet.json")) == text
+
+
+def test_parse_get_volume_inherited_and_encrypted():
+    vol = zfs.parse_get(data("zfs23", "get_all_vol1.json"))[VOL1]
+    assert vol["type"][0] == "volume" and vol["volsize"] == ("268435456", "local")
+    assert vol["volblocksize"][0] == "16384" and vol["compression"] == ("lz4", "inherited from z23_rec")
+    tank = zfs.parse_get(data("zfs23", "tank_zfs_get_all.json"))["tank/datasets"]
+    assert tank["xattr"] == ("on", "inherited from tank") and tank["fabric:managed"] == ("true", "local")
+    secret = zfs.parse_get(SECRET_JSON)[SECRET]
     assert secret["encryption"] == ("aes-256-gcm", "-") and secret["keyformat"] == ("passphrase", "-")
-    assert secret["compression"] == ("lz4", "inherited from hb_rec")
-    vol = zfs.parse_get(data("zfs", "get_all_vol1.txt"))["hb_rec/vol1"]
-    assert vol["type"][0] == "volume" and vol["volsize"][0] == "1073741824" and vol["volblocksize"][0] == "16384"
+    assert secret["mountpoint"] == ("/z23_rec/secret", "default")
+
+
+def test_get_props_of_a_missing_dataset_is_empty_and_other_failures_raise():
+    assert zfs.get_props(ScriptedRunner([MISSING]), "z23_rec/nope") == {}
+    managed = ["zfs", "get", *J, "-p", "fabric:managed", "z23_rec"]
+    runner = ScriptedRunner([{"command": managed, "stdout": data("zfs23", "get_root_managed.json")}])
+    assert zfs.get_props(runner, "z23_rec", ["fabric:managed"]) == {"z23_rec": {"fabric:managed": ("true", "local")}}
+    runner = ScriptedRunner([{"command": managed, "stdout": data("zfs23", "get_root_unmanaged.json").replace(
+        "z23_unm", "z23_rec")}])  # recorded on z23_unm (no fabric:managed), renamed
+    assert zfs.get_props(runner, "z23_rec", ["fabric:managed"]) == {"z23_rec": {"fabric:managed": ("-", "-")}}
+    # a zfs older than 2.3 rejects -j (recorded on 2.3 from `zfs holds -j`, exit 2)
+    runner = ScriptedRunner([get_step(IMAGENET, rc=2, stderr_file="holds.stderr")])
+    with pytest.raises(zjson.ZfsWithoutJson) as err:
+        zfs.get_props(runner, IMAGENET)
+    assert "fix: upgrade the node to OpenZFS 2.3" in str(err.value)
+    runner = ScriptedRunner([get_step(IMAGENET, rc=1)])
+    runner.script[0]["stderr"] = "internal error: out of memory\n"
+    with pytest.raises(CommandError, match="out of memory"):
+        zfs.get_props(runner, IMAGENET)
+    with pytest.raises(FabricError, match="did not print JSON"):
+        zfs.get_props(ScriptedRunner([get_step(IMAGENET, "get_all_imagenet.txt")]), IMAGENET)
 
 
 @pytest.mark.parametrize("prop, declared, live", [
@@ -50,7 +103,7 @@ def test_parse_get_encrypted_volume_and_inherited():
     ("atime", False, "off"), ("atime", "no", "off"), ("readonly", True, "on"),
     ("compression", "on", "lz4"), ("compression", "lz4", "on"), ("compression", "zstd", "zstd-3"),
     ("compression", "ZSTD", "zstd"), ("dedup", "on", "sha256"), ("primarycache", "Metadata", "metadata"),
-    ("fabric:role", "dataset", "dataset"),
+    ("fabric:role", "dataset", "dataset"), ("fabric:tier", "007", "7"), ("fabric:tier", 7, "7"),
 ])
 def test_normalize_equal(prop, declared, live):
     assert zfs.normalize(prop, declared) == zfs.normalize(prop, live)
@@ -59,9 +112,21 @@ def test_normalize_equal(prop, declared, live):
 @pytest.mark.parametrize("prop, a, b", [
     ("quota", "2G", "2147483647"), ("compression", "zstd", "lz4"), ("compression", "zstd-9", "zstd"),
     ("fabric:role", "Dataset", "dataset"), ("atime", "on", "off"), ("mountpoint", "/A", "/a"),
+    ("fabric:tier", "07a", "7a"), ("fabric:tier", "7", "7.0"),
 ])
 def test_normalize_different(prop, a, b):
     assert zfs.normalize(prop, a) != zfs.normalize(prop, b)
+
+
+def test_an_all_digit_user_property_reads_back_as_a_number():
+    # `--json-int` prints every all-digit value as a JSON number, user properties included (libzfs
+    # zprop_nvlist_one_property): derived from imagenet's recording with fabric:role set to "007" as zfs
+    # would print it; declaring "007" again is no change
+    text = derive_json("zfs23/get_all_imagenet.json", properties={IMAGENET: {"fabric:role": [7, "LOCAL", "-"]}})
+    assert zfs.parse_get(text)[IMAGENET]["fabric:role"] == ("7", "local")
+    out = zfs.ensure_dataset(ScriptedRunner([get_step(IMAGENET, stdout=text)]), name=IMAGENET,
+                             properties={"fabric:role": "007"})
+    assert not out["changed"]
 
 
 def test_parse_size():
@@ -72,19 +137,35 @@ def test_parse_size():
 
 
 def test_list_datasets_with_user_property():
-    argv = ["zfs", "list", "-H", "-p", "-o", "name,type,used,avail,fabric:managed,fabric:role",
-            "-t", "filesystem,volume", "-r", "hb_rec"]
-    runner = ScriptedRunner([{"command": argv, "stdout": data("zfs", "list_managed.txt")}])
-    rows = zfs.list_datasets(runner, root="hb_rec", prop="fabric:role", value="dataset",
+    # the recorded command (zfs23/commands.tsv, list_managed.json); `-o avail` comes back as "available"
+    argv = ["zfs", "list", *J, "-p", "-o", "name,type,used,avail,fabric:managed,fabric:role",
+            "-t", "filesystem,volume", "-r", "z23_rec"]
+    runner = ScriptedRunner([{"command": argv, "stdout": data("zfs23", "list_managed.json")}])
+    rows = zfs.list_datasets(runner, root="z23_rec", prop="fabric:role", value="dataset",
                              columns=("type", "used", "avail", "fabric:managed"))
-    assert rows == [{"name": IMAGENET, "type": "filesystem", "used": 98304, "avail": 2147385344,
+    assert rows == [{"name": IMAGENET, "type": "filesystem", "used": 98304, "avail": 1557975040,
                      "fabric:managed": "true", "fabric:role": "dataset"}]
-    runner = ScriptedRunner([{"command": argv, "stdout": data("zfs", "list_managed.txt")}])
-    everything = zfs.list_datasets(runner, root="hb_rec", prop="fabric:role", value=None,
+    runner = ScriptedRunner([{"command": argv, "stdout": data("zfs23", "list_managed.json")}])
+    everything = zfs.list_datasets(runner, root="z23_rec", prop="fabric:role", value=None,
                                    columns=("type", "used", "avail", "fabric:managed"))
-    assert [r["name"] for r in everything] == ["hb_rec", "hb_rec/datasets", IMAGENET, "hb_rec/datasets/other",
-                                               "hb_rec/secret", "hb_rec/vol1"]
-    assert everything[-1]["type"] == "volume"
+    assert [r["name"] for r in everything] == ["z23_rec", "z23_rec/datasets", IMAGENET, VOL1]
+    assert everything[-1]["type"] == "volume" and everything[0]["fabric:role"] == "-"
+    # a missing root: `zfs list` says "dataset does not exist" (as `zfs get` does: get_missing.stderr)
+    runner = ScriptedRunner([{"command": argv[:-1] + ["z23_rec/nope"], "rc": 1,
+                              "stderr": data("zfs23", "get_missing.stderr")}])
+    assert zfs.list_datasets(runner, root="z23_rec/nope", prop="fabric:role", value=None,
+                             columns=("type", "used", "avail", "fabric:managed")) == []
+
+
+def test_list_rows_in_listing_or_creation_order():
+    text = data("zfs23", "tank_zfs_list.json")  # `zfs list -j --json-int -t all -r tank`
+    rows = zfs.list_rows(text, ("name", "used", "avail"))
+    assert [r["name"] for r in rows] == ["tank", "tank/checkpoints", "tank/datasets", "tank/exports",
+                                         "tank/exports/welcome"]
+    assert all(r["used"].isdigit() and r["avail"].isdigit() for r in rows)
+    # oldest first by the creation txg of each object: tank 1, datasets 9, checkpoints 12, exports 15, welcome 17
+    assert [r["name"] for r in zfs.list_rows(text, ("name",), by_txg=True)] == [
+        "tank", "tank/datasets", "tank/checkpoints", "tank/exports", "tank/exports/welcome"]
 
 
 # ---------------------------------------------------------------- ensure_dataset
@@ -92,45 +173,46 @@ def test_list_datasets_with_user_property():
 
 PROPS = {"compression": "zstd", "quota": "2G", "recordsize": "1M", "special_small_blocks": "64K", "atime": False,
          "primarycache": "metadata", "fabric:role": "dataset"}
+POOL_LIST = ["zpool", "list", *J, "z23_rec"]
 
 
 def test_create_dataset_with_properties():
     argv = ["zfs", "create", "-p", "-o", "compression=zstd", "-o", "quota=2G", "-o", "recordsize=1M",
             "-o", "special_small_blocks=64K", "-o", "atime=off", "-o", "primarycache=metadata",
-            "-o", "fabric:role=dataset", "-o", "fabric:managed=true", "hb_rec/nope"]
-    runner = ScriptedRunner([MISSING, {"command": argv, "stdout": data("zfs", "create_ds.txt")}])
-    out = zfs.ensure_dataset(runner, name="hb_rec/nope", properties=PROPS)
+            "-o", "fabric:role=dataset", "-o", "fabric:managed=true", "z23_rec/nope"]
+    runner = ScriptedRunner([MISSING, {"command": argv, "stdout": data("zfs23", "create_ds.txt")}])
+    out = zfs.ensure_dataset(runner, name="z23_rec/nope", properties=PROPS)
     runner.assert_done()
     assert out["changed"] and out["created"] and out["commands"] == [argv]
     assert out["changed_properties"]["quota"] == {"before": None, "after": "2G"}
     assert out["before"] == {"exists": False} and out["after"]["fabric:managed"] == "true"
 
 
-def test_dry_run_create_uses_zfs_create_n_v():
+def test_dry_run_create_reads_the_pool_and_runs_zfs_create_n_v():
     check = ["zfs", "create", "-n", "-v", "-p", "-o", "compression=zstd", "-o", "quota=2G",
-             "-o", "fabric:managed=true", "hb_rec/nope"]
-    pool_exists = {"command": ["zpool", "list", "-H", "-o", "name", "hb_rec"], "stdout": "hb_rec\n"}
-    runner = ScriptedRunner([MISSING, pool_exists, {"command": check, "stdout": data("zfs", "create_n_v.txt")}],
-                            dry_run=True)
-    out = zfs.ensure_dataset(runner, name="hb_rec/nope", properties={"compression": "zstd", "quota": "2G"})
+             "-o", "fabric:managed=true", "z23_rec/nope"]
+    # `zfs create -n -v` prints text (shown as `prepared`, never parsed); recorded on ZFS 2.1 only
+    # (tests/unit/data/zfs/create_n_v.txt, for hb_rec/dry/a)
+    runner = ScriptedRunner([MISSING, {"command": POOL_LIST, "stdout": data("zfs23", "list_full.json")},
+                             {"command": check, "stdout": data("zfs", "create_n_v.txt")}], dry_run=True)
+    out = zfs.ensure_dataset(runner, name="z23_rec/nope", properties={"compression": "zstd", "quota": "2G"})
     runner.assert_done()
-    assert out["changed"] and out["prepared"].startswith("would create ancestors of hb_rec/dry/a")
+    assert out["changed"] and out["prepared"] == data("zfs", "create_n_v.txt").strip()
     assert runner.executed == [] and len(runner.planned) == 1
 
 
 def test_dry_run_before_the_pool_exists_plans_the_create_with_a_warning():
     # check mode of a whole site run: the pool's creation was only simulated by an earlier task
-    no_pool = {"command": ["zpool", "list", "-H", "-o", "name", "hb_rec"], "rc": 1,
-               "stderr": "cannot open 'hb_rec': no such pool\n"}
+    no_pool = {"command": POOL_LIST, "rc": 1, "stderr": data("zfs23", "list_missing.stderr")}
     runner = ScriptedRunner([MISSING, no_pool], dry_run=True)
-    out = zfs.ensure_dataset(runner, name="hb_rec/nope", properties={"compression": "zstd"})
+    out = zfs.ensure_dataset(runner, name="z23_rec/nope", properties={"compression": "zstd"})
     runner.assert_done()
     assert out["changed"] and out["created"] and runner.executed == []
-    assert any("pool hb_rec does not exist yet" in w for w in out["warnings"])
+    assert any("pool z23_rec does not exist yet" in w for w in out["warnings"])
 
 
 def test_existing_dataset_unchanged_on_second_run():
-    runner = ScriptedRunner([get_step(IMAGENET, "get_all_imagenet.txt")])
+    runner = ScriptedRunner([get_step(IMAGENET, "get_all_imagenet.json")])
     out = zfs.ensure_dataset(runner, name=IMAGENET, properties=PROPS)
     runner.assert_done()
     assert not out["changed"] and out["commands"] == [] and out["changed_properties"] == {}
@@ -139,8 +221,7 @@ def test_existing_dataset_unchanged_on_second_run():
 
 def test_existing_dataset_sets_only_differing_properties_in_one_command():
     argv = ["zfs", "set", "compression=lz4", "quota=3G", "secondarycache=none", "fabric:tier=hot", IMAGENET]
-    runner = ScriptedRunner([get_step(IMAGENET, "get_all_imagenet.txt"),
-                             {"command": argv, "stdout": data("zfs", "set_multi.txt")}])
+    runner = ScriptedRunner([get_step(IMAGENET, "get_all_imagenet.json"), {"command": argv}])
     out = zfs.ensure_dataset(runner, name=IMAGENET, properties=dict(PROPS, compression="lz4", quota="3G",
                                                                     secondarycache="none", **{"fabric:tier": "hot"}))
     runner.assert_done()
@@ -152,42 +233,48 @@ def test_existing_dataset_sets_only_differing_properties_in_one_command():
 
 
 def test_dry_run_set_changes_nothing():
-    runner = ScriptedRunner([get_step(IMAGENET, "get_all_imagenet.txt")], dry_run=True)
+    runner = ScriptedRunner([get_step(IMAGENET, "get_all_imagenet.json")], dry_run=True)
     out = zfs.ensure_dataset(runner, name=IMAGENET, properties={"quota": "3G"})
+    runner.assert_done()
     assert out["changed"] and runner.executed == [] and runner.planned == [("zfs", "set", "quota=3G", IMAGENET)]
 
 
-def test_compression_on_equals_lz4_on_recorded_dataset():
-    runner = ScriptedRunner([get_step("hb_rec/datasets/other", "get_all_other.txt")])
-    out = zfs.ensure_dataset(runner, name="hb_rec/datasets/other",
-                             properties={"compression": "lz4", "refquota": "1.5G", "reservation": "512M",
-                                         "casesensitivity": "insensitive", "atime": "off"})
-    assert not out["changed"]
+def test_compression_on_equals_lz4_on_recorded_datasets():
+    # z23_rec was created with -O compression=lz4; its volume inherits it; tank/exports/welcome too
+    runner = ScriptedRunner([get_step("z23_rec", "get_all_root.json")])
+    assert not zfs.ensure_dataset(runner, name="z23_rec", properties={"compression": "on", "atime": "off",
+                                                                      "xattr": "sa"})["changed"]
+    runner = ScriptedRunner([get_step(VOL1, "get_all_vol1.json")])
+    assert not zfs.ensure_dataset(runner, name=VOL1, properties={"compression": "on"})["changed"]
+    runner = ScriptedRunner([get_step("tank/exports/welcome", "tank_zfs_get_welcome.json")])
+    assert not zfs.ensure_dataset(runner, name="tank/exports/welcome", volume_size="256M",
+                                  properties={"compression": "lz4", "volblocksize": "16K"})["changed"]
 
 
 def test_create_only_property_that_differs_is_refused():
-    runner = ScriptedRunner([get_step("hb_rec/datasets/other", "get_all_other.txt")])
-    with pytest.raises(UserError, match="casesensitivity of hb_rec/datasets/other is insensitive and cannot change"):
-        zfs.ensure_dataset(runner, name="hb_rec/datasets/other", properties={"casesensitivity": "sensitive"})
+    runner = ScriptedRunner([get_step(IMAGENET, "get_all_imagenet.json")])
+    with pytest.raises(UserError, match=f"casesensitivity of {IMAGENET} is sensitive and cannot change") as err:
+        zfs.ensure_dataset(runner, name=IMAGENET, properties={"casesensitivity": "insensitive"})
+    assert "fix: declare casesensitivity: sensitive" in str(err.value)
     assert runner.executed == []
 
 
 def test_dedup_needs_allow_dedup_and_warns():
     with pytest.raises(UserError, match="5 GB of RAM per TB"):
-        zfs.ensure_dataset(ScriptedRunner([]), name="hb_rec/datasets/other", properties={"dedup": "on"})
-    argv = ["zfs", "set", "dedup=on", "hb_rec/datasets/other"]
-    runner = ScriptedRunner([get_step("hb_rec/datasets/other", "get_all_other.txt"),
-                             {"command": argv, "stdout": data("zfs", "set_dedup.txt")}])
-    out = zfs.ensure_dataset(runner, name="hb_rec/datasets/other", properties={"dedup": "on"}, allow_dedup=True)
+        zfs.ensure_dataset(ScriptedRunner([]), name=IMAGENET, properties={"dedup": "on"})
+    argv = ["zfs", "set", "dedup=on", IMAGENET]
+    runner = ScriptedRunner([get_step(IMAGENET, "get_all_imagenet.json"), {"command": argv}])
+    out = zfs.ensure_dataset(runner, name=IMAGENET, properties={"dedup": "on"}, allow_dedup=True)
     assert out["commands"] == [argv] and out["warnings"] == [zfs.DEDUP_WARNING]
-    runner = ScriptedRunner([get_step("hb_rec/datasets/other", "get_all_other_dedup.txt")])
-    assert not zfs.ensure_dataset(runner, name="hb_rec/datasets/other", properties={"dedup": "on"},
-                                  allow_dedup=True)["changed"]
+    # derived: imagenet after that `zfs set dedup=on` (not recorded): dedup "on", source local
+    deduped = derive_json("zfs23/get_all_imagenet.json", properties={IMAGENET: {"dedup": ["on", "LOCAL", "-"]}})
+    runner = ScriptedRunner([get_step(IMAGENET, stdout=deduped)])
+    assert not zfs.ensure_dataset(runner, name=IMAGENET, properties={"dedup": "on"}, allow_dedup=True)["changed"]
 
 
 def test_encrypted_create_passes_the_key_on_stdin_only():
     argv = ["zfs", "create", "-p", "-o", "encryption=aes-256-gcm", "-o", "keyformat=passphrase",
-            "-o", "keylocation=prompt", "-o", "fabric:managed=true", "hb_rec/nope"]
+            "-o", "keylocation=prompt", "-o", "fabric:managed=true", "z23_rec/nope"]
     seen = []
 
     class Recording(ScriptedRunner):
@@ -195,9 +282,9 @@ def test_encrypted_create_passes_the_key_on_stdin_only():
             seen.append(data)
             return super()._run(argv, data)
 
-    runner = Recording([MISSING, {"command": argv, "stdout": data("zfs", "create_enc.txt")}])
-    out = zfs.ensure_dataset(runner, name="hb_rec/nope", encryption={"enabled": True, "key": KEY,
-                                                                     "keyformat": "passphrase"})
+    runner = Recording([MISSING, {"command": argv}])
+    out = zfs.ensure_dataset(runner, name="z23_rec/nope", encryption={"enabled": True, "key": KEY,
+                                                                      "keyformat": "passphrase"})
     runner.assert_done()
     assert seen == [None, KEY]
     assert all(KEY not in " ".join(cmd) for cmd in out["commands"]) and KEY not in repr(out)
@@ -205,16 +292,16 @@ def test_encrypted_create_passes_the_key_on_stdin_only():
 
 def test_encrypted_second_run_and_encryption_changes_refused():
     enc = {"enabled": True, "key": KEY, "keyformat": "passphrase"}
-    runner = ScriptedRunner([get_step("hb_rec/secret", "get_all_secret.txt")])
-    assert not zfs.ensure_dataset(runner, name="hb_rec/secret", encryption=enc)["changed"]
+    runner = ScriptedRunner([get_step(SECRET, stdout=SECRET_JSON)])
+    assert not zfs.ensure_dataset(runner, name=SECRET, encryption=enc)["changed"]
     with pytest.raises(UserError, match="exists unencrypted; encryption can only be chosen when a dataset is created"):
-        zfs.ensure_dataset(ScriptedRunner([get_step(IMAGENET, "get_all_imagenet.txt")]), name=IMAGENET,
+        zfs.ensure_dataset(ScriptedRunner([get_step(IMAGENET, "get_all_imagenet.json")]), name=IMAGENET,
                            encryption=enc)
     with pytest.raises(UserError, match="encryption cannot be removed"):
-        zfs.ensure_dataset(ScriptedRunner([get_step("hb_rec/secret", "get_all_secret.txt")]), name="hb_rec/secret",
+        zfs.ensure_dataset(ScriptedRunner([get_step(SECRET, stdout=SECRET_JSON)]), name=SECRET,
                            encryption={"enabled": False})
     with pytest.raises(UserError, match="has keyformat passphrase, not hex"):
-        zfs.ensure_dataset(ScriptedRunner([get_step("hb_rec/secret", "get_all_secret.txt")]), name="hb_rec/secret",
+        zfs.ensure_dataset(ScriptedRunner([get_step(SECRET, stdout=SECRET_JSON)]), name=SECRET,
                            encryption={"enabled": True, "key": "ab" * 32, "keyformat": "hex"})
 
 
@@ -227,57 +314,60 @@ def test_encrypted_second_run_and_encryption_changes_refused():
 def test_bad_encryption_input(encryption, words):
     runner = ScriptedRunner([])
     with pytest.raises(UserError, match=words):
-        zfs.ensure_dataset(runner, name="hb_rec/x", encryption=encryption)
+        zfs.ensure_dataset(runner, name="z23_rec/x", encryption=encryption)
     assert runner.calls == []
 
 
 def test_volume_create_grow_and_shrink_refused():
-    argv = ["zfs", "create", "-p", "-V", "1G", "-o", "volblocksize=16K", "-o", "fabric:managed=true", "hb_rec/nope"]
-    runner = ScriptedRunner([MISSING, {"command": argv, "stdout": data("zfs", "create_vol.txt")},
+    # the recorded z23_rec/vol1: `zfs create -V 256M -o volblocksize=16K -o fabric:managed=true z23_rec/vol1`
+    argv = ["zfs", "create", "-p", "-V", "256M", "-o", "volblocksize=16K", "-o", "fabric:managed=true",
+            "z23_rec/nope"]
+    runner = ScriptedRunner([MISSING, {"command": argv, "stdout": data("zfs23", "create_vol.txt")},
                              {"command": ["udevadm", "settle"]}])
-    out = zfs.ensure_dataset(runner, name="hb_rec/nope", volume_size="1G", properties={"volblocksize": "16K"})
+    out = zfs.ensure_dataset(runner, name="z23_rec/nope", volume_size="256M", properties={"volblocksize": "16K"})
     runner.assert_done()
-    assert out["created"] and out["after"]["type"] == "volume" and out["after"]["volsize"] == "1G"
-    runner = ScriptedRunner([get_step("hb_rec/vol1", "get_all_vol1.txt")])
-    assert not zfs.ensure_dataset(runner, name="hb_rec/vol1", volume_size="1G",
-                                  properties={"volblocksize": "16K"})["changed"]
-    runner = ScriptedRunner([get_step("hb_rec/vol1", "get_all_vol1.txt"),
-                             {"command": ["zfs", "set", "volsize=2G", "hb_rec/vol1"]}])
-    assert zfs.ensure_dataset(runner, name="hb_rec/vol1", volume_size="2G")["commands"] == [
-        ["zfs", "set", "volsize=2G", "hb_rec/vol1"]]
-    with pytest.raises(UnsafeOperation, match="shrinking volume"):
-        zfs.ensure_dataset(ScriptedRunner([get_step("hb_rec/vol1", "get_all_vol1.txt")]), name="hb_rec/vol1",
-                           volume_size="512M")
-    with pytest.raises(UserError, match="volblocksize of hb_rec/vol1 is 16384 and cannot change"):
-        zfs.ensure_dataset(ScriptedRunner([get_step("hb_rec/vol1", "get_all_vol1.txt")]), name="hb_rec/vol1",
+    assert out["created"] and out["after"]["type"] == "volume" and out["after"]["volsize"] == "256M"
+    runner = ScriptedRunner([get_step(VOL1, "get_all_vol1.json")])
+    assert not zfs.ensure_dataset(runner, name=VOL1, volume_size="256M", properties={"volblocksize": "16K"})["changed"]
+    runner = ScriptedRunner([get_step(VOL1, "get_all_vol1.json"), {"command": ["zfs", "set", "volsize=512M", VOL1]}])
+    assert zfs.ensure_dataset(runner, name=VOL1, volume_size="512M")["commands"] == [
+        ["zfs", "set", "volsize=512M", VOL1]]
+    with pytest.raises(UnsafeOperation, match="shrinking volume z23_rec/vol1 from 268435456 to 134217728") as err:
+        zfs.ensure_dataset(ScriptedRunner([get_step(VOL1, "get_all_vol1.json")]), name=VOL1, volume_size="128M")
+    assert "fix: declare the current size or larger" in str(err.value)
+    with pytest.raises(UserError, match="volblocksize of z23_rec/vol1 is 16384 and cannot change"):
+        zfs.ensure_dataset(ScriptedRunner([get_step(VOL1, "get_all_vol1.json")]), name=VOL1,
                            properties={"volblocksize": "64K"})
     with pytest.raises(UserError, match="exists as a filesystem, not a volume"):
-        zfs.ensure_dataset(ScriptedRunner([get_step(IMAGENET, "get_all_imagenet.txt")]), name=IMAGENET,
+        zfs.ensure_dataset(ScriptedRunner([get_step(IMAGENET, "get_all_imagenet.json")]), name=IMAGENET,
                            volume_size="1G")
 
 
 def test_unmanaged_dataset_is_changed_only_with_adopt():
-    # hb_rec/datasets was created by `zfs create -p`: fabric:managed is only inherited there
-    text = data("zfs", "get_all_other.txt").replace("hb_rec/datasets/other\t", "hb_rec/datasets/x\t").replace(
-        "fabric:managed\ttrue\tlocal", "fabric:managed\ttrue\tinherited from hb_rec")
-    step = {"command": GET + ["hb_rec/datasets/x"], "stdout": text}
-    assert not zfs.ensure_dataset(ScriptedRunner([step]), name="hb_rec/datasets/x",
-                                  properties={"refquota": "1.5G"})["changed"]
-    with pytest.raises(UnsafeOperation, match="was not created by this project"):
-        zfs.ensure_dataset(ScriptedRunner([step]), name="hb_rec/datasets/x", properties={"refquota": "2G"})
-    argv = ["zfs", "set", "refquota=2G", "fabric:managed=true", "hb_rec/datasets/x"]
+    # derived: a dataset made by `zfs create -p` (as z23_rec/datasets was) has fabric:managed only inherited;
+    # imagenet's recording with that property's source edited to inherited from z23_rec (the shape
+    # tank_zfs_get_all.json records for tank/datasets' xattr)
+    name = "z23_rec/datasets/x"
+    text = derive_json("zfs23/get_all_imagenet.json", rename={IMAGENET: name},
+                       properties={name: {"fabric:managed": ["true", "INHERITED", "z23_rec"]}})
+    step = get_step(name, stdout=text)
+    assert not zfs.ensure_dataset(ScriptedRunner([step]), name=name, properties={"quota": "2G"})["changed"]
+    with pytest.raises(UnsafeOperation, match="was not created by this project") as err:
+        zfs.ensure_dataset(ScriptedRunner([step]), name=name, properties={"quota": "3G"})
+    assert "fix: set adopt=true" in str(err.value)
+    argv = ["zfs", "set", "quota=3G", "fabric:managed=true", name]
     runner = ScriptedRunner([step, {"command": argv}])
-    out = zfs.ensure_dataset(runner, name="hb_rec/datasets/x", properties={"refquota": "2G"}, adopt=True)
-    assert out["commands"] == [argv] and out["warnings"] == ["adopted hb_rec/datasets/x: set fabric:managed=true"]
+    out = zfs.ensure_dataset(runner, name=name, properties={"quota": "3G"}, adopt=True)
+    assert out["commands"] == [argv] and out["warnings"] == [f"adopted {name}: set fabric:managed=true"]
 
 
 @pytest.mark.parametrize("name, props, error, words", [
-    ("hb_rec/a@v1", {}, InvalidName, "snapshots"),
-    ("hb_rec/a", {"used": "1G"}, UserError, "read-only"),
-    ("hb_rec/a", {"encryption": "on"}, UserError, "managed by the encryption option"),
-    ("hb_rec/a", {"quota": "lots"}, UserError, "invalid size"),
-    ("hb_rec/a", {"bad key": "x"}, UserError, "invalid property name"),
-    ("hb_rec/a", {"atime": None}, UserError, "has no value"),
+    ("z23_rec/a@v1", {}, InvalidName, "snapshots"),
+    ("z23_rec/a", {"used": "1G"}, UserError, "read-only"),
+    ("z23_rec/a", {"encryption": "on"}, UserError, "managed by the encryption option"),
+    ("z23_rec/a", {"quota": "lots"}, UserError, "invalid size"),
+    ("z23_rec/a", {"bad key": "x"}, UserError, "invalid property name"),
+    ("z23_rec/a", {"atime": None}, UserError, "has no value"),
 ])
 def test_bad_input_fails_before_any_command(name, props, error, words):
     runner = ScriptedRunner([])
