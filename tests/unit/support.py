@@ -86,6 +86,32 @@ def script_of(case: dict) -> list[dict]:
             for step in case.get("commands", [])]
 
 
+def snapshot_listing(rows: list[dict]) -> str:
+    """`zfs list -j --json-int -p -t snapshot -o COLUMNS ...` of snapshots the lab did not record (fabricctl's
+    versions and checkpoints with all their properties), derived from the one it did (zfs23/list_snaps.json:
+    z23_rec/vol1@v1). Each row ({"name", "createtxg", column: text value or "-"}) becomes that recorded
+    snapshot object with name, dataset, snapshot_name and createtxg replaced and "properties" holding the
+    row's columns: values as `--json-int` prints them (all-digit ones as numbers, unset ones "-"), sources
+    as recorded (user properties LOCAL, the others NONE)."""
+    recorded = json.loads(data("zfs23", "list_snaps.json"))
+    template = next(iter(recorded["datasets"].values()))
+    listed = {}
+    for row in rows:
+        obj = copy.deepcopy(template)
+        dataset, _, snap = row["name"].partition("@")
+        obj.update(name=row["name"], dataset=dataset, snapshot_name=snap, createtxg=int(row["createtxg"]))
+        obj["properties"] = {}
+        for column, value in row.items():
+            if column in ("name", "createtxg"):
+                continue
+            kind = "LOCAL" if ":" in column and value != "-" else "NONE"
+            obj["properties"][column] = {"value": int(value) if value.isdigit() else value,
+                                         "source": {"type": kind, "data": "-"}}
+        listed[row["name"]] = obj
+    recorded["datasets"] = listed
+    return json.dumps(recorded)
+
+
 # --- disk discovery states ----------------------------------------------------------------------
 #
 # tests/unit/data/disks/STATE/commands.json lists what disks.discover() ran on storage1, with its

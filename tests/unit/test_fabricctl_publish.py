@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-from fabric_core import lio, mounts, names, publish, versions
+from fabric_core import lio, mounts, names, publish, versions, zfs
 from fabric_core.errors import Busy, InvalidName, NotFound, UserError
 from fabric_core.runner import Runner
+from support import snapshot_listing
 
 DATA = Path(__file__).parent / "data"
 BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
@@ -209,21 +210,40 @@ def test_remove_mount_refuses_while_in_use():
 # --- listing parser ------------------------------------------------------------------------------
 
 def test_snapshot_listing_keeps_only_managed_versions():
-    cols = len(versions.SNAPSHOT_COLUMNS)
-    own = ["tank/datasets/imagenet@v1", "1795000000", "12288", "1048576", "1", "true", "dataset-version", "v1",
-           "root@storage1", "2026-11-22T10:00:00Z", "first", "300", "1000000", "ab" * 32, "-", "-", "ext4"]
-    foreign = ["tank/datasets/imagenet@manual", "1795000100", "0", "1048576", "0"] + ["-"] * (cols - 5)
-    assert len(own) == cols
-    rows = versions.parse_snapshots("\n".join("\t".join(r) for r in (own, foreign)) + "\n")
+    # derived listing (support.snapshot_listing: the recorded zfs23/list_snaps.json's form), newest first as
+    # given: the parser puts it oldest first by createtxg
+    cols = versions.SNAPSHOT_COLUMNS
+    own = dict(zip(cols, ["tank/datasets/imagenet@v1", "1795000000", "12288", "1048576", "1", "true",
+                          "dataset-version", "v1", "root@storage1", "2026-11-22T10:00:00Z", "first", "300", "1000000",
+                          "ab" * 32, "-", "-", "ext4"], strict=True), createtxg="40")
+    foreign = dict(dict.fromkeys(cols, "-"), name="tank/datasets/imagenet@manual", creation="1795000100", used="0",
+                   referenced="1048576", userrefs="0", createtxg="52")
+    text = snapshot_listing([foreign, own])
+    rows = versions.parse_snapshots(text)
+    assert [x["name"] for x in rows] == [own["name"], foreign["name"]]
     assert rows[0]["userrefs"] == 1 and rows[0]["fabric:files"] == 300 and rows[1]["fabric:kind"] is None
-    r = Scripted({("zfs", "list"): (0, "\n".join("\t".join(x) for x in (own, foreign)) + "\n", "")})
+    assert rows[0]["fabric:manifest-sha256"] == "ab" * 32 and rows[0]["creation"] == 1795000000
+    r = Scripted({("zfs", "list"): (0, text, "")})
     listed = versions.list_snapshots(r, "tank/datasets")
     assert [x["snapshot"] for x in listed] == ["v1"] and listed[0]["name_short"] == "imagenet"
+    assert r.seen == [("zfs", "list", "-j", "--json-int", "-p", "-t", "snapshot", "-o", ",".join(cols),
+                       "-s", "createtxg", "-r", "tank/datasets")]
+
+
+def test_snapshot_listing_of_the_lab():
+    # recorded: `zfs list -j --json-int -p -t snapshot -o name,createtxg,creation,used,fabric:version,fabric:note`
+    # and its text form, in the same state
+    columns = ("name", "createtxg", "creation", "used", "fabric:version", "fabric:note")
+    text = dict(zip(columns, (DATA / "zfs23" / "list_snaps.txt").read_text().split(), strict=True))
+    rows = zfs.list_rows((DATA / "zfs23" / "list_snaps.json").read_text(), columns)
+    assert rows == [text] and rows[0]["fabric:version"] == "v1" and rows[0]["creation"] == "1795508790"
 
 
 def test_listing_a_missing_root_is_empty():
-    r = Scripted({("zfs", "list"): (1, "", "cannot open 'tank/nope': dataset does not exist\n")})
+    # `zfs list` of a missing dataset: exit 1, "dataset does not exist" (as recorded for `zfs get`)
+    r = Scripted({("zfs", "list"): (1, "", (DATA / "zfs23" / "get_missing.stderr").read_text())})
     assert versions.list_snapshots(r, "tank/nope") == []
+    assert versions.list_volumes(r, "tank/nope") == []
 
 
 # --- the command tree and exit codes -----------------------------------------------------------
@@ -273,12 +293,15 @@ def test_not_found_is_a_user_error():
 def test_a_snapshot_taken_by_hand_is_not_owned_although_it_inherits_managed():
     cols = versions.SNAPSHOT_COLUMNS
     by_hand = dict.fromkeys(cols, "-") | {"name": "tank/checkpoints/job@manual", "creation": "1795000000",
-                                          "fabric:managed": "true", "fabric:kind": "checkpoint-volume"}
-    ours = dict(by_hand, name="tank/checkpoints/job@step-100", **{"fabric:kind": "checkpoint", "fabric:step": "100"})
-    text = "\n".join("\t".join(row[c] for c in cols) for row in (by_hand, ours)) + "\n"
-    r = Scripted({("zfs", "list"): (0, text, "")})
+                                          "fabric:managed": "true", "fabric:kind": "checkpoint-volume",
+                                          "createtxg": "70"}
+    ours = dict(by_hand, name="tank/checkpoints/job@step-100", createtxg="71",
+                **{"fabric:kind": "checkpoint", "fabric:step": "100"})
+    r = Scripted({("zfs", "list"): (0, snapshot_listing([by_hand, ours]), "")})  # derived, see support
     rows = versions.list_all_snapshots(r, "tank/checkpoints/job")
     assert [versions.owned(x) for x in rows] == [False, True]
+    # fabric:step "100" comes as a JSON number under --json-int; the row keeps the text zfs get -Hp prints
+    assert rows[1]["fabric:step"] == "100" and versions.as_property_strings(rows[1])["fabric:tags"] == "-"
     assert [x["name"] for x in versions.list_snapshots(r, "tank/checkpoints/job", kinds=("checkpoint",))] == [
         "tank/checkpoints/job@step-100"]
 
