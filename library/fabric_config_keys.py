@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 module: fabric_config_keys
 short_description: Set C(key = value) lines of a packaged configuration file in place, leaving the rest alone
 description:
-  - For a configuration file a Debian package owns (a dpkg conffile such as C(/etc/iscsi/iscsid.conf)):
+  - For a configuration file a Debian package owns (a dpkg conffile such as C(/etc/iscsi/iscsid.conf)),
     each key's first active line is rewritten, or its commented-out default line is replaced by the active
     line, or the line is appended under one marker comment. Every other line stays as the package wrote it,
     so a package upgrade merges cleanly (no conffile prompt, and the package's new defaults are kept).
