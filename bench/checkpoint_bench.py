@@ -82,7 +82,10 @@ from labbench import (  # noqa: E402
     tail,
     timed,
     zfs_exists,
+    zfs_props,
+    zfs_value,
 )
+from labbench import snapshot_names as labbench_snapshot_names  # noqa: E402
 
 SECTION = "checkpoint"
 STORAGE = "storage1"
@@ -332,8 +335,7 @@ def safe_cleanup(lab: Lab, state: State) -> list[str]:
 # ---- measurements -------------------------------------------------------------------------------
 
 def snapshot_names(dataset: str) -> list[str]:
-    out = ssh(STORAGE, f"zfs list -t snapshot -H -o name -r {dataset}").stdout.split()
-    return [n for n in out if n.startswith(dataset + "@")]
+    return [n for n in labbench_snapshot_names(STORAGE, dataset) if n.startswith(dataset + "@")]
 
 
 def hold_node_lock(lab: Lab, state: State) -> None:
@@ -569,7 +571,7 @@ def run(lab: Lab, state: State) -> dict:
     r: dict = {}
     r["sanoid_version"] = ssh(STORAGE, "dpkg-query -W -f='${Version}' sanoid", check=False).stdout.strip() or "?"
     need = 1.02 * 4 * GIB + 4 * GIB
-    have = int(ssh(STORAGE, f"zfs get -Hp -o value available {lab.checkpoint_root}").stdout.strip())
+    have = int(zfs_value(STORAGE, lab.checkpoint_root, "available"))
     if have < need:
         raise BenchError(f"{lab.checkpoint_root} has {have / GIB:.1f} GiB available; the benchmark needs about "
                          f"{need / GIB:.1f} GiB (a fully reserved {SIZE} volume + {FREEZE_RUNS} GiB of snapshots)")
@@ -584,8 +586,9 @@ def run(lab: Lab, state: State) -> dict:
         raise BenchError(f"fabricctl checkpoint volume create exited {t.rc}:\n{tail(t.stderr or t.stdout)}")
     r["volume_create_s"] = t.node
     say(f"  {t.node:.1f} s")
-    props = dict(line.split("\t") for line in ssh(
-        STORAGE, f"zfs get -Hp -o property,value volsize,volblocksize,snapdev {lab.ck}").stdout.splitlines())
+    props = zfs_props(STORAGE, lab.ck, "volsize,volblocksize,snapdev")
+    if not props:
+        raise BenchError(f"{lab.ck} is gone right after fabricctl created it")
     say(f"zfs create -s -V {props['volsize']} {lab.other} (volblocksize {props['volblocksize']}, "
         f"snapdev {props['snapdev']}): sanoid's zvol")
     ssh(STORAGE, f"zfs create -s -V {props['volsize']} -o volblocksize={props['volblocksize']} "

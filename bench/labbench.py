@@ -18,6 +18,9 @@ from typing import TypeVar
 from report import RESULTS, write_section
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "module_utils"))
+from fabric_core import zfs as core_zfs  # noqa: E402 - the core's reader of OpenZFS 2.3 JSON
+
 SSH_CONFIG = REPO / ".lab" / "ssh_config"
 TIME_MARK = "@@bench-node-seconds"
 OWNER_PROP = "bench:owner"         # set on every ZFS object a benchmark creates; clean-up destroys only those
@@ -151,9 +154,37 @@ def zfs_exists(host: str, name: str) -> bool:
     return ssh(host, f"zfs list -H -o name {shlex.quote(name)} >/dev/null 2>&1", check=False).returncode == 0
 
 
+def zfs_props(host: str, name: str, props: str) -> dict[str, str] | None:
+    """{property: value} of a dataset or snapshot on a VM, read as OpenZFS 2.3 JSON (`zfs get -j --json-int -p`,
+    through the core's reader): values as `zfs get -Hp` prints them, "-" when unset; None when NAME does not
+    exist."""
+    proc = ssh(host, f"zfs get -j --json-int -p {shlex.quote(props)} {shlex.quote(name)}", check=False)
+    if proc.returncode != 0:
+        if "does not exist" in proc.stderr:
+            return None
+        raise BenchError(f"{host}: `zfs get {props} {name}` exited {proc.returncode}:\n{tail(proc.stderr)}")
+    got = core_zfs.parse_get(proc.stdout).get(name, {})
+    return {prop: value for prop, (value, _source) in got.items()}
+
+
+def zfs_value(host: str, name: str, prop: str) -> str:
+    """One property of an existing dataset on a VM (zfs_props); BenchError when the dataset does not exist."""
+    props = zfs_props(host, name, prop)
+    if props is None or prop not in props:
+        raise BenchError(f"{host}: {name} does not exist (reading its {prop})")
+    return props[prop]
+
+
+def snapshot_names(host: str, dataset: str) -> list[str]:
+    """The snapshots of DATASET and of what is below it, oldest first (`zfs list -j -t snapshot -o name -r`)."""
+    proc = ssh(host, f"zfs list -j --json-int -p -t snapshot -o name -s createtxg -r {shlex.quote(dataset)}")
+    return [row["name"] for row in core_zfs.list_rows(proc.stdout, ("name",), by_txg=True)]
+
+
 def owner_of(host: str, name: str) -> str:
     """The benchmark that made a ZFS object (its OWNER_PROP), or "" (or "-") when none did."""
-    return ssh(host, f"zfs get -H -o value {OWNER_PROP} {shlex.quote(name)}", check=False).stdout.strip()
+    props = zfs_props(host, name, OWNER_PROP)
+    return "" if props is None else props.get(OWNER_PROP, "")
 
 
 def ratio(a: float | None, b: float | None) -> str:

@@ -64,10 +64,12 @@ from labbench import (  # noqa: E402
     ratio,
     run_bench,
     say,
+    snapshot_names,
     ssh,
     tail,
     timed,
     zfs_exists,
+    zfs_value,
 )
 
 SECTION = "publish"
@@ -197,7 +199,7 @@ def mount_scratch(gpu: str) -> None:
 
 
 def avail(dataset: str) -> int:
-    return int(ssh(STORAGE, f"zfs get -Hp -o value available {shlex.quote(dataset)}").stdout.strip())
+    return int(zfs_value(STORAGE, dataset, "available"))
 
 
 def cleanup(lab: Lab, gib: int) -> list[str]:
@@ -206,12 +208,11 @@ def cleanup(lab: Lab, gib: int) -> list[str]:
     name = ds_name(gib)
     volume = f"{lab.dataset_root}/{name}"
     if (zfs_exists(STORAGE, volume)
-            and ssh(STORAGE, f"zfs get -H -o value {OWNER_PROP} {volume}").stdout.strip() != OWNER):
+            and owner_of(STORAGE, volume) != OWNER):
         left.append(f"{volume} exists but is not this benchmark's ({OWNER_PROP} unset): left alone")
     elif zfs_exists(STORAGE, volume):
         say(f"clean-up: unpublish and destroy {name}")
-        versions = ssh(STORAGE, f"zfs list -H -o name -t snapshot {lab.dataset_root}/{name}", check=False).stdout
-        if f"@{VERSION}" in versions:
+        if f"{volume}@{VERSION}" in snapshot_names(STORAGE, volume):
             proc = ssh(STORAGE, f"fabricctl unpublish {name}@{VERSION} --json", check=False, timeout=900)
             if proc.returncode != 0:  # only this benchmark's own readers could hold the mount
                 say(f"  unpublish said: {tail(proc.stderr, 5)}; retrying with --force")
