@@ -20,6 +20,9 @@ description:
     removed only with O(force=true).
   - After changes the configuration is saved to /etc/rtslib-fb-target/saveconfig.json, which
     rtslib-fb-targetctl.service restores at boot.
+  - Mounts configfs and loads C(iscsi_target_mod) when they are not there. Check mode loads nothing
+    (reading LIO through rtslib-fb would create configfs directories and so load the modules): on a node
+    without them it says what it would load and plans from an empty configuration.
 options:
   base_iqn:
     description: IQN prefix (no C(:)) of the project's targets; a target's IQN defaults to BASE_IQN:NAME.
@@ -89,7 +92,7 @@ attributes:
     support: full
     details: Before and after summaries of the project-owned objects (CHAP secrets redacted).
 requirements:
-  - python3-rtslib-fb on the target node (Debian package), configfs mounted
+  - python3-rtslib-fb on the target node (Debian package)
 author:
   - gpu-storage-fabric
 """
@@ -176,6 +179,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.fabric_core.errors import FabricError  # noqa: E402
 from ansible.module_utils.fabric_core.lio import reconcile  # noqa: E402
 from ansible.module_utils.fabric_core.lock import node_lock  # noqa: E402
+from ansible.module_utils.fabric_core.runner import ModuleRunner  # noqa: E402
 
 ACL_CHAP_KEYS = ("password", "mutual_password")
 
@@ -213,7 +217,8 @@ def main():
         # the node lock (shared with fabricctl) around a change; check mode changes nothing
         with nullcontext() if module.check_mode else node_lock("ansible fabric_lio_target"):
             out = reconcile(_desired(module.params), purge=module.params["purge"], force=module.params["force"],
-                            dry_run=module.check_mode, save_config=module.params["save_config"])
+                            dry_run=module.check_mode, save_config=module.params["save_config"],
+                            runner=ModuleRunner(module, dry_run=module.check_mode))
     except FabricError as err:
         partial = getattr(err, "result", None) or {}
         result.update({k: v for k, v in partial.items() if k not in ("before", "after")})

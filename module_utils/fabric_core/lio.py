@@ -913,13 +913,54 @@ def apply(actions: list[Action], *, rts=None, save_config: bool = True, save_fil
     return done
 
 
+CONFIGFS_ROOT = "/sys/kernel/config"
+ISCSI_TARGET_MODULE = "/sys/module/iscsi_target_mod"
+
+
+def kernel_ready() -> bool:
+    """LIO can be read without side effects: configfs mounted with the target tree, the iSCSI fabric loaded."""
+    return os.path.isdir(CONFIGFS) and os.path.isdir(ISCSI_TARGET_MODULE)
+
+
+def ensure_kernel(runner) -> list[str]:
+    """Mount configfs and load iscsi_target_mod (which loads target_core_mod) when they are not there.
+
+    Returns what it did, or, in a dry run, what it would do (a dry run loads nothing: reading LIO
+    through rtslib would create configfs directories and so load the modules)."""
+    configfs_root, configfs, module = CONFIGFS_ROOT, CONFIGFS, ISCSI_TARGET_MODULE
+    steps = []
+    if not os.path.ismount(configfs_root):
+        steps.append(f"mount configfs at {configfs_root}")
+        runner.run(["mount", "-t", "configfs", "none", configfs_root], mutating=True)
+    if not (os.path.isdir(module) and os.path.isdir(configfs)):
+        steps.append("load iscsi_target_mod (and target_core_mod)")
+        runner.run(["modprobe", "-a", "target_core_mod", "iscsi_target_mod"], mutating=True)
+    return steps
+
+
+def empty_live(desired: DesiredState | None = None) -> dict:
+    """The live state of a node whose LIO modules are not loaded yet: no storage object, no target."""
+    paths = {lun.device for t in desired.targets for lun in t.luns} if desired is not None else set()
+    return {"dump": {"storage_objects": [], "targets": [], "fabric_modules": []}, "sessions": [],
+            "devices": device_facts(sorted(paths))}
+
+
 def reconcile(desired: dict | DesiredState, *, purge: bool = False, force: bool = False, dry_run: bool = False,
-              save_config: bool = True, save_file: str = SAVE_FILE, rts=None) -> dict:
-    """Read, plan, apply (unless dry_run); return a plain result for modules and fabricctl."""
+              save_config: bool = True, save_file: str = SAVE_FILE, rts=None, runner=None) -> dict:
+    """Read, plan, apply (unless dry_run); return a plain result for modules and fabricctl.
+
+    With a runner, LIO's kernel side is made ready first (configfs, modules); a dry run on a node
+    where it is not plans from an empty state and says what it would load, loading nothing."""
     state = parse_desired(desired)
-    rts = rts or _rtslib()
-    before = read_live(state, rts)
     warnings = []
+    loading = ensure_kernel(runner) if runner is not None else []
+    if dry_run and loading:
+        warnings.append(f"LIO is not loaded on this node: check mode would {' and '.join(loading)}, and plans "
+                        "from an empty configuration")
+        before = empty_live(state)
+    else:
+        rts = rts or _rtslib()
+        before = read_live(state, rts)
     if dry_run:
         # check mode of a whole run: a zvol that an earlier task would create does not exist yet
         for path, info in before["devices"].items():
@@ -929,7 +970,7 @@ def reconcile(desired: dict | DesiredState, *, purge: bool = False, force: bool 
                                 "(a real run refuses a missing device)")
     actions = plan(state, before, purge=purge, force=force)
     todo = changes(actions)
-    result = {"changed": bool(todo), "actions": [a.describe() for a in todo],
+    result = {"changed": bool(todo) or bool(loading), "actions": [*loading, *(a.describe() for a in todo)],
               "kept": [a.describe() for a in actions if not a.changes],
               "before": summarize(before, state), "warnings": warnings}
     if not todo:

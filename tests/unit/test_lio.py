@@ -331,3 +331,44 @@ def test_check_mode_assumes_a_missing_device_is_created_earlier_in_the_run():
         assert any("/dev/zvol/hc_pool/rec_a does not exist yet" in w for w in out["warnings"])
         with pytest.raises(UserError, match="does not exist"):  # a real run refuses it
             lio.reconcile(desired(), dry_run=False, rts=object())
+
+
+class _Recording:
+    """A runner that records mutating commands (planned in a dry run, executed otherwise)."""
+
+    def __init__(self, dry_run: bool):
+        self.dry_run = dry_run
+        self.planned: list = []
+        self.executed: list = []
+
+    def run(self, argv, mutating=False, **kw):
+        (self.planned if self.dry_run else self.executed).append(list(argv))
+
+
+def test_check_mode_on_a_node_without_lio_loads_nothing_and_plans_from_empty(tmp_path, monkeypatch):
+    """Issue 18: check mode on a fresh storage node loaded iscsi_target_mod (rtslib's read creates
+    configfs directories). Now it says what it would load and plans the whole export from empty."""
+    monkeypatch.setattr(lio, "CONFIGFS_ROOT", str(tmp_path / "config"))
+    monkeypatch.setattr(lio, "CONFIGFS", str(tmp_path / "config" / "target"))
+    monkeypatch.setattr(lio, "ISCSI_TARGET_MODULE", str(tmp_path / "module"))
+    runner = _Recording(dry_run=True)
+    with mock.patch.object(lio, "_rtslib", side_effect=AssertionError("rtslib must not be touched")):
+        out = lio.reconcile(desired(), dry_run=True, runner=runner)
+    assert out["changed"] is True
+    assert out["actions"][:2] == [f"mount configfs at {tmp_path / 'config'}",
+                                  "load iscsi_target_mod (and target_core_mod)"]
+    assert any(a.startswith("create_target") for a in out["actions"])
+    assert any("check mode would" in w and "empty configuration" in w for w in out["warnings"])
+    assert runner.planned == [["mount", "-t", "configfs", "none", str(tmp_path / "config")],
+                              ["modprobe", "-a", "target_core_mod", "iscsi_target_mod"]]
+    assert runner.executed == []
+
+
+def test_kernel_ready_needs_both_configfs_tree_and_module(tmp_path, monkeypatch):
+    monkeypatch.setattr(lio, "CONFIGFS", str(tmp_path / "t"))
+    monkeypatch.setattr(lio, "ISCSI_TARGET_MODULE", str(tmp_path / "m"))
+    assert not lio.kernel_ready()
+    (tmp_path / "t").mkdir()
+    assert not lio.kernel_ready()
+    (tmp_path / "m").mkdir()
+    assert lio.kernel_ready()
