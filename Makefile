@@ -67,7 +67,7 @@ lab-status: ## what is up
 lab-image: ## build (or find) the cached guest image only (DEBIAN=12 for Debian 12)
 	$(LABCTL) image $(if $(DEBIAN),--debian $(DEBIAN))
 
-bench-site: venv ## issue 3 benchmark on a fresh lab (site.yml times, iSCSI vs local read) -> docs/benchmarks.md
+bench-site: venv ## issue 10 benchmark on fresh labs: site.yml first, converged re-run, check (with and without Mitogen) -> docs/benchmarks.md, bench/results/site.json
 	$(PY) bench/site_bench.py
 
 bench-manifest: venv ## issue 4 benchmark on the host: manifest of 1,000,000 small files vs find|xargs sha256sum -> docs/benchmarks.md

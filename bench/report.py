@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -23,3 +24,14 @@ def write_section(name: str, rows: list[str], results: Path = RESULTS) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     results.write_text(text)
+
+
+def write_json(name: str, document: dict) -> Path:
+    """bench/results/NAME.json: date, commit, lab, figures and ratios of one benchmark run."""
+    missing = {"date", "commit", "lab", "figures", "ratios"} - set(document)
+    if missing:
+        raise ValueError(f"bench/results/{name}.json lacks {sorted(missing)}")
+    path = Path(__file__).resolve().parent / "results" / f"{name}.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    return path

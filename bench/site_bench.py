@@ -1,100 +1,145 @@
 #!/usr/bin/env python3
-"""Benchmark of issue 3 on the lab, measured in one run, written to docs/benchmarks.md.
+"""`make bench-site`: what a site run costs on the lab, first and converged, measured in one run.
 
-1. A freshly booted lab; `ansible-playbook playbooks/site.yml` timed on the bare VMs, then the
-   idempotent re-run (changed=0) timed.
-2. Read throughput of a 1 GiB zvol of random data exported read-only: `dd iflag=direct` on gpu1
-   over iSCSI against the same `dd` on storage1 locally. The volume has primarycache=metadata, so
-   neither read is served from the ARC; both read the raidz2 pool.
+For each of two executions of Ansible's tasks (the project's default, through Mitogen's
+connection multiplexer: strategies fabric_linear/fabric_free; and ansible-core's own, with
+FABRIC_MITOGEN=0), on a freshly booted lab with the fact cache emptied:
 
-Absolute figures depend on the emulated lab (TCG); the ratios are what to compare.
-Run as root: `make bench-site` (it boots the lab fresh and leaves it up).
+1. `site.yml` on the bare VMs (the first run);
+2. `site.yml` again on the converged fabric (changed=0 required);
+3. `site.yml --check --diff` on the converged fabric (changed=0 required).
+
+Every run is recorded by the fabric_runlog callback: wall time, time per host (the sum of the
+host's task results) and the number of module executions on the nodes (loop items counted; tasks
+that run on the controller only, such as assert and set_fact, are not). The ratios asked by issue
+10 (re-run / first, check on converged / first) are of the default execution; the other one shows
+what Mitogen buys. Writes its section of docs/benchmarks.md and bench/results/site.json.
+
+Absolute figures depend on the emulated lab (TCG, two host cores shared by the VMs and Ansible);
+the ratios are what to compare. Run as root; it boots the lab fresh (twice) and leaves it up.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
-import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import RESULTS, write_section  # noqa: E402
+from report import write_json, write_section  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 LABCTL = [sys.executable, str(REPO / "lab" / "labctl.py")]
-SSH_CONFIG = REPO / ".lab" / "ssh_config"
 SECTION = "site"
+WORK = REPO / ".lab-bench"
+LOCAL_ACTIONS = {"assert", "set_fact", "debug", "meta", "include_role", "import_role", "include_tasks", "fail",
+                 "add_host", "group_by", "pause", "include_vars"}
 
 
-def sh(*argv, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(list(argv), cwd=REPO, text=True, capture_output=True, stdin=subprocess.DEVNULL, **kw)
+def sh(*argv, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), cwd=REPO, text=True, capture_output=True, stdin=subprocess.DEVNULL,
+                          env={**os.environ, **(env or {})})
 
 
-def ssh(host: str, command: str) -> str:
-    proc = sh("ssh", "-F", str(SSH_CONFIG), host, command)
-    if proc.returncode != 0:
-        raise SystemExit(f"{host}: {command}: {proc.stderr}")
-    return proc.stdout.strip()
+def fresh_lab() -> None:
+    for step in (["down"], ["up"]):
+        proc = sh(*LABCTL, *step)
+        if proc.returncode != 0:
+            raise SystemExit(f"labctl {step[0]} failed:\n{proc.stderr[-3000:]}")
+    shutil.rmtree(REPO / ".ansible" / "facts", ignore_errors=True)
 
 
-def playbook(*args: str) -> tuple[float, str]:
+def site(name: str, *args: str, mitogen: bool) -> dict:
+    """One site.yml run; its figures from the runlog."""
+    log = WORK / f"{name}.jsonl"
+    log.unlink(missing_ok=True)
+    env = {"ANSIBLE_NOCOLOR": "1", "FABRIC_RUNLOG": str(log), "FABRIC_MITOGEN": "1" if mitogen else "0"}
     started = time.monotonic()
-    proc = sh(str(VENV_BIN / "ansible-playbook"), "playbooks/site.yml", *args,
-              env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
-    elapsed = time.monotonic() - started
+    proc = sh(str(VENV_BIN / "ansible-playbook"), "playbooks/site.yml", *args, env=env)
+    wall = time.monotonic() - started
     if proc.returncode != 0:
-        raise SystemExit(f"site.yml failed:\n{proc.stdout[-4000:]}")
-    changed = sum(int(m) for m in re.findall(r"changed=(\d+)", proc.stdout.split("PLAY RECAP")[-1]))
-    return elapsed, str(changed)
+        raise SystemExit(f"{name}: site.yml {' '.join(args)} failed:\n{proc.stdout[-4000:]}")
+    tasks, summary = [], None
+    for line in log.read_text().splitlines():
+        rec = json.loads(line)
+        if rec["event"] == "task":
+            tasks.append(rec)
+        else:
+            summary = rec
+    remote = [t for t in tasks if t["status"] != "skipped" and t["action"].rsplit(".", 1)[-1] not in LOCAL_ACTIONS]
+    executions = sum(t.get("items", 1) for t in remote)
+    changed = {h: c["changed"] for h, c in summary["recap"].items()}
+    return {"wall_seconds": round(wall, 1), "ansible_seconds": summary["seconds"],
+            "per_host_seconds": summary["per_host_seconds"], "changed": changed,
+            "remote_module_executions": executions,
+            "remote_executions_per_host": {h: sum(t.get("items", 1) for t in remote if t["host"] == h)
+                                           for h in sorted(changed)},
+            "slowest_tasks": summary["slowest_tasks"][:8]}
 
 
-def dd_read(host: str, device: str) -> float:
-    """MB/s of a direct-I/O read of the whole device (dd's own figure)."""
-    out = ssh(host, f"dd if={device} of=/dev/null bs=1M iflag=direct 2>&1 | tail -n 1")
-    seconds = float(re.search(r"([\d.]+) s,", out).group(1))
-    size = int(ssh(host, f"blockdev --getsize64 {device}"))
-    return size / seconds / 1e6
+def sequence(mitogen: bool) -> dict:
+    fresh_lab()
+    tag = "mitogen" if mitogen else "builtin"
+    out = {"first": site(f"{tag}-first", mitogen=mitogen),
+           "rerun": site(f"{tag}-rerun", mitogen=mitogen),
+           "check_converged": site(f"{tag}-check", "--check", "--diff", mitogen=mitogen)}
+    for name in ("rerun", "check_converged"):
+        if any(out[name]["changed"].values()):
+            raise SystemExit(f"{tag} {name} changed something: {out[name]['changed']}")
+    return out
 
 
 def main() -> int:
-    subprocess.run([*LABCTL, "down"], check=True, stdin=subprocess.DEVNULL)
-    subprocess.run([*LABCTL, "up"], check=True, stdin=subprocess.DEVNULL)
-    first, first_changed = playbook()
-    second, second_changed = playbook()
-    if second_changed != "0":
-        raise SystemExit(f"the second site.yml run changed {second_changed} things")
-    # the bench volume: a second LUN on storage1's target, filled with random data
-    playbook("--tags", "datasets,iscsi", "-e", "@bench/bench-vars.yml")
-    ssh("storage1", "dd if=/dev/urandom of=/dev/zvol/tank/exports/bench bs=1M count=1024 oflag=direct status=none")
-    ssh("gpu1", "iscsiadm -m session --rescan >/dev/null; udevadm settle")
-    remote = ssh("gpu1", "ls /dev/disk/by-path/*storage1-exports-lun-1")
-    assert ssh("gpu1", f"blockdev --getro {remote}") == "1"
-    local_mbs = dd_read("storage1", "/dev/zvol/tank/exports/bench")
-    remote_mbs = dd_read("gpu1", remote)
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    write_section(SECTION, [
-        "## Issue 3: site.yml and read-only iSCSI reads (lab, TCG)",
-        "",
-        f"Measured in one run by `make bench-site` on {when}: a freshly booted lab (storage1, gpu1, gpu2).",
-        "",
-        "| measurement | value | baseline | ratio |",
-        "|---|---|---|---|",
-        f"| `site.yml` first run on bare VMs | {first:.0f} s (changed={first_changed}) | - | - |",
-        f"| `site.yml` idempotent re-run | {second:.0f} s (changed={second_changed}) | first run {first:.0f} s "
-        f"| {second / first:.2f} |",
-        f"| 1 GiB read of a published zvol on gpu1 over iSCSI (`dd iflag=direct`) | {remote_mbs:.0f} MB/s "
-        f"| same read on storage1 locally: {local_mbs:.0f} MB/s | {remote_mbs / local_mbs:.2f} |",
-        "",
-        "The bench volume has primarycache=metadata (no ARC data caching), so both reads come from the",
-        "raidz2 pool; the iSCSI read adds the target, the emulated network (about 1.4 Gbit/s between",
-        "lab VMs) and the initiator. Absolute numbers are bound by software emulation; compare ratios.",
-    ])
-    print(RESULTS.read_text())
+    WORK.mkdir(exist_ok=True)
+    builtin = sequence(mitogen=False)
+    default = sequence(mitogen=True)  # last: the lab is left converged by the default execution
+    first = default["first"]["wall_seconds"]
+    ratios = {"rerun_over_first": round(default["rerun"]["wall_seconds"] / first, 3),
+              "check_converged_over_first": round(default["check_converged"]["wall_seconds"] / first, 3)}
+    extra = {f"builtin_{k}": round(builtin[r]["wall_seconds"] / builtin["first"]["wall_seconds"], 3)
+             for k, r in (("rerun_over_first", "rerun"), ("check_converged_over_first", "check_converged"))}
+    speedup = {f"mitogen_speedup_{r}": round(builtin[r]["wall_seconds"] / default[r]["wall_seconds"], 2)
+               for r in ("first", "rerun", "check_converged")}
+    when = datetime.datetime.now(datetime.UTC)
+    commit = sh("git", "rev-parse", "--short", "HEAD").stdout.strip()
+    lab = "trixie lab, TCG: storage1 (2 vCPU, 2.5 GiB), gpu1 and gpu2 (1 vCPU, 1.25 GiB); 2 host cores"
+    write_json("site", {"date": when.isoformat(timespec="seconds"), "commit": commit, "lab": lab,
+                        "figures": {"default (Mitogen)": default, "builtin (FABRIC_MITOGEN=0)": builtin},
+                        "ratios": {**ratios, **extra, **speedup}})
+    rows = ["## Issue 10: a site run, first and converged (lab, TCG)", "",
+            f"Measured in one run by `make bench-site` on {when:%Y-%m-%d %H:%M} UTC at commit {commit}, each "
+            "execution on a freshly booted lab with an empty fact cache: the first `site.yml` on bare VMs, the "
+            "converged re-run, and check mode on the converged fabric (both changed=0). Figures also in "
+            "`bench/results/site.json`.", "",
+            "| run | default: through Mitogen | ansible-core's own strategies (`FABRIC_MITOGEN=0`) | Mitogen speedup |",
+            "|---|---|---|---|"]
+    for name, label in (("first", "first run"), ("rerun", "converged re-run"),
+                        ("check_converged", "check mode, converged")):
+        d, b = default[name], builtin[name]
+        rows.append(f"| {label} | {d['wall_seconds']} s ({d['remote_module_executions']} module executions) | "
+                    f"{b['wall_seconds']} s ({b['remote_module_executions']}) | "
+                    f"{speedup['mitogen_speedup_' + name]}x |")
+    rows += ["", f"Ratios of the default execution (target 0.25): re-run / first **{ratios['rerun_over_first']}**, "
+             f"check on converged / first **{ratios['check_converged_over_first']}**. Without Mitogen: "
+             f"{extra['builtin_rerun_over_first']} and {extra['builtin_check_converged_over_first']}.", "",
+             "Per host (the sum of the host's task times, seconds; hosts work in parallel, so these add up to "
+             "more than the wall time):", "", "| run | " + " | ".join(sorted(default["first"]["per_host_seconds"]))
+             + " |", "|---" * (1 + len(default["first"]["per_host_seconds"])) + "|"]
+    for execution, figures in (("default", default), ("builtin", builtin)):
+        for name in ("first", "rerun", "check_converged"):
+            per = figures[name]["per_host_seconds"]
+            rows.append(f"| {execution} {name} | " + " | ".join(f"{per[h]:.1f}" for h in sorted(per)) + " |")
+    rows += ["", "Slowest tasks of the default converged re-run (summed over hosts, seconds): "
+             + "; ".join(f"{t} {s:.1f}" for t, s in default["rerun"]["slowest_tasks"]) + ".", "",
+             "Absolute numbers are bound by software emulation on two shared host cores; compare ratios."]
+    write_section(SECTION, rows)
+    print(json.dumps(ratios))
     return 0
 
 
