@@ -42,7 +42,10 @@ options:
     description:
       - "A layout spec for the planner, in policy form (C({data: {type: raidz2, width: 6, class: hdd}, special:
         {type: mirror, width: 3, class: nvme}, log: {...}, cache: {class: nvme, count: rest}})) or explicit form
-        (C({vdevs: [{role, type, disks}]})); see the zfs_pool role's README. O(wipe) applies to it."
+        (C({vdevs: [{role, type, disks}]})); see the zfs_pool role's README. In this form disks may be named by
+        by-id path or link name."
+      - O(wipe) applies to it. A C(wipe) list inside the spec is the same list; giving both with different disks
+        is refused before anything runs.
     type: dict
   ashift:
     description: Sector size exponent for new vdevs (12 = 4 KiB). Used at creation and when adding vdevs.
@@ -111,6 +114,18 @@ EXAMPLES = r"""
         - {role: log, type: mirror, disks: [/dev/disk/by-id/ata-SSD1, /dev/disk/by-id/ata-SSD2]}
         - {role: cache, type: disk, disks: [/dev/disk/by-id/nvme-C]}
         - {role: spare, type: disk, disks: [/dev/disk/by-id/ata-HDD5]}
+
+- name: Pool tank planned from the disks found (the lab's reference layout); the plan's reasons in explanation
+  fabric_zpool:
+    name: tank
+    spec:
+      data: {type: raidz2, width: 6, class: hdd}
+      special: {type: mirror, width: 3, class: nvme}
+      log: {type: mirror, width: 2, class: ssd}
+      cache: {class: nvme, count: rest}
+    properties:
+      autotrim: "on"
+  register: tank
 
 - name: Use a disk that used to hold ext4 (destroys its contents)
   fabric_zpool:
@@ -201,12 +216,25 @@ else:
 def _layout_arg(module, raw: dict):
     vdevs = raw.get("vdevs")
     if not isinstance(vdevs, list):
-        module.fail_json(msg="layout.vdevs must be a list of {role, type, disks}\n  fix: pass the layout planned by "
-                             "fabric_disk_info, or write layout: {vdevs: [{role: data, type: raidz1, disks: [...]}]}")
+        module.fail_json(msg="layout.vdevs must be a list of {role, type, disks}\n  fix: give spec instead to let "
+                             "this module plan the layout, or write layout: {vdevs: [{role: data, type: raidz1, "
+                             "disks: [...]}]}")
     for n, vdev in enumerate(vdevs):
         if not isinstance(vdev, dict) or "disks" not in vdev:
             module.fail_json(msg=f"layout.vdevs[{n}] must be a dict with role, type and disks")
     return PoolLayout.from_dict(raw)
+
+
+def _by_id(disks, names: list) -> list:
+    """The by-id paths of the disks named in a spec's wipe list, which the planner accepts by by-id path or
+    link name, kernel name or /dev/NAME; ensure_pool matches disks by path. A name that matches no disk stays
+    as it is (the planner has refused it already)."""
+    index = {}
+    for disk in disks:
+        for path in (disk.by_id, *disk.ids):
+            index[path] = index[path.rsplit("/", 1)[-1]] = disk.by_id
+        index[disk.name] = index[f"/dev/{disk.name}"] = disk.by_id
+    return [index.get(name, name) for name in names]
 
 
 def main():
@@ -252,6 +280,7 @@ def main():
                 planned = plan(fabric_disks.free_for_pool(disks, p["name"]), {**p["spec"], "wipe": wipe})
                 result["explanation"] = planned.explanation
                 layout = validate_layout(planned)
+                wipe = _by_id(disks, wipe)
             out = ensure_pool(runner, name=p["name"], layout=layout, disks=disks, ashift=p["ashift"],
                               properties=p["properties"], fs_properties=p["filesystem_properties"],
                               safe_mode=p["safe_mode"], wipe=wipe, allow_grow=p["allow_grow"],

@@ -51,7 +51,8 @@ def _replace(value, rename: dict):
     return value
 
 
-def derive_json(source: str, *, rename: dict | None = None, properties: dict | None = None, edit=None) -> str:
+def derive_json(source: str, *, rename: dict | None = None, properties: dict | None = None,
+                remove: list | None = None, edit=None) -> str:
     """A recorded OpenZFS 2.3 JSON output under tests/unit/data/ (``source``), minimally edited for a
     situation the lab did not record. Each caller says what it edits and why.
 
@@ -59,31 +60,64 @@ def derive_json(source: str, *, rename: dict | None = None, properties: dict | N
     properties: {object name: {property: [value, source type, source data]}}: set in the object's
     "properties" (of `zpool get`/`zfs get`/`zfs list` -j) in the shape the recording uses, e.g.
     {"z23_rec/secret": {"encryption": ["aes-256-gcm", "NONE", "-"]}}.
-    edit: a function changing the parsed document in place (after rename and properties).
+    remove: key paths (lists of keys, after rename) deleted from the document, e.g. a device the
+    situation's pool does not have: [["pools", "tank", "l2cache"]]. A path that is not there fails.
+    edit: a function changing the parsed document in place (after rename, properties and remove).
     """
     doc = _replace(json.loads(data(source)), dict(rename or {}))
     for name, props in (properties or {}).items():
         obj = next(o for key in ("datasets", "pools") for o in (doc.get(key) or {}).values() if o["name"] == name)
         for prop, (value, kind, where) in props.items():
             obj["properties"][prop] = {"value": value, "source": {"type": kind, "data": where}}
+    for path in remove or []:
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        del node[path[-1]]
     if edit is not None:
         edit(doc)
     return json.dumps(doc)
 
 
+def derive_text(source: str, *, rename: dict | None = None, drop_lines: list | None = None) -> str:
+    """A recorded text output under tests/unit/data/ (``source``: stdout or stderr of zpool/zfs), minimally
+    edited for a situation the lab did not record: ``rename`` {old: new} replaced everywhere (pool and
+    device names), then each line of ``drop_lines`` (exactly as it is in the file after rename, without
+    its newline) removed once: a part of the output the situation does not have. A line that is not
+    there fails."""
+    text = data(source)
+    for old, new in (rename or {}).items():
+        text = text.replace(old, new)
+    lines = text.splitlines(keepends=True)
+    for drop in drop_lines or []:
+        index = next(i for i, line in enumerate(lines) if line.rstrip("\n") == drop)
+        del lines[index]
+    return "".join(lines)
+
+
+def _derived(spec: dict) -> str:
+    if spec["from"].endswith(".json"):
+        return derive_json(spec["from"], rename=spec.get("rename"), properties=spec.get("properties"),
+                           remove=spec.get("remove"))
+    return derive_text(spec["from"], rename=spec.get("rename"), drop_lines=spec.get("drop_lines"))
+
+
 def script_of(case: dict) -> list[dict]:
     """A YAML case's `commands` as a ScriptedRunner script; `stdout_file`/`stderr_file` name
-    recorded outputs under tests/unit/data/; `stdout_derived` is derive_json's arguments
-    ({from: FILE, rename: {...}, properties: {...}}) for an output the lab did not record."""
-    def stdout(step: dict) -> str:
-        if "stdout_derived" in step:
-            spec = step["stdout_derived"]
-            return derive_json(spec["from"], rename=spec.get("rename"), properties=spec.get("properties"))
-        return data(step["stdout_file"]) if "stdout_file" in step else step.get("stdout", "")
+    recorded outputs under tests/unit/data/; `stdout_derived`/`stderr_derived` are the arguments of
+    derive_json ({from: FILE.json, rename: {...}, properties: {...}, remove: [...]}) or derive_text
+    ({from: FILE, rename: {...}, drop_lines: [...]}) for an output the lab did not record.
+    A case with `state` (a directory of tests/unit/data/disks/) starts with that state's recorded disk
+    discovery (disk_state_script), as a module that discovers the disks itself runs it."""
+    def output(step: dict, stream: str) -> str:
+        if f"{stream}_derived" in step:
+            return _derived(step[f"{stream}_derived"])
+        return data(step[f"{stream}_file"]) if f"{stream}_file" in step else step.get(stream, "")
 
-    return [{"command": [str(a) for a in step["command"]], "rc": step.get("rc", 0), "stdout": stdout(step),
-             "stderr": data(step["stderr_file"]) if "stderr_file" in step else step.get("stderr", "")}
-            for step in case.get("commands", [])]
+    discovery = disk_state_script(case["state"]) if case.get("state") else []
+    return discovery + [{"command": [str(a) for a in step["command"]], "rc": step.get("rc", 0),
+                         "stdout": output(step, "stdout"), "stderr": output(step, "stderr")}
+                        for step in case.get("commands", [])]
 
 
 def snapshot_listing(rows: list[dict]) -> str:

@@ -1,4 +1,6 @@
-"""library/fabric_disk_info.py as data: tests/unit/data/module_disk_info.yaml, replayed on recorded storage1 output."""
+"""library/fabric_disk_info.py as data: tests/unit/data/module_disk_info.yaml, replayed on recorded storage1 output.
+
+The module only reports; the planning it used to do is fabric_zpool's (spec mode, test_module_zpool.py)."""
 
 from __future__ import annotations
 
@@ -36,14 +38,7 @@ def test_module(case):
         assert result["disks"] == [d for d in recorded if d["by_id"].removeprefix(BY_ID) not in excluded]
     if "in_use" in expect:
         assert sorted(d["name"] for d in result["disks"] if d["in_use"]) == expect["in_use"]
-    if expect.get("no_layout"):
-        assert "layout" not in result
-    if "vdevs" in expect:
-        assert [[v["role"], v["type"], [p.removeprefix(BY_ID) for p in v["disks"]]]
-                for v in result["layout"]["vdevs"]] == expect["vdevs"]
-        assert all(p.startswith(BY_ID) for v in result["layout"]["vdevs"] for p in v["disks"])
-    for sentence in expect.get("explanation_contains", []):
-        assert sentence in result["layout"]["explanation"]
+    assert "layout" not in result  # it reports; planning is fabric_zpool's
     assert result["warnings"] == expect.get("warnings", [])
 
 
@@ -51,17 +46,22 @@ def test_module_documentation_parses_and_matches_the_argument_spec():
     module = load_module("fabric_disk_info")
     doc = yaml.safe_load(module.DOCUMENTATION)
     assert doc["module"] == "fabric_disk_info"
-    assert set(doc["options"]) == {"spec", "exclude", "pool"}
+    assert set(doc["options"]) == {"exclude"}
     assert doc["attributes"]["check_mode"]["support"] == "full"
     examples = yaml.safe_load(module.EXAMPLES)
     assert all(task.get("name") for task in examples)
+    assert not any("spec" in (task.get("fabric_disk_info") or {}) for task in examples)
     returned = yaml.safe_load(module.RETURN)
-    assert set(returned) == {"disks", "layout"}
+    assert set(returned) == {"disks"}
     assert all({"description", "returned", "type"} <= set(v) for v in returned.values())
 
 
-def test_invalid_pool_name_fails_before_any_command():
-    args = {"pool": "mirror-bad", "spec": {"data": {"type": "mirror", "class": "hdd"}}}
+@pytest.mark.parametrize("args", [
+    {"spec": {"data": {"type": "mirror", "class": "hdd"}}},
+    {"pool": "tank"},
+])
+def test_planning_options_are_gone_and_refused_before_any_command(args):
+    """spec and pool moved to fabric_zpool (one discovery per pool): Ansible refuses them as unknown."""
     result = run_module("fabric_disk_info", args, [])
     assert result["failed"] and result["_commands"] == []
-    assert "invalid pool name 'mirror-bad'" in result["msg"] and "fix:" in result["msg"]
+    assert "Unsupported parameters" in result["msg"] and next(iter(args)) in result["msg"]
