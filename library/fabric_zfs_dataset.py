@@ -16,12 +16,12 @@ description:
   - Properties that are fixed at creation (casesensitivity, normalization, utf8only, volblocksize,
     encryption) are refused when they differ; a volume is never shrunk. Nothing is ever destroyed.
   - An existing dataset without a local C(fabric:managed=true) is changed only with O(adopt=true).
-version_added: "0.1.0"
-author: gpu-storage-fabric maintainers
   - With O(datasets), a whole list is converged in one call, in order (parents first). The zfs_datasets
     role does this, one module run per node instead of one per dataset.
   - A volume with O(filesystem) gets that file system when it is blank (no signature at all); one that
     carries it already is left alone; one that carries anything else is refused, never reformatted.
+version_added: "0.1.0"
+author: gpu-storage-fabric maintainers
 options:
   name:
     description: Dataset name, C(POOL/PATH). Required unless O(datasets) is given.
@@ -164,9 +164,12 @@ warnings:
   type: list
   elements: str
 diff:
-  description: The declared properties before and after (with diff mode).
+  description:
+    - The declared properties before and after (with diff mode), and a volume's file system (C(none (blank))
+      before its mkfs).
+    - With O(datasets), a list of them, one per dataset that changed (or would).
   returned: when diff mode is on
-  type: dict
+  type: raw
 """
 
 from contextlib import nullcontext
