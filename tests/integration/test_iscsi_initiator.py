@@ -166,12 +166,13 @@ def test_role_mounts_readonly_exports_idempotently_and_removes_unlisted_ones(hos
         # the udev rule lifts LIO's optimal transfer length (the zvol's volblocksize) as the request cap
         assert gpu.check_output(f"cat /sys/block/{disk}/queue/max_sectors_kb") == "1024", disk
 
-    step("gpu1: --check --diff with the default initiator name shows iqn...:gpu1 and changes nothing")
+    step("gpu1: --check --diff with the default initiator name (BASE:inventory name) shows it and changes nothing")
     default = dict(variables)
-    del default["iscsi_initiator_iqn"]
+    del default["iscsi_initiator_iqn"]  # the default rule, with a base no node uses (whatever gpu1 has now)
+    default["iscsi_initiator_iqn_base"] = "iqn.2026-11.io.fabric.preview"
     preview = playbook(tmp_path, lab, default, "--check", "--diff")
     assert preview.returncode == 0, preview.stdout[-4000:]
-    assert "+InitiatorName=iqn.2026-11.io.fabric.lab:gpu1" in preview.stdout
+    assert "+InitiatorName=iqn.2026-11.io.fabric.preview:gpu1" in preview.stdout, preview.stdout[-4000:]
     assert initiator_name(gpu) == exports["initiator"]
 
     # ---- exports taken off the list (the node is converged with ext4, xfs and chap)
