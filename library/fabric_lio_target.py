@@ -21,7 +21,7 @@ description:
   - After changes the configuration is saved to /etc/rtslib-fb-target/saveconfig.json, which
     rtslib-fb-targetctl.service restores at boot.
   - Mounts configfs and loads C(iscsi_target_mod) when they are not there. Check mode loads nothing
-    (reading LIO through rtslib-fb would create configfs directories and so load the modules): on a node
+    (reading LIO through rtslib-fb would create configfs directories and so load the modules); on a node
     without them it says what it would load and plans from an empty configuration.
 options:
   base_iqn:
@@ -136,7 +136,10 @@ changed:
   type: bool
   sample: true
 actions:
-  description: The planned changes in order, readable, CHAP secrets redacted.
+  description:
+    - The planned changes in order, readable, CHAP secrets redacted.
+    - When LIO's kernel side was not ready, led by what was done (or, in check mode, would be done) first,
+      C(mount configfs at /sys/kernel/config) and C(load iscsi_target_mod (and target_core_mod)).
   returned: always
   type: list
   elements: str

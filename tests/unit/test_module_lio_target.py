@@ -2,12 +2,17 @@
 """library/fabric_lio_target.py in-process, with rtslib patched out (reads come from the recorded
 lab dump in tests/unit/data/lio/, apply records its actions). The real rtslib path is covered by
 tests/integration/test_lio_target.py against the lab.
+
+LIO's kernel side (configfs mounted at /sys/kernel/config with its target/ tree, iscsi_target_mod loaded)
+is a `Kernel` in the test's tmp_path: loaded unless a test unloads it. The module mounts and loads through
+its command runner, so every mount/modprobe it runs is a scripted command (run_module fails any other).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 from unittest import mock
 
 import pytest
@@ -58,10 +63,57 @@ def empty():
     return {"dump": {"storage_objects": [], "targets": []}, "sessions": []}
 
 
+class Kernel:
+    """LIO's kernel side of a node, under a tmp directory: configfs's mount point, its target/ tree (there once
+    target_core_mod is loaded) and /sys/module/iscsi_target_mod. The module's copy of fabric_core.lio looks at
+    these paths; whether the mount point is mounted is answered from `mounted`."""
+
+    def __init__(self, root, monkeypatch):
+        self.configfs_root = root / "sys-kernel-config"
+        self.configfs = self.configfs_root / "target"
+        self.module = root / "sys-module-iscsi_target_mod"
+        self.mounted = False
+        self.configfs_root.mkdir()
+        monkeypatch.setattr(mlio, "CONFIGFS_ROOT", str(self.configfs_root))
+        monkeypatch.setattr(mlio, "CONFIGFS", str(self.configfs))
+        monkeypatch.setattr(mlio, "ISCSI_TARGET_MODULE", str(self.module))
+        ismount = os.path.ismount
+        monkeypatch.setattr(mlio.os.path, "ismount",
+                            lambda p: self.mounted if str(p) == str(self.configfs_root) else ismount(p))
+
+    def load(self):
+        self.mounted = True
+        self.configfs.mkdir(exist_ok=True)
+        self.module.mkdir(exist_ok=True)
+
+    def unload(self, *, keep_configfs_mounted: bool = False):
+        """A node where the target modules are not loaded (configfs mounted or not)."""
+        self.configfs.rmdir()
+        self.module.rmdir()
+        self.mounted = keep_configfs_mounted
+
+    # the commands ensure_kernel runs; both print nothing when they succeed (only the exit status is read)
+    def mount_step(self):
+        return {"command": ["mount", "-t", "configfs", "none", str(self.configfs_root)], "rc": 0}
+
+    @staticmethod
+    def modprobe_step():
+        return {"command": ["modprobe", "-a", "target_core_mod", "iscsi_target_mod"], "rc": 0}
+
+
+@pytest.fixture(autouse=True)
+def kernel(tmp_path, monkeypatch):
+    """LIO loaded, as on a node where the lio_target role has run; tests of a node without it unload it."""
+    node = Kernel(tmp_path, monkeypatch)
+    node.load()
+    return node
+
+
 def test_create_then_idempotent_with_diff():
     lab = Lab(empty())
     first = run_module("fabric_lio_target", ARGS, diff=True, extra_patches=lab.patches())
     assert first["changed"] is True and "failed" not in first
+    assert first["_commands"] == [] and first["warnings"] == []  # LIO loaded: no mount, no modprobe
     assert first["actions"][0].startswith("create_backstore name=fabric_hc_rec_a")
     assert first["targets"][IQN]["acls"][GPU1]["mapped_luns"]["1"]["write_protect"] is True
     assert first["diff"]["before"]["targets"] == {} and IQN in first["diff"]["after"]["targets"]
@@ -124,3 +176,51 @@ def test_apply_failure_reports_partial_result():
     out = run_module("fabric_lio_target", ARGS, extra_patches=patches)
     assert out["failed"] is True and "boom" in out["msg"]
     assert out["done"] == ["create_target x"] and out["rolled_back"] == ["create_target x"]
+
+
+def test_check_mode_on_a_node_without_lio_loads_nothing_and_plans_from_empty(kernel):
+    """Issue 18: check mode loaded iscsi_target_mod through rtslib. Now it runs no command, touches neither rtslib
+    nor the live read, says what it would load, and plans the whole export from an empty configuration."""
+    kernel.unload()  # a fresh storage node: configfs not mounted, no target/ tree, no module
+    untouchable = mock.Mock(side_effect=AssertionError("LIO must not be read on a node without it in check mode"))
+    patches = [mock.patch.object(mlio, "read_live", untouchable), mock.patch.object(mlio, "_rtslib", untouchable),
+               mock.patch.object(mlio, "apply", untouchable)]
+    out = run_module("fabric_lio_target", ARGS, check_mode=True, diff=True, extra_patches=patches)
+    assert out["changed"] is True and "failed" not in out
+    assert out["_commands"] == []  # mount and modprobe are planned, not run
+    loading = [f"mount configfs at {kernel.configfs_root}", "load iscsi_target_mod (and target_core_mod)"]
+    assert out["actions"][:2] == loading
+    assert out["actions"][2].startswith("create_backstore name=fabric_hc_rec_a") and len(out["actions"]) == 2 + 17
+    assert out["warnings"][0] == (f"LIO is not loaded on this node: check mode would {loading[0]} and {loading[1]}, "
+                                  "and plans from an empty configuration")
+    assert out["diff"]["before"]["targets"] == {} and IQN in out["diff"]["after"]["targets"]
+    assert "hcsecret0001" not in json.dumps(out)
+    assert not kernel.mounted and not kernel.configfs.exists() and not kernel.module.exists()
+
+
+def test_check_mode_with_lio_loaded_reads_the_live_state_and_runs_nothing():
+    lab = Lab({"dump": REC["dump"], "sessions": REC["sessions"]})
+    out = run_module("fabric_lio_target", ARGS, check_mode=True, extra_patches=lab.patches())
+    assert out["changed"] is False and out["_commands"] == [] and out["actions"] == []
+    assert not any("LIO is not loaded" in w for w in out["warnings"])
+
+
+def test_a_real_run_on_a_node_without_lio_mounts_configfs_and_loads_the_module_first(kernel):
+    kernel.unload()
+    lab = Lab(empty())
+    out = run_module("fabric_lio_target", ARGS, [kernel.mount_step(), Kernel.modprobe_step()],
+                     extra_patches=lab.patches())
+    assert out["changed"] is True and "failed" not in out
+    assert out["_commands"] == [kernel.mount_step()["command"], Kernel.modprobe_step()["command"]]
+    assert out["actions"][:2] == [f"mount configfs at {kernel.configfs_root}",
+                                  "load iscsi_target_mod (and target_core_mod)"]
+    assert len(lab.applied) == 1 and lab.applied[0][0].startswith("create_backstore name=fabric_hc_rec_a")
+
+
+def test_configfs_mounted_without_the_iscsi_module_only_loads_it(kernel):
+    kernel.unload(keep_configfs_mounted=True)  # configfs mounted, the target modules not loaded
+    lab = Lab({"dump": REC["dump"], "sessions": REC["sessions"]})
+    out = run_module("fabric_lio_target", ARGS, [Kernel.modprobe_step()], extra_patches=lab.patches())
+    assert out["_commands"] == [Kernel.modprobe_step()["command"]]
+    assert out["changed"] is True and out["actions"] == ["load iscsi_target_mod (and target_core_mod)"]
+    assert lab.applied == []  # the recorded state is converged: nothing else to do
