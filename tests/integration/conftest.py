@@ -346,6 +346,34 @@ def _site_from(saved: dict) -> Site:
 
 
 @pytest.fixture(scope="session")
+def lab_secrets() -> list[str]:
+    """Every secret of the lab's vault (CHAP passwords), decrypted with the lab's committed password: tests
+    grep journals, process lists and Ansible output for them."""
+    vault = REPO / "inventory" / "lab" / "group_vars" / "all" / "vault.yml"
+    proc = run([str(Path(sys.executable).parent / "ansible-vault"), "view", "--vault-id",
+                f"lab@{REPO / 'inventory' / 'lab' / 'vault-password.txt'}", str(vault)],
+               capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    import yaml  # noqa: PLC0415
+
+    found: list[str] = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+        elif isinstance(node, str) and len(node) >= 8:
+            found.append(node)
+
+    walk(yaml.safe_load(proc.stdout))
+    assert found, "the lab vault holds no secret"
+    return found
+
+
+@pytest.fixture(scope="session")
 def zfs_loaded(hosts):
     """The zfs module is loaded on storage1 (tests that make their own pools need no converged site)."""
     hosts["storage1"].run_expect([0], "modprobe zfs")

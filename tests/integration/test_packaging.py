@@ -1,0 +1,113 @@
+"""fabricctl as a package (issue 17): the fabricctl role installs a wheel with pip into a virtualenv,
+upgrades it from one built version to the next (and `fabricctl --version` follows), removes it cleanly,
+and installs it again; fabricctl's changes are in the journal without any secret.
+
+Read back through pip's own record (`pip show`), the files, systemd and journald."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO, ansible_playbook, step
+
+BUILD = REPO / "roles" / "fabricctl" / "files" / "build-wheel.sh"
+VENV = "/opt/fabricctl"
+
+
+def built_version() -> str:
+    text = (REPO / "module_utils" / "fabric_core" / "__init__.py").read_text()
+    return re.search(r'__version__ = "([^"]+)"', text).group(1)
+
+
+@pytest.fixture(scope="module")
+def next_wheel(tmp_path_factory) -> tuple[Path, str]:
+    """A wheel of this checkout with the next version (a copy of the sources, version bumped)."""
+    src = tmp_path_factory.mktemp("src")
+    for part in ("pyproject.toml", "README.md", "fabricctl", "module_utils/fabric_core"):
+        target = src / part
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if (REPO / part).is_dir() else shutil.copy2)(REPO / part, target)
+    version = built_version() + ".post1"
+    init = src / "module_utils" / "fabric_core" / "__init__.py"
+    init.write_text(re.sub(r'__version__ = "[^"]+"', f'__version__ = "{version}"', init.read_text()))
+    cache = tmp_path_factory.mktemp("wheels")
+    out = subprocess.run([str(BUILD), str(src), str(cache), str(REPO / ".venv" / "bin" / "python")],
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr[-3000:]
+    wheel = Path(out.stdout.strip().splitlines()[-1])
+    assert wheel.name == f"gpu_storage_fabric-{version}-py3-none-any.whl"
+    return wheel, version
+
+
+def installed(storage) -> dict:
+    show = storage.run(f"{VENV}/bin/pip show gpu-storage-fabric")
+    fields = dict(line.split(": ", 1) for line in show.stdout.splitlines() if ": " in line)
+    return {"rc": show.rc, "version": fields.get("Version"), "requires": fields.get("Requires", ""),
+            "cli": storage.run("fabricctl --version").stdout.splitlines()[:1]}
+
+
+def role(lab, **extra):
+    res = ansible_playbook(lab, "playbooks/fabricctl.yml", "--limit", "storage1,gpu_nodes", extra_vars=extra or None)
+    assert res.rc == 0, res.output[-5000:]
+    return res
+
+
+def test_the_installed_fabricctl_is_a_pip_package_of_this_checkout(storage):
+    got = installed(storage)
+    assert got["rc"] == 0 and got["version"] == built_version()
+    assert got["cli"] == [f"fabricctl {built_version()}"]
+    assert set(got["requires"].replace(" ", "").split(",")) == {"paramiko", "PyYAML"}
+    assert storage.run("test -e /usr/local/lib/fabricctl").rc != 0  # no copy-based install left
+    assert storage.check_output(f"ls {VENV}/wheel") == f"gpu_storage_fabric-{built_version()}-py3-none-any.whl"
+
+
+def test_the_role_upgrades_to_the_next_version_and_back(lab, storage, next_wheel):
+    wheel, version = next_wheel
+    step(f"role with fabricctl_wheel={wheel.name}")
+    up = role(lab, fabricctl_wheel=str(wheel))
+    assert up.changed()["storage1"] > 0
+    assert installed(storage)["version"] == version
+    assert storage.check_output("fabricctl --version").splitlines()[0] == f"fabricctl {version}"
+    assert storage.check_output(f"ls {VENV}/wheel") == wheel.name  # the older wheel is gone
+    again = role(lab, fabricctl_wheel=str(wheel))
+    assert again.changed() == {"storage1": 0, "gpu1": 0, "gpu2": 0}, again.stdout[-3000:]
+    step("role with this checkout's wheel again")
+    role(lab)
+    assert installed(storage)["version"] == built_version()
+
+
+def test_removal_is_clean_and_a_reinstall_restores_it(lab, storage, hosts):
+    key = storage.check_output("cut -d' ' -f2 /etc/fabricctl/id_ed25519.pub")
+    step("fabricctl_state=absent")
+    role(lab, fabricctl_state="absent")
+    assert storage.run(f"test -e {VENV}").rc != 0 and storage.run("command -v fabricctl").rc != 0
+    assert storage.run("systemctl cat fabricctl-rotate.timer").rc != 0
+    assert storage.run("test -s /etc/fabricctl/config.yml && test -s /etc/fabricctl/id_ed25519").rc == 0  # kept
+    for gpu in ("gpu1", "gpu2"):
+        assert key not in hosts[gpu].check_output("cat /root/.ssh/authorized_keys")
+    step("fabricctl_state=present")
+    role(lab)
+    assert installed(storage)["version"] == built_version()
+    assert storage.check_output("systemctl is-enabled fabricctl-rotate.timer") == "enabled"
+    for gpu in ("gpu1", "gpu2"):
+        assert key in hosts[gpu].check_output("cat /root/.ssh/authorized_keys")
+
+
+def test_a_change_is_in_the_journal_without_any_lab_secret(storage, fctl, lab_secrets):
+    since = storage.check_output("date +%s")
+    name = "journaltest"
+    fctl.json("dataset", "create", name, "--size", "64M")
+    fctl("dataset", "destroy", name, "--yes")
+    out = storage.check_output(f"journalctl -t fabricctl -o json --no-pager --since @{since}")
+    records = [json.loads(line) for line in out.splitlines() if line.strip()]
+    commands = {r.get("FABRIC_COMMAND") for r in records}
+    assert {"dataset create", "dataset destroy"} <= commands, records
+    assert all(r.get("SYSLOG_IDENTIFIER") == "fabricctl" for r in records)
+    everything = storage.check_output("journalctl -o cat --no-pager -b")
+    leaked = [s for s in lab_secrets if s in everything]
+    assert not leaked, f"{len(leaked)} lab secret(s) found in storage1's journal"
