@@ -155,10 +155,10 @@ def zfs_exists(host: str, name: str) -> bool:
 
 
 def zfs_props(host: str, name: str, props: str) -> dict[str, str] | None:
-    """{property: value} of a dataset or snapshot on a VM, read as OpenZFS 2.3 JSON (`zfs get -j --json-int -p`,
+    """{property: value} of a dataset or snapshot on a VM, read as OpenZFS 2.3 JSON (`zfs get -j -p`,
     through the core's reader): values as `zfs get -Hp` prints them, "-" when unset; None when NAME does not
-    exist."""
-    proc = ssh(host, f"zfs get -j --json-int -p {shlex.quote(props)} {shlex.quote(name)}", check=False)
+    exist. No --json-int: it would print all-digit values (user properties too) as numbers (see zjson.py)."""
+    proc = ssh(host, f"zfs get -j -p {shlex.quote(props)} {shlex.quote(name)}", check=False)
     if proc.returncode != 0:
         if "does not exist" in proc.stderr:
             return None
@@ -177,7 +177,7 @@ def zfs_value(host: str, name: str, prop: str) -> str:
 
 def snapshot_names(host: str, dataset: str) -> list[str]:
     """The snapshots of DATASET and of what is below it, oldest first (`zfs list -j -t snapshot -o name -r`)."""
-    proc = ssh(host, f"zfs list -j --json-int -p -t snapshot -o name -s createtxg -r {shlex.quote(dataset)}")
+    proc = ssh(host, f"zfs list -j -p -t snapshot -o name -s createtxg -r {shlex.quote(dataset)}")
     return [row["name"] for row in core_zfs.list_rows(proc.stdout, ("name",), by_txg=True)]
 
 

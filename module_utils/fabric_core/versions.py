@@ -1,5 +1,6 @@
 """Dataset staging volumes and their sealed versions, read from ZFS in one listing each
-(`zfs list -j --json-int -p`, OpenZFS 2.3 JSON; see zjson.py).
+(`zfs list -j -p`, OpenZFS 2.3 JSON without --json-int: user properties such as fabric:version=007
+arrive as set; see zjson.py).
 
 A dataset NAME is a zvol ``DATASET_ROOT/NAME`` (the writable staging volume, carrying
 ``fabric:kind=dataset`` and ``fabric:fs``); each version is a snapshot ``DATASET_ROOT/NAME@VERSION``
@@ -40,14 +41,14 @@ def _typed(rows: list[dict]) -> list[dict]:
 
 def _list(runner, root: str, kind: str, columns, oldest_first: bool = False) -> list[dict]:
     extra = ("-s", "createtxg") if oldest_first else ()
-    argv = ["zfs", "list", *zjson.JSON, "-p", "-t", kind, "-o", ",".join(columns), *extra, "-r", root]
+    argv = ["zfs", "list", *zjson.ZFS_JSON, "-t", kind, "-o", ",".join(columns), *extra, "-r", root]
     doc = zjson.run(runner, argv, missing=zjson.NO_DATASET)
     # oldest first: zfs sorts by createtxg, and so does rows_of, on the txg each object of the JSON carries
     return [] if doc is None else _typed(zfs.rows_of(doc, columns, by_txg=oldest_first))
 
 
 def parse_snapshots(text: str) -> list[dict]:
-    """`zfs list -j --json-int -p -t snapshot -o SNAPSHOT_COLUMNS ...` -> rows, oldest first: "-" becomes
+    """`zfs list -j -p -t snapshot -o SNAPSHOT_COLUMNS ...` -> rows, oldest first: "-" becomes
     None and the INT_COLUMNS numbers; every other value stays the string `zfs get -Hp` prints."""
     return _typed(zfs.list_rows(text, SNAPSHOT_COLUMNS, by_txg=True))
 

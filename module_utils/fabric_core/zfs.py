@@ -1,8 +1,9 @@
 """ZFS datasets and volumes: read ``zfs get``/``zfs list`` as OpenZFS 2.3 JSON, normalise property values,
 converge a dataset.
 
-Reads are JSON (``zfs get -j --json-int -p``, ``zfs list -j --json-int -p``; see zjson.py, recorded
-outputs in tests/unit/data/zfs23/); the dry run ``zfs create -n -v`` prints text, shown unparsed. A
+Reads are JSON without ``--json-int`` (``zfs get -j -p``, ``zfs list -j -p``: every value arrives as the
+text ``zfs get -H -p`` prints, so a user property set to ``007`` stays ``007``; see zjson.py, recorded
+outputs in tests/unit/data/zfs23b/*_s.json); the dry run ``zfs create -n -v`` prints text, shown unparsed. A
 dataset is created with ``fabric:managed=true``; an existing one is changed only by ``zfs set`` of
 the properties that differ. Nothing here destroys a dataset.
 """
@@ -70,12 +71,11 @@ def normalize(prop: str, value) -> str:
 
     Sizes become bytes, booleans and yes/no become on/off, algorithm aliases are resolved
     (compression on -> lz4, zstd -> zstd-3), enumerations are lower-cased; user properties (with ':')
-    are compared verbatim, except that an all-digit value compares as a number: `--json-int` prints
-    it as one (a user property set to 007 reads back as 7, see zjson.py).
+    are compared verbatim, as text: `zfs get -j -p` returns them as set (007 stays 007, see zjson.py).
     """
     text = _text(value)
     if ":" in prop:
-        return str(int(text)) if text.isascii() and text.isdigit() else text
+        return text
     low = text.lower()
     if prop in SIZE_PROPS:
         if prop in NONE_IS_ZERO or low != "none":
@@ -106,7 +106,7 @@ def normalize(prop: str, value) -> str:
 
 
 def parse_get(text: str) -> dict:
-    """`zfs get -j --json-int -p PROPS NAME...` -> {dataset: {property: (value, source)}}, value and source
+    """`zfs get -j -p PROPS NAME...` -> {dataset: {property: (value, source)}}, value and source
     as `zfs get -H -p` printed them ("-" when unset; local, default, -, inherited from X, ...)."""
     doc = zjson.loads(("zfs", "get"), text)
     return {str(d.get("name", "")): zjson.properties(d) for d in zjson.objects(doc, "datasets")}
@@ -115,7 +115,7 @@ def parse_get(text: str) -> dict:
 def get_props(runner: Runner, name: str, props=None) -> dict:
     """{dataset: {prop: (value, source)}} of NAME, or {} when it does not exist."""
     what = ",".join(props) if props else "all"
-    doc = zjson.run(runner, ["zfs", "get", *zjson.JSON, "-p", what, name], missing=zjson.NO_DATASET)
+    doc = zjson.run(runner, ["zfs", "get", *zjson.ZFS_JSON, what, name], missing=zjson.NO_DATASET)
     return {} if doc is None else {str(d.get("name", "")): zjson.properties(d) for d in zjson.objects(doc, "datasets")}
 
 
@@ -128,7 +128,7 @@ COLUMN_NAMES = {"avail": "available", "refer": "referenced", "ratio": "compressr
 
 
 def list_rows(text: str, columns, *, by_txg: bool = False) -> list:
-    """`zfs list -j --json-int -p -o name,COLUMNS ...` -> one dict per dataset with "name" and each column's
+    """`zfs list -j -p -o name,COLUMNS ...` -> one dict per dataset with "name" and each column's
     value as `zfs list -H -p` printed it ("-" when unset), in the order listed, or oldest first (by the
     creation txg every object of the JSON carries) with ``by_txg``."""
     return rows_of(zjson.loads(("zfs", "list"), text), columns, by_txg=by_txg)
@@ -163,10 +163,10 @@ def list_datasets(runner: Runner, root: str | None = None, prop: str = MANAGED_P
     """Datasets and volumes (recursively under ``root``) whose user property ``prop`` equals ``value``.
 
     ``value=None`` returns all of them with the property's value. Each item: {name, <columns>, prop}.
-    Uses `zfs list -j --json-int -p -o name,COLUMNS,PROP -t filesystem,volume [-r ROOT]`.
+    Uses `zfs list -j -p -o name,COLUMNS,PROP -t filesystem,volume [-r ROOT]`.
     """
     cols = ["name", *columns, prop]
-    argv = ["zfs", "list", *zjson.JSON, "-p", "-o", ",".join(cols), "-t", "filesystem,volume"]
+    argv = ["zfs", "list", *zjson.ZFS_JSON, "-o", ",".join(cols), "-t", "filesystem,volume"]
     if root:
         argv += ["-r", root]
     doc = zjson.run(runner, argv, missing=zjson.NO_DATASET if root else "")
@@ -276,7 +276,7 @@ def ensure_dataset(runner: Runner, *, name: str, properties: dict | None = None,
         argv = create_argv(name, props, enc, None if volume_size is None else str(volume_size))
         data = enc["key"] if enc and enc.get("enabled") else None
         pool = name.split("/")[0]
-        if runner.dry_run and runner.run(["zpool", "list", *zjson.JSON, pool], check=False).ok:
+        if runner.dry_run and runner.run(["zpool", "list", *zjson.ZPOOL_JSON, pool], check=False).ok:
             check = create_argv(name, props, enc, None if volume_size is None else str(volume_size), dry_run=True)
             res = runner.run(check, data=data)
             result["prepared"] = (res.stdout + res.stderr).strip()

@@ -1,13 +1,25 @@
 """OpenZFS 2.3's JSON output, read one way by every part of the core.
 
-OpenZFS 2.3 prints pools, vdev trees, datasets and properties as JSON (``-j``); ``--json-int``
-prints numbers as JSON numbers, exact as ``-p`` prints them in text. The core reads every pool,
-dataset, property and status from it:
+OpenZFS 2.3 prints pools, vdev trees, datasets and properties as JSON (``-j``). The core reads every
+pool, dataset, property and status from it:
 
 * ``zpool status -j --json-int -P [POOL]``, ``zpool list -j --json-int POOL``,
-  ``zpool get -j --json-int all POOL`` (zpool.py, disks.py);
-* ``zfs get -j --json-int -p PROPS NAME``, ``zfs list -j --json-int -p -o ... -r ROOT`` (zfs.py,
-  versions.py).
+  ``zpool get -j --json-int all POOL`` (zpool.py, disks.py): ``ZPOOL_JSON``, numbers as JSON numbers;
+* ``zfs get -j -p PROPS NAME``, ``zfs list -j -p -o ... -r ROOT`` (zfs.py, versions.py): ``ZFS_JSON``,
+  without ``--json-int``: every value is the string ``zfs get -H -p`` prints.
+
+Why zfs is read without ``--json-int``: libzfs prints EVERY all-digit value as a number under it, user
+properties included (``zprop_nvlist_one_property``), so ``fabric:version=007`` reads back as ``7`` and
+``fabric:note=0042`` as ``42``, and the original text is lost (recorded on the lab:
+tests/unit/data/zfs23b/x_list_snaps_int.json against x_list_snaps_p.json). With ``-p`` alone numbers
+arrive as exact digit strings, which is the text form the core compares anyway.
+
+zpool keeps ``--json-int``: ``zpool status`` and ``zpool list`` (default columns) print no property a
+user sets. ``zpool get all`` does list a pool's user properties (OpenZFS 2.2 added them; libzfs
+``zpool_expand_proplist`` adds them to "all"), and the native string property ``comment`` too, so an
+all-digit value there loses its leading zeros the same way: zpool.py refuses to declare a pool property
+value that would not read back as written (``zpool.check_json_int_safe``). The recordings hold no pool
+user property (tests/unit/data/zfs23b/*get*.json of zpool).
 
 What 2.3 prints only as text stays text, and is never parsed: the dry runs ``zpool create -n``,
 ``zpool add -n`` and ``zfs create -n -v`` are shown to the operator as they are. ``zfs holds`` has
@@ -17,10 +29,6 @@ A property comes back in the form ``zfs get -H -p`` printed it, ``(value, source
 string ("-" when unset), the source "local", "default", "-", "inherited from X", "temporary" or
 "received". Comparisons and the normalisation of values (zfs.normalize) stay independent of how
 the output was read.
-
-One property of ``--json-int`` to keep in mind: libzfs prints EVERY all-digit value as a number,
-user properties included (``zprop_nvlist_one_property``), so a user property set to ``007`` reads
-back as ``7``. zfs.normalize compares all-digit user property values as numbers for that reason.
 """
 
 from __future__ import annotations
@@ -30,7 +38,9 @@ import json
 from .errors import CommandError, FabricError, UserError
 from .runner import Runner
 
-JSON = ("-j", "--json-int")
+ZPOOL_JSON = ("-j", "--json-int")  # zpool status/list/get: numbers as JSON numbers
+JSON = ZPOOL_JSON  # the name disks.py reads `zpool status` with
+ZFS_JSON = ("-j", "-p")  # zfs get/list: every value as the exact text `zfs get -H -p` prints, never a number
 NO_POOL = "no such pool"  # stderr of zpool for a pool that is not imported
 NO_DATASET = "does not exist"  # stderr of zfs: "cannot open 'x': dataset does not exist"
 # what zpool/zfs print when they do not know -j (OpenZFS before 2.3); recorded on 2.3 from `zfs holds -j`
@@ -110,5 +120,5 @@ def objects(doc: dict, key: str) -> list:
     return [v for v in (doc.get(key) or {}).values() if isinstance(v, dict)]
 
 
-__all__ = ["JSON", "NO_DATASET", "NO_POOL", "ZfsWithoutJson", "loads", "objects", "properties",
-           "refuse_without_json", "run", "source_text", "value_text"]
+__all__ = ["JSON", "NO_DATASET", "NO_POOL", "ZFS_JSON", "ZPOOL_JSON", "ZfsWithoutJson", "loads", "objects",
+           "properties", "refuse_without_json", "run", "source_text", "value_text"]

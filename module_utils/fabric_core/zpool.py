@@ -1,6 +1,7 @@
 """ZFS pools: read ``zpool status``/``list``/``get`` as OpenZFS 2.3 JSON, build create/add commands, converge a pool.
 
-Every read is JSON (``-j --json-int``, see zjson.py; recorded from the lab in tests/unit/data/zfs23/).
+Every pool read is JSON with numbers as numbers (``-j --json-int``, see zjson.py; recorded from the lab in
+tests/unit/data/zfs23/ and zfs23b/); the root dataset's properties are read by zfs.py, without ``--json-int``.
 The dry runs ``zpool create -n`` and ``zpool add -n`` print only text in 2.3: it goes to the caller
 as ``prepared``, unparsed.
 
@@ -438,7 +439,7 @@ def normalize_pool_prop(prop: str, value) -> str:
 def pool_exists(runner: Runner, name: str) -> dict | None:
     """{name, size, alloc, free, cap, health} of the imported pool NAME (`zpool list -j --json-int`), None
     when there is no such pool."""
-    doc = zjson.run(runner, ["zpool", "list", *zjson.JSON, name], missing=zjson.NO_POOL)
+    doc = zjson.run(runner, ["zpool", "list", *zjson.ZPOOL_JSON, name], missing=zjson.NO_POOL)
     pools = [_pool_row(p) for p in zjson.objects(doc, "pools")] if doc is not None else []
     return next((p for p in pools if p["name"] == name), None)
 
@@ -451,7 +452,7 @@ def _missing_pool(name: str) -> NotFound:
 def get_layout(runner: Runner, name: str, aliases: dict | None = None) -> tuple:
     """(PoolLayout, PoolHealth) of a live pool from one `zpool status -j --json-int -P NAME`, paths mapped
     through ``aliases`` (alias -> by_id). NotFound when the pool is not imported."""
-    doc = zjson.run(runner, ["zpool", "status", *zjson.JSON, "-P", name], missing=zjson.NO_POOL)
+    doc = zjson.run(runner, ["zpool", "status", *zjson.ZPOOL_JSON, "-P", name], missing=zjson.NO_POOL)
     obj = next((p for p in zjson.objects(doc or {}, "pools") if p.get("name") == name), None)
     if obj is None:
         raise _missing_pool(name)
@@ -465,7 +466,7 @@ def get_layout(runner: Runner, name: str, aliases: dict | None = None) -> tuple:
 def get_props(runner: Runner, name: str) -> dict:
     """{property: (value, source)} of the pool NAME (`zpool get -j --json-int all NAME`); NotFound when the
     pool is not imported."""
-    doc = zjson.run(runner, ["zpool", "get", *zjson.JSON, "all", name], missing=zjson.NO_POOL)
+    doc = zjson.run(runner, ["zpool", "get", *zjson.ZPOOL_JSON, "all", name], missing=zjson.NO_POOL)
     obj = next((p for p in zjson.objects(doc or {}, "pools") if p.get("name") == name), None)
     if obj is None:
         raise _missing_pool(name)
@@ -485,6 +486,22 @@ def _check_props(props: dict, what: str) -> None:
     for key in props:
         if not isinstance(key, str) or not key or "=" in key or " " in key:
             raise UserError(f"invalid {what} name {key!r}", "use ZFS property names such as `autotrim`")
+
+
+def check_json_int_safe(properties: dict) -> None:
+    """Refuse a declared pool property value that `zpool get -j --json-int` would not read back as written.
+
+    --json-int prints every all-digit value as a JSON number, and `zpool get all` lists a pool's user
+    properties (OpenZFS 2.2 and later) and the string property ``comment``: ``007`` reads back as 7, so
+    the pool would differ on every run (see zjson.py).
+    """
+    for key, value in properties.items():
+        text = _kv(value).strip()
+        if text.isascii() and text.isdigit() and str(int(text)) != text:
+            raise UserError(f"pool property {key}={text}: `zpool get -j --json-int` prints an all-digit value as a "
+                            f"number, so it would read back as {int(text)} and the pool would be changed on every run",
+                            f"write it as {int(text)}, or keep such a value in a user property of the root dataset "
+                            "(filesystem_properties), which the fabric reads as text")
 
 
 def wipe_disk(runner: Runner, path: str) -> list:
@@ -516,6 +533,7 @@ def ensure_pool(runner: Runner, *, name: str, layout: PoolLayout, disks: list, a
         layout = PoolLayout.from_dict(layout)
     validate_layout(layout)
     _check_props(properties, "pool property")
+    check_json_int_safe(properties)
     _check_props(fs_properties, "filesystem property")
     if not isinstance(ashift, int) or not 9 <= ashift <= 16:
         raise UserError(f"ashift {ashift!r} is out of range", "use 12 (4 KiB sectors) or 13 (8 KiB); 9..16 allowed")
@@ -671,6 +689,7 @@ def _layout_dict(layout: PoolLayout) -> dict:
     return {"vdevs": [v.to_dict() for v in layout.vdevs]}
 
 
-__all__ = ["DeviceHealth", "PoolHealth", "DiskInfo", "add_argv", "create_argv", "diff_layout", "ensure_pool",
+__all__ = ["DeviceHealth", "PoolHealth", "DiskInfo", "add_argv", "check_json_int_safe", "create_argv", "diff_layout",
+           "ensure_pool",
            "get_layout", "get_props", "parse_health", "parse_list", "parse_pools", "parse_props", "parse_status",
            "pool_exists", "strip_part1", "validate_layout", "vdev_args", "wipe_disk"]

@@ -6,9 +6,10 @@ Module tests are data: each case lists the module input, the exact commands the 
 the module in-process with ``AnsibleModule.run_command`` replaced by the script, and checks
 that every scripted command was consumed, in order.
 
-Recorded outputs are used as they are wherever the lab recorded the situation (tests/unit/data/zfs23/
-for OpenZFS 2.3). Where it did not, ``derive_json`` makes the JSON from a 2.3 recording by a minimal,
-stated edit (names replaced, named properties set): the format is always one zpool/zfs printed.
+Recorded outputs are used as they are wherever the lab recorded the situation (tests/unit/data/zfs23/ and
+zfs23b/ for OpenZFS 2.3; `zfs get`/`zfs list` from zfs23b's *_s.json, read without --json-int as the core
+reads them). Where it did not, ``derive_json`` makes the JSON from a 2.3 recording by a minimal, stated
+edit (names replaced, named properties set): the format is always one zpool/zfs printed.
 """
 
 from __future__ import annotations
@@ -121,26 +122,25 @@ def script_of(case: dict) -> list[dict]:
 
 
 def snapshot_listing(rows: list[dict]) -> str:
-    """`zfs list -j --json-int -p -t snapshot -o COLUMNS ...` of snapshots the lab did not record (fabricctl's
-    versions and checkpoints with all their properties), derived from the one it did (zfs23/list_snaps.json:
-    z23_rec/vol1@v1). Each row ({"name", "createtxg", column: text value or "-"}) becomes that recorded
-    snapshot object with name, dataset, snapshot_name and createtxg replaced and "properties" holding the
-    row's columns: values as `--json-int` prints them (all-digit ones as numbers, unset ones "-"), sources
-    as recorded (user properties LOCAL, the others NONE)."""
-    recorded = json.loads(data("zfs23", "list_snaps.json"))
+    """`zfs list -j -p -t snapshot -o COLUMNS ...` of snapshots the lab did not record (fabricctl's versions and
+    checkpoints with all their properties), derived from the one it did (zfs23b/list_snaps_s.json:
+    z23_rec/vol1@v1, read without --json-int as the core reads it). Each row ({"name", "createtxg", column:
+    text value or "-"}) becomes that recorded snapshot object with name, dataset, snapshot_name and createtxg
+    replaced and "properties" holding the row's columns: values as strings, as `-j -p` prints every value
+    (digits included, unset ones "-"), sources as recorded (user properties LOCAL, the others NONE)."""
+    recorded = json.loads(data("zfs23b", "list_snaps_s.json"))
     template = next(iter(recorded["datasets"].values()))
     listed = {}
     for row in rows:
         obj = copy.deepcopy(template)
         dataset, _, snap = row["name"].partition("@")
-        obj.update(name=row["name"], dataset=dataset, snapshot_name=snap, createtxg=int(row["createtxg"]))
+        obj.update(name=row["name"], dataset=dataset, snapshot_name=snap, createtxg=str(row["createtxg"]))
         obj["properties"] = {}
         for column, value in row.items():
             if column in ("name", "createtxg"):
                 continue
             kind = "LOCAL" if ":" in column and value != "-" else "NONE"
-            obj["properties"][column] = {"value": int(value) if value.isdigit() else value,
-                                         "source": {"type": kind, "data": "-"}}
+            obj["properties"][column] = {"value": str(value), "source": {"type": kind, "data": "-"}}
         listed[row["name"]] = obj
     recorded["datasets"] = listed
     return json.dumps(recorded)

@@ -210,7 +210,7 @@ def test_remove_mount_refuses_while_in_use():
 # --- listing parser ------------------------------------------------------------------------------
 
 def test_snapshot_listing_keeps_only_managed_versions():
-    # derived listing (support.snapshot_listing: the recorded zfs23/list_snaps.json's form), newest first as
+    # derived listing (support.snapshot_listing: the recorded zfs23b/list_snaps_s.json's form), newest first as
     # given: the parser puts it oldest first by createtxg
     cols = versions.SNAPSHOT_COLUMNS
     own = dict(zip(cols, ["tank/datasets/imagenet@v1", "1795000000", "12288", "1048576", "1", "true",
@@ -226,22 +226,22 @@ def test_snapshot_listing_keeps_only_managed_versions():
     r = Scripted({("zfs", "list"): (0, text, "")})
     listed = versions.list_snapshots(r, "tank/datasets")
     assert [x["snapshot"] for x in listed] == ["v1"] and listed[0]["name_short"] == "imagenet"
-    assert r.seen == [("zfs", "list", "-j", "--json-int", "-p", "-t", "snapshot", "-o", ",".join(cols),
+    assert r.seen == [("zfs", "list", "-j", "-p", "-t", "snapshot", "-o", ",".join(cols),
                        "-s", "createtxg", "-r", "tank/datasets")]
 
 
 def test_snapshot_listing_of_the_lab():
-    # recorded: `zfs list -j --json-int -p -t snapshot -o name,createtxg,creation,used,fabric:version,fabric:note`
-    # and its text form, in the same state
+    # recorded: `zfs list -j -p -t snapshot -o name,createtxg,creation,used,fabric:version,fabric:note` (without
+    # --json-int, as the core lists) and its text form, in the same state (zfs23b/list_snaps_s.json, list_snaps.txt)
     columns = ("name", "createtxg", "creation", "used", "fabric:version", "fabric:note")
-    text = dict(zip(columns, (DATA / "zfs23" / "list_snaps.txt").read_text().split(), strict=True))
-    rows = zfs.list_rows((DATA / "zfs23" / "list_snaps.json").read_text(), columns)
-    assert rows == [text] and rows[0]["fabric:version"] == "v1" and rows[0]["creation"] == "1795508790"
+    text = dict(zip(columns, (DATA / "zfs23b" / "list_snaps.txt").read_text().split(), strict=True))
+    rows = zfs.list_rows((DATA / "zfs23b" / "list_snaps_s.json").read_text(), columns)
+    assert rows == [text] and rows[0]["fabric:version"] == "v1" and rows[0]["creation"] == "1795511128"
 
 
 def test_listing_a_missing_root_is_empty():
-    # `zfs list` of a missing dataset: exit 1, "dataset does not exist" (as recorded for `zfs get`)
-    r = Scripted({("zfs", "list"): (1, "", (DATA / "zfs23" / "get_missing.stderr").read_text())})
+    # `zfs list` of a missing dataset: exit 1, "dataset does not exist" (as recorded for `zfs get -j -p`)
+    r = Scripted({("zfs", "list"): (1, "", (DATA / "zfs23b" / "get_missing_s.stderr").read_text())})
     assert versions.list_snapshots(r, "tank/nope") == []
     assert versions.list_volumes(r, "tank/nope") == []
 
@@ -300,7 +300,7 @@ def test_a_snapshot_taken_by_hand_is_not_owned_although_it_inherits_managed():
     r = Scripted({("zfs", "list"): (0, snapshot_listing([by_hand, ours]), "")})  # derived, see support
     rows = versions.list_all_snapshots(r, "tank/checkpoints/job")
     assert [versions.owned(x) for x in rows] == [False, True]
-    # fabric:step "100" comes as a JSON number under --json-int; the row keeps the text zfs get -Hp prints
+    # fabric:step "100" comes as the string "100" from `zfs list -j -p`; the row keeps the text zfs get -Hp prints
     assert rows[1]["fabric:step"] == "100" and versions.as_property_strings(rows[1])["fabric:tags"] == "-"
     assert [x["name"] for x in versions.list_snapshots(r, "tank/checkpoints/job", kinds=("checkpoint",))] == [
         "tank/checkpoints/job@step-100"]

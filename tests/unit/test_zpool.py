@@ -1,4 +1,6 @@
-"""fabric_core.zpool on recorded OpenZFS 2.3.9 output (tests/unit/data/zfs23/, commands in its commands.tsv).
+"""fabric_core.zpool on recorded OpenZFS 2.3.9 output (tests/unit/data/zfs23/, commands in its commands.tsv; the
+runs that also read the root dataset with `zfs get -j -p` use the second session, zfs23b/, whose *_s.json files
+are that read without --json-int, with the pool reads of the same session).
 
 z23_rec is a pool on files (raidz1 r1-r3, special mirror nvme1/nvme2, log mirror log1/log2, cache, spare)
 recorded full, without its cache, degraded, with the spare standing in, scrubbed and re-imported; z23_mir
@@ -33,7 +35,7 @@ FULL = PoolLayout(vdevs=[Vdev("data", "raidz1", [R1, R2, R3]), Vdev("special", "
 LIST_ARGV = ["zpool", "list", *J, POOL]
 STATUS_ARGV = ["zpool", "status", *J, "-P", POOL]
 GET_ARGV = ["zpool", "get", *J, "all", POOL]
-MANAGED_ARGV = ["zfs", "get", *J, "-p", "fabric:managed", POOL]
+MANAGED_ARGV = ["zfs", "get", "-j", "-p", "fabric:managed", POOL]  # zfs is read without --json-int
 
 # tank, as playbooks/site.yml built it on the trixie lab: whole disks by-id (ZFS shows their -part1)
 D = "/dev/disk/by-id/"
@@ -59,9 +61,14 @@ def tank_disks() -> list[DiskInfo]:
     return disks.free_for_pool(found, "tank")
 
 
-def step(argv, file=None, rc=0, stderr_file=None):
-    return {"command": argv, "rc": rc, "stdout": data("zfs23", file) if file else "",
-            "stderr": data("zfs23", stderr_file) if stderr_file else ""}
+def step(argv, file=None, rc=0, stderr_file=None, session="zfs23"):
+    return {"command": argv, "rc": rc, "stdout": data(session, file) if file else "",
+            "stderr": data(session, stderr_file) if stderr_file else ""}
+
+
+def bstep(argv, file=None, rc=0, stderr_file=None):
+    """A step answered from the second session's recordings (zfs23b/)."""
+    return step(argv, file, rc, stderr_file, session="zfs23b")
 
 
 # `zpool list -j --json-int z23_nonexistent`: exit 1, nothing on stdout, "cannot open ...: no such pool"
@@ -361,9 +368,11 @@ def test_ensure_pool_creates_when_missing():
 
 
 def _existing(status="status_full.json", managed=None):
-    return [step(LIST_ARGV, "list_full.json"), step(STATUS_ARGV, status),
-            {"command": MANAGED_ARGV, "stdout": managed or data("zfs23", "get_root_managed.json")},
-            step(GET_ARGV, "get_all_full.json")]
+    # z23_rec of the second session (zfs23b/): its root's fabric:managed read with `zfs get -j -p`
+    # (get_root_managed_s.json) beside the pool reads of the same session
+    return [bstep(LIST_ARGV, "list_full.json"), bstep(STATUS_ARGV, status),
+            {"command": MANAGED_ARGV, "stdout": managed or data("zfs23b", "get_root_managed_s.json")},
+            bstep(GET_ARGV, "get_all_full.json")]
 
 
 def test_ensure_pool_second_run_is_unchanged_and_runs_only_reads():
@@ -378,9 +387,9 @@ def test_ensure_pool_second_run_is_unchanged_and_runs_only_reads():
 def test_ensure_pool_adds_the_missing_cache_and_sets_a_property():
     add = ["zpool", "add", "-o", "ashift=12", POOL, "cache", CACHE]
     runner = ScriptedRunner(_existing("status_nocache.json") + [
-        step(add, "add_cache.txt"),
-        step(["zpool", "set", "autotrim=off", POOL]),
-        step(STATUS_ARGV, "status_full.json")])
+        bstep(add, "add_cache.txt"),
+        bstep(["zpool", "set", "autotrim=off", POOL]),
+        bstep(STATUS_ARGV, "status_full.json")])
     out = zpool.ensure_pool(runner, name=POOL, layout=FULL, disks=ALL_DISKS, properties={"autotrim": "off"})
     runner.assert_done()
     assert out["changed"] and not out["created"]
@@ -393,10 +402,10 @@ def test_ensure_pool_adds_the_missing_cache_and_sets_a_property():
 
 def test_ensure_pool_dry_run_add_uses_zpool_add_n_after_every_read():
     check = ["zpool", "add", "-n", "-o", "ashift=12", POOL, "cache", CACHE]
-    runner = ScriptedRunner(_existing("status_nocache.json") + [step(check, "add_n_cache.txt")], dry_run=True)
+    runner = ScriptedRunner(_existing("status_nocache.json") + [bstep(check, "add_n_cache.txt")], dry_run=True)
     out = zpool.ensure_pool(runner, name=POOL, layout=FULL, disks=ALL_DISKS)
     runner.assert_done()
-    assert out["changed"] and out["prepared"] == data("zfs23", "add_n_cache.txt").strip()
+    assert out["changed"] and out["prepared"] == data("zfs23b", "add_n_cache.txt").strip()
     assert out["prepared"].startswith(f"would update '{POOL}' to the following configuration:")
     assert runner.executed == [] and runner.planned == [tuple(check[:2] + check[3:])]
     assert [v["role"] for v in out["after"]["vdevs"]] == ["data", "special", "log", "spare", "cache"]
@@ -424,7 +433,7 @@ def test_ensure_pool_refuses_conflicting_layout_before_any_change():
 
 def test_ensure_pool_unmanaged_pool_needs_adopt():
     # recorded on pool z23_unm (created without -O fabric:managed=true), renamed to z23_rec
-    unmanaged = derive_json("zfs23/get_root_unmanaged.json", rename={"z23_unm": POOL})
+    unmanaged = derive_json("zfs23b/get_root_unmanaged_s.json", rename={"z23_unm": POOL})
     script = _existing("status_nocache.json", managed=unmanaged)
     runner = ScriptedRunner(script)
     with pytest.raises(UnsafeOperation, match="not created by this project") as err:
@@ -432,8 +441,8 @@ def test_ensure_pool_unmanaged_pool_needs_adopt():
     assert "fix: set adopt=true" in str(err.value)
     assert runner.executed == []
     add = ["zpool", "add", "-o", "ashift=12", POOL, "cache", CACHE]
-    runner = ScriptedRunner(script + [step(["zfs", "set", "fabric:managed=true", POOL]), step(add),
-                                      step(STATUS_ARGV, "status_full.json")])
+    runner = ScriptedRunner(script + [bstep(["zfs", "set", "fabric:managed=true", POOL]), bstep(add),
+                                      bstep(STATUS_ARGV, "status_full.json")])
     out = zpool.ensure_pool(runner, name=POOL, layout=FULL, disks=ALL_DISKS, adopt=True)
     runner.assert_done()
     assert out["warnings"] == [f"adopted pool {POOL}: set fabric:managed=true"]
@@ -470,14 +479,14 @@ def test_ensure_pool_never_wipes_a_disk_in_active_use():
 
 
 def _tank_existing() -> list[dict]:
-    # tank recorded by record.sh: `zpool list/status/get -j` of tank; its root's fabric:managed is not
-    # recorded: z23_rec's (get_root_managed.json, set by `zpool create -O fabric:managed=true` as the
-    # zfs_pool role does for tank) renamed to tank
-    managed = derive_json("zfs23/get_root_managed.json", rename={POOL: "tank"})
-    return [step(["zpool", "list", *J, "tank"], "tank_list.json"),
-            step(["zpool", "status", *J, "-P", "tank"], "tank_status.json"),
-            {"command": ["zfs", "get", *J, "-p", "fabric:managed", "tank"], "stdout": managed},
-            step(["zpool", "get", *J, "all", "tank"], "tank_get.json")]
+    # tank recorded by record.sh of the second session (zfs23b/): `zpool list/status/get -j` of tank; its root's
+    # fabric:managed is not recorded: z23_rec's (get_root_managed_s.json, set by `zpool create -O
+    # fabric:managed=true` as the zfs_pool role does for tank) renamed to tank
+    managed = derive_json("zfs23b/get_root_managed_s.json", rename={POOL: "tank"})
+    return [bstep(["zpool", "list", *J, "tank"], "tank_list.json"),
+            bstep(["zpool", "status", *J, "-P", "tank"], "tank_status.json"),
+            {"command": ["zfs", "get", "-j", "-p", "fabric:managed", "tank"], "stdout": managed},
+            bstep(["zpool", "get", *J, "all", "tank"], "tank_get.json")]
 
 
 def test_ensure_pool_second_run_on_tank_with_disks_by_any_alias():
@@ -519,6 +528,21 @@ def test_ensure_pool_input_errors_before_any_command():
     with pytest.raises(UserError, match="ashift"):
         zpool.ensure_pool(runner, name=POOL, layout=FULL, disks=ALL_DISKS, ashift=20)
     assert runner.calls == []
+
+
+def test_a_pool_property_that_json_int_would_not_read_back_is_refused_before_any_command():
+    # pools are read with `zpool get -j --json-int all`, which prints every all-digit value as a number; `zpool get
+    # all` lists the string property comment and (OpenZFS 2.2 and later) pool user properties, so a declared 007
+    # would read back as 7 and differ on every run (see zjson.py)
+    runner = ScriptedRunner([])
+    for key in ("comment", "org.example:rack"):
+        with pytest.raises(UserError, match=f"pool property {key}=007: `zpool get -j --json-int` prints an all-digit "
+                                            "value as a number, so it would read back as 7") as err:
+            zpool.ensure_pool(runner, name=POOL, layout=FULL, disks=ALL_DISKS, properties={key: "007"})
+        assert "write it as 7" in err.value.fix and "filesystem_properties" in err.value.fix
+    assert runner.calls == []
+    # values that read back as written pass
+    zpool.check_json_int_safe({"comment": "7", "org.example:rack": "a07", "autotrim": True, "ashift": 12})
 
 
 def test_create_and_add_force_only_when_the_plan_accepted_a_redundancy_mismatch():
