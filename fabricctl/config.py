@@ -11,19 +11,27 @@ groups. ``retention`` is kept as the raw mapping (only its two top-level keys ar
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import os
-import posixpath
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabric_core.errors import InvalidName, NotFound, UserError
-from fabric_core.iscsi import normalize_portal, validate_chap
-from fabric_core.lio import CHAP_SECRET_MAX, CHAP_SECRET_MIN
+from fabric_core import rules
+from fabric_core.errors import NotFound, UserError
+from fabric_core.iscsi import normalize_portal
 from fabric_core.lock import DEFAULT_WAIT as LOCK_DEFAULT_WAIT
-from fabric_core.names import validate_dataset_name, validate_hostname, validate_iqn, validate_pool_name
+from fabric_core.names import (
+    validate_backstore_prefix,
+    validate_dataset_name,
+    validate_hostname,
+    validate_iqn,
+    validate_iqn_base,
+    validate_metric_name,
+    validate_pool_name,
+    validate_user_name,
+)
+from fabric_core.rules import LIO, OPEN_ISCSI, ChapError, parse_chap
 
 DEFAULT_PATH = "/etc/fabricctl/config.yml"
 ENV_PATH = "FABRICCTL_CONFIG"
@@ -31,21 +39,11 @@ ENV_PATH = "FABRICCTL_CONFIG"
 GET_CONFIG_FIX = ("the fabricctl role writes it: run `ansible-playbook playbooks/fabricctl.yml` (or the whole "
                   "`playbooks/site.yml`) from the repository; to use another file set FABRICCTL_CONFIG=PATH")
 
-# Directories a mount or staging root must never be (mounting over them hides the system).
-FORBIDDEN_ROOTS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc",
-                             "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var"})
-FILESYSTEMS = ("ext4", "xfs")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
                        r"[A-Za-z0-9])?)*\.?$")
-_BACKSTORE_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")  # as fabric_core.lio accepts it
-_METRIC = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")  # goes into the ZFS user property fabric:metric.<name>
 _GROUP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # Ansible group names; no ',' (target lists)
-_SSH_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
 
-CHAP_KEYS = ("userid", "password", "mutual_userid", "mutual_password")
-# config (LIO's names) -> open-iscsi's names (fabric_core.iscsi.validate_chap / ensure_session)
-_CHAP_TO_INITIATOR = {"userid": "username", "password": "password", "mutual_userid": "username_in",
-                      "mutual_password": "password_in"}
+CHAP_KEYS = LIO.names  # the configuration speaks LIO's names (fabric_core.rules)
 RETENTION_KEYS = ("policies", "assign")
 
 
@@ -144,11 +142,14 @@ class Config:
 
     # ---- CHAP
 
+    def credentials(self) -> rules.Chap | None:
+        """The CHAP credentials (fabric_core.rules.Chap: both views of them), or None."""
+        return parse_chap(self.chap, LIO) if self.chap else None
+
     def initiator_chap(self) -> dict[str, str] | None:
         """The CHAP credentials in open-iscsi's names (for fabric_core.iscsi.ensure_session), or None."""
-        if not self.chap:
-            return None
-        return {_CHAP_TO_INITIATOR[k]: v for k, v in self.chap.items()}
+        chap = self.credentials()
+        return chap.fields(OPEN_ISCSI, compact=True) if chap else None
 
     # ---- hosts
 
@@ -182,8 +183,8 @@ class Config:
 
     def _unknown_target(self, name: str) -> NotFound:
         known = sorted(self.hosts) + sorted(self.groups)
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        hint = rules.suggestion(name, known)
+        hint = f"{hint} " if hint else ""
         listing = (f"hosts: {', '.join(sorted(self.hosts)) or 'none'}; "
                    f"groups: {', '.join(sorted(self.groups)) or 'none'}")
         return NotFound(f"unknown host or group {name!r} (known {listing}; from {self.source})",
@@ -274,14 +275,12 @@ class _Checker:
         if not isinstance(value, dict):
             raise self.fail(where or "top level", f"expected a mapping with keys {', '.join(allowed)}, "
                             f"got {_kind(value)}")
-        for key in value:
-            if not isinstance(key, str) or key not in allowed:
-                place = f"{where}.{key}" if where else str(key)
-                close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                raise UserError(f"{self.source}: unknown key {key!r} at {place}",
-                                f"{hint}valid keys {'at ' + where if where else 'at the top level'}: "
-                                f"{', '.join(allowed)}")
+        for key in rules.unknown_keys(value, allowed)[:1]:
+            place = f"{where}.{key}" if where else str(key)
+            hint = rules.suggestion(key, allowed)
+            raise UserError(f"{self.source}: unknown key {key!r} at {place}",
+                            f"{hint + ' ' if hint else ''}valid keys {'at ' + where if where else 'at the top level'}: "
+                            f"{', '.join(allowed)}")
         for key in required:
             if value.get(key) in (None, ""):
                 place = f"{where}.{key}" if where else key
@@ -311,18 +310,16 @@ class _Checker:
 
     def path(self, value, where: str, *, mount_root: bool = False) -> str:
         value = self.string(value, where)
-        if not value.startswith("/") or posixpath.normpath(value) != value or "//" in value:
-            raise self.fail(where, f"{value!r} must be an absolute, normalised path (no '..', '.', '//' or "
-                            "trailing '/')")
-        if mount_root and value in FORBIDDEN_ROOTS:
-            raise self.fail(where, f"{value!r} is a system directory; mounting there would hide it",
-                            "choose a directory of its own, such as /datasets")
-        return value
+        try:
+            return rules.validate_path(value, mount_root=mount_root)
+        except UserError as exc:
+            raise self.fail(where, exc.problem, exc.fix) from None
 
     def name(self, validator, value, where: str) -> str:
+        """A value checked by a rule of the core (names, rules): its error, placed in this file."""
         try:
             return validator(value)
-        except InvalidName as exc:
+        except UserError as exc:
             raise UserError(f"{self.source}: {where}: {exc.problem}", exc.fix) from None
 
     def address(self, value, where: str) -> str:
@@ -372,11 +369,7 @@ def from_dict(raw: Any, source: str = "<dict>") -> Config:
         raise c.fail("checkpoint_root", f"{k!r} and dataset_root {d!r} overlap",
                      "give datasets and checkpoints separate trees, such as tank/datasets and tank/checkpoints")
 
-    iqn_base = c.string(raw["iqn_base"], "iqn_base")
-    if ":" in iqn_base:
-        raise c.fail("iqn_base", f"{iqn_base!r} must not contain ':' (fabricctl appends ':<name>' itself)",
-                     f"use {iqn_base.split(':')[0]!r}")
-    c.name(validate_iqn, iqn_base, "iqn_base")
+    iqn_base = c.name(validate_iqn_base, c.string(raw["iqn_base"], "iqn_base"), "iqn_base")
 
     portal_raw = c.mapping(raw["portal"], "portal", PORTAL_KEYS, required=("ip",))
     portal_ip = c.string(portal_raw["ip"], "portal.ip")
@@ -387,8 +380,8 @@ def from_dict(raw: Any, source: str = "<dict>") -> Config:
                      "give the storage node's storage-network IP address") from None
     portal = Portal(portal_ip, c.integer(portal_raw.get("port", 3260), "portal.port", 1, 65535))
 
-    prefix = c.string(raw.get("backstore_prefix", "fctl_"), "backstore_prefix", _BACKSTORE_PREFIX,
-                      "backstore prefix (letters, digits, '_', '-', '.', at most 32)")
+    prefix = c.name(validate_backstore_prefix, c.string(raw.get("backstore_prefix", "fctl_"), "backstore_prefix"),
+                    "backstore_prefix")
     paths = {key: c.path(raw.get(key, default), key, mount_root=True)
              for key, default in (("mount_root", "/datasets"), ("checkpoint_mount_root", "/checkpoints"),
                                   ("staging_root", "/srv/fabricctl/staging"))}
@@ -438,7 +431,7 @@ def _ssh(c: _Checker, raw) -> SSHConfig:
     raw = c.mapping(raw if raw is not None else {}, "ssh", SSH_KEYS)
     d = SSHConfig()
     return SSHConfig(
-        user=c.string(raw.get("user", d.user), "ssh.user", _SSH_USER, "user name"),
+        user=c.name(validate_user_name, c.string(raw.get("user", d.user), "ssh.user"), "ssh.user"),
         key_file=c.path(raw.get("key_file", d.key_file), "ssh.key_file"),
         known_hosts=c.path(raw.get("known_hosts", d.known_hosts), "ssh.known_hosts"),
         connect_timeout=c.number(raw.get("connect_timeout", d.connect_timeout), "ssh.connect_timeout", 0, 600),
@@ -492,8 +485,8 @@ def _groups(c: _Checker, raw, hosts: dict[str, Host]) -> dict[str, list[str]]:
         clean: list[str] = []
         for i, member in enumerate(members):
             if not isinstance(member, str) or member not in hosts:
-                close = difflib.get_close_matches(str(member), list(hosts), n=1)
-                hint = f"did you mean {close[0]!r}? " if close else ""
+                hint = rules.suggestion(member, hosts)
+                hint = f"{hint} " if hint else ""
                 raise c.fail(f"groups.{name}[{i}]", f"{member!r} is not a host of this configuration "
                              f"(hosts: {', '.join(sorted(hosts)) or 'none'})",
                              f"{hint}list only hosts defined under `hosts`")
@@ -504,45 +497,26 @@ def _groups(c: _Checker, raw, hosts: dict[str, Host]) -> dict[str, list[str]]:
 
 
 def _chap(c: _Checker, raw) -> dict[str, str] | None:
+    """CHAP in LIO's names (fabric_core.rules.parse_chap), without the mutual pair when there is none."""
     if raw in (None, {}):
         return None
     raw = c.mapping(raw, "chap", CHAP_KEYS, required=("userid", "password"))
-    values = {}
     for key in CHAP_KEYS:
-        value = raw.get(key)
-        if value is None:
-            value = ""
-        if not isinstance(value, str):
-            raise c.fail(f"chap.{key}", f"expected a string, got {type(value).__name__}")  # never show a secret
-        values[key] = value
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise c.fail(f"chap.{key}", f"expected a string, got {type(raw[key]).__name__}")  # never show a secret
     try:
-        validate_chap({_CHAP_TO_INITIATOR[k]: v for k, v in values.items()})
-    except UserError as exc:
-        # speak the configuration's names, not open-iscsi's (validate_chap never shows a secret value)
-        problem = (exc.problem.replace("username_in", "mutual_userid").replace("password_in", "mutual_password")
-                   .replace("username", "userid"))
-        raise UserError(f"{c.source}: chap: {problem}", "give userid and password, and optionally both "
-                        "mutual_userid and mutual_password; values without white space") from None
-    for key in ("password", "mutual_password"):
-        if values[key] and not CHAP_SECRET_MIN <= len(values[key]) <= CHAP_SECRET_MAX:
-            raise c.fail(f"chap.{key}", f"must be {CHAP_SECRET_MIN}-{CHAP_SECRET_MAX} characters (got "
-                         f"{len(values[key])}); LIO's rule: shorter is weak, longer is refused by some initiators",
-                         "generate one with `openssl rand -base64 12` and keep it in Ansible Vault")
-    if values["mutual_password"] and values["mutual_password"] == values["password"]:
-        raise c.fail("chap.mutual_password", "equals chap.password",
-                     "use different secrets for the two directions (RFC 3720 8.2.1)")
-    if not values["mutual_userid"]:
-        values.pop("mutual_userid")
-        values.pop("mutual_password")
-    return values
+        chap = parse_chap(raw, LIO, where=f"{c.source}: ")
+    except ChapError as exc:
+        raise UserError(exc.problem, exc.fix) from None
+    return chap.fields(LIO, compact=True) if chap else None
 
 
 def _defaults(c: _Checker, raw) -> Defaults:
     raw = c.mapping(raw if raw is not None else {}, "defaults", DEFAULTS_KEYS)
     d = Defaults()
     fs = raw.get("fs", d.fs)
-    if fs not in FILESYSTEMS:
-        raise c.fail("defaults.fs", f"{fs!r} is not supported", f"use one of {', '.join(FILESYSTEMS)}")
+    if fs not in rules.FILESYSTEMS:
+        raise c.fail("defaults.fs", f"{fs!r} is not supported", f"use one of {', '.join(rules.FILESYSTEMS)}")
     return Defaults(fs=fs,
                     manifest_workers=c.integer(raw.get("manifest_workers", d.manifest_workers),
                                                "defaults.manifest_workers", 1, 256),
@@ -557,8 +531,7 @@ def _metrics(c: _Checker, raw) -> list[str]:
         raise c.fail("metrics", f"expected a list of metric names, got {_kind(raw)}")
     out: list[str] = []
     for i, name in enumerate(raw):
-        c.string(name, f"metrics[{i}]", _METRIC, "metric name (a-z first, then a-z, 0-9, '_', '.', '-'; "
-                 "at most 64: it becomes the ZFS user property fabric:metric.<name>)")
+        c.name(validate_metric_name, c.string(name, f"metrics[{i}]"), f"metrics[{i}]")
         if name in out:
             raise c.fail(f"metrics[{i}]", f"{name!r} is listed twice")
         out.append(name)

@@ -14,23 +14,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any, TextIO
 
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+from fabric_core.units import human_bytes
 
-
-def human_bytes(n: int | float | None) -> str:
-    """1536 -> '1.5 KiB'; binary units as zfs(8) prints them; None -> '-'."""
-    if n is None:
-        return "-"
-    value = float(n)
-    sign = "-" if value < 0 else ""
-    value = abs(value)
-    for unit in _UNITS:
-        if value < 1024 or unit == _UNITS[-1]:
-            if unit == "B":
-                return f"{sign}{int(value)} B"
-            return f"{sign}{value:.1f} {unit}" if value < 100 else f"{sign}{value:.0f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+__all__ = ["human_bytes", "human_duration", "print_json", "print_rows", "print_table", "to_jsonable", "ProgressBar"]
 
 
 def human_duration(seconds: float | None) -> str:
@@ -92,6 +78,11 @@ def print_table(rows: Iterable[Mapping[str, Any] | Any], columns: Sequence[str |
         print(fmt(row), file=stream)
 
 
+def print_rows(rows: Iterable[Sequence], headers: Sequence[str], *, stream: TextIO | None = None) -> None:
+    """Print rows given as lists under their headers (``print_table`` with the headers as keys)."""
+    print_table([dict(zip(headers, row, strict=True)) for row in rows], [(h, h) for h in headers], stream=stream)
+
+
 def _iso(value: dt.datetime) -> str:
     if value.tzinfo is not None and value.utcoffset() == dt.timedelta(0):
         return value.replace(tzinfo=None).isoformat() + "Z"
@@ -124,9 +115,9 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def print_json(obj: Any, *, stream: TextIO | None = None) -> None:
-    """Pretty JSON with sorted keys (stable for scripts and diffs)."""
+    """fabricctl's one JSON writer (every --json): pretty, keys sorted (stable for scripts and diffs), ASCII."""
     stream = stream if stream is not None else sys.stdout
-    print(json.dumps(to_jsonable(obj), sort_keys=True, indent=2, ensure_ascii=False), file=stream)
+    print(json.dumps(to_jsonable(obj), sort_keys=True, indent=2, default=str), file=stream)
 
 
 # --------------------------------------------------------------------------------------------

@@ -90,7 +90,7 @@ disks:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_core.disks import discover
+from ansible.module_utils.fabric_core.disks import discover, names_of
 from ansible.module_utils.fabric_core.errors import FabricError
 from ansible.module_utils.fabric_core.runner import ModuleRunner
 
@@ -109,8 +109,7 @@ def main():
         matched = set()
         kept = []
         for disk in found:
-            names = {disk.name, f"/dev/{disk.name}", disk.by_id, *disk.ids, *(p.rsplit("/", 1)[-1] for p in disk.ids)}
-            hits = names & excluded
+            hits = names_of(disk) & excluded
             matched |= hits
             if not hits:
                 kept.append(disk)

@@ -127,7 +127,7 @@ commands:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_core import iscsi, mounts
+from ansible.module_utils.fabric_core import iscsi, mounts, rules
 from ansible.module_utils.fabric_core.errors import FabricError
 from ansible.module_utils.fabric_core.runner import ModuleRunner
 
@@ -139,7 +139,7 @@ def main():
             mounts=dict(type="list", elements="dict", required=True, options=dict(
                 device=dict(type="str", required=True),
                 mountpoint=dict(type="path", required=True),
-                fstype=dict(type="str", choices=list(mounts.FSTYPES), required=True),
+                fstype=dict(type="str", choices=list(rules.FILESYSTEMS), required=True),
                 readonly=dict(type="bool", default=True),
                 description=dict(type="str", default="fabric dataset"),
             )),

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from fabric_core import publish, zfs
 from fabric_core.errors import UnsafeOperation, UserError
-from fabric_core.mounts import FSTYPES
 from fabric_core.names import validate_fabric_name
+from fabric_core.rules import FILESYSTEMS
 
 from .. import common, publishing
 from ..main import command_main
@@ -29,7 +29,7 @@ def configure(p) -> None:
     p.add_argument("job", metavar="JOB", help="job name: a-z, 0-9, '-' (at most 30)")
     p.add_argument("--size", required=True, help="volume size, e.g. 500G")
     p.add_argument("--writer", required=True, metavar="HOST", help="the one host that writes checkpoints")
-    p.add_argument("--fs", choices=FSTYPES, default=None, help="file system (default: the config's defaults.fs)")
+    p.add_argument("--fs", choices=FILESYSTEMS, default=None, help="file system (default: the config's defaults.fs)")
     p.add_argument("--dry-run", action="store_true", help="show what would be done; change nothing")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 

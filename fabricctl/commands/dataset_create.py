@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from fabric_core import zfs
 from fabric_core.errors import AlreadyExists, UserError
-from fabric_core.mounts import FSTYPES
 from fabric_core.names import validate_fabric_name
+from fabric_core.rules import FILESYSTEMS
 
 from .. import common
 from ..main import command_main
@@ -30,7 +30,7 @@ RESERVE_SLACK = 1.02
 def configure(p) -> None:
     p.add_argument("name", metavar="NAME", help="dataset name: a-z, 0-9, '-' (at most 30)")
     p.add_argument("--size", required=True, help="volume size, e.g. 500G or 2T")
-    p.add_argument("--fs", choices=FSTYPES, default=None, help="file system (default: the config's defaults.fs)")
+    p.add_argument("--fs", choices=FILESYSTEMS, default=None, help="file system (default: the config's defaults.fs)")
     p.add_argument("--dry-run", action="store_true", help="show what would be done; change nothing")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 

@@ -15,15 +15,15 @@ import os
 import time
 
 from .errors import UserError
+from .rules import FILESYSTEMS, validate_filesystem
 from .runner import Runner
 
-FILESYSTEMS = ("ext4", "xfs")
+__all__ = ["FILESYSTEMS", "LABEL_MAX", "validate", "mkfs_argv", "probe", "wait_for", "require", "ensure_filesystem"]
 LABEL_MAX = {"ext4": 16, "xfs": 12}
 
 
 def validate(fstype: str) -> None:
-    if fstype not in FILESYSTEMS:
-        raise UserError(f"unknown file system {fstype!r}", f"use one of {', '.join(FILESYSTEMS)}")
+    validate_filesystem(fstype)
 
 
 def mkfs_argv(fstype: str, device: str, label: str = "") -> list[str]:
@@ -59,6 +59,13 @@ def wait_for(device: str, seconds: float = 30.0, runner: Runner | None = None) -
             return False
         time.sleep(0.2)
     return True
+
+
+def require(device: str, seconds: float = 60.0, runner: Runner | None = None) -> str:
+    """``wait_for``, refusing a device that did not appear; returns the device."""
+    if not wait_for(device, seconds, runner):
+        raise UserError(f"{device} did not appear within {seconds:g}s", "run `udevadm settle` and check `dmesg`")
+    return device
 
 
 def ensure_filesystem(runner: Runner, device: str, fstype: str, *, label: str = "",

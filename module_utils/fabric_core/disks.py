@@ -300,6 +300,17 @@ def build_disks(lsblk: list[dict], links: dict[str, str], signatures: dict[str, 
     return sorted(result, key=lambda disk: (disk.by_id, disk.name))
 
 
+def names_of(disk: DiskInfo) -> set[str]:
+    """Every name a disk may be given by: a by-id path or its link name, the kernel name, /dev/NAME."""
+    paths = {disk.by_id, *disk.ids} - {""}
+    return {*paths, *(p.rsplit("/", 1)[-1] for p in paths), disk.name, f"/dev/{disk.name}"}
+
+
+def index_of(disks: list[DiskInfo]) -> dict[str, DiskInfo]:
+    """Each name of ``names_of`` -> its disk (the one index of disks by name)."""
+    return {name: disk for disk in disks for name in names_of(disk)}
+
+
 def free_for_pool(disks: list[DiskInfo], pool: str) -> list[DiskInfo]:
     """Copies of disks where the members of the imported pool ``pool`` count as free.
 

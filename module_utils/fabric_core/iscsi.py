@@ -28,6 +28,7 @@ import time
 
 from .errors import EXIT_USER, Busy, CommandError, FabricError, NotFound, UserError
 from .names import host_iqn, validate_iqn
+from .rules import OPEN_ISCSI, parse_chap
 
 ISCSIADM = "iscsiadm"
 DEFAULT_PORT = 3260
@@ -149,28 +150,10 @@ def _cmdline(argv) -> str:
     return shlex.join(redact(argv))
 
 
-def validate_chap(chap: dict | None) -> dict | None:
-    """Normalise CHAP credentials: None or {username, password[, username_in, password_in]}."""
-    if not chap:
-        return None
-    unknown = set(chap) - set(AUTH_KEYS)
-    if unknown:
-        raise UserError(f"unknown CHAP field(s) {sorted(unknown)}",
-                        "use only username, password, username_in, password_in")
-    clean = {k: (chap.get(k) or "") for k in AUTH_KEYS}
-    if not any(clean.values()):
-        return None
-    if not clean["username"] or not clean["password"]:
-        raise UserError("CHAP needs both username and password (the initiator's credentials)",
-                        "set chap.username and chap.password, or leave chap out for no authentication")
-    if bool(clean["username_in"]) != bool(clean["password_in"]):
-        raise UserError("mutual CHAP needs both username_in and password_in (the target's credentials)",
-                        "set both, or neither for one-way CHAP")
-    for key, value in clean.items():
-        if any(c.isspace() for c in value) or len(value) > 255:
-            raise UserError(f"invalid CHAP {key}: it must be 1-255 characters without white space",
-                            "choose another value")
-    return clean
+def credentials(chap: dict | None) -> dict | None:
+    """CHAP credentials in open-iscsi's names (rules.parse_chap, OPEN_ISCSI view): all four fields, or None."""
+    parsed = parse_chap(chap, OPEN_ISCSI)
+    return parsed.fields(OPEN_ISCSI) if parsed else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -396,7 +379,7 @@ def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = 
         raise UserError(f"invalid state {state!r}", f"use one of {', '.join(STATES)}")
     if not isinstance(lun, int) or lun < 0:
         raise UserError(f"invalid LUN {lun!r}", "give the LUN number as a non-negative integer (usually 0)")
-    chap = validate_chap(chap)
+    chap = credentials(chap)
     device_path = by_path(portal, target_iqn, lun)
     commands: list[str] = []
     warnings: list[str] = []

@@ -29,9 +29,11 @@ The result carries one explanation sentence per decision; ``explain_text`` rende
 
 from __future__ import annotations
 
-from .disks import is_active_use
+from .disks import index_of, is_active_use
 from .errors import Busy, NotFound, UnsafeOperation, UserError
 from .model import DISK_CLASSES, MIN_WIDTH, VDEV_ROLES, VDEV_TYPES, DiskInfo, PoolLayout, Vdev, tolerated_failures
+from .rules import suggestion, unknown_keys
+from .units import human_bytes
 
 COMMON_KEYS = ("wipe", "allow_nonredundant_data", "allow_nonredundant_special", "allow_mismatched_redundancy")
 POLICY_KEYS = ("data", "special", "log", "cache", "spares", "min_size", *COMMON_KEYS)
@@ -67,15 +69,6 @@ def short(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
-def human_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if value < 1024 or unit == "PiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"  # pragma: no cover
-
-
 def _reasons(disk: DiskInfo) -> str:
     return "; ".join(disk.reasons) or "in use"
 
@@ -85,10 +78,11 @@ def _is_int(value) -> bool:
 
 
 def _check_keys(what: str, given: dict, allowed: tuple, fix: str) -> None:
-    unknown = sorted(str(k) for k in given if k not in allowed)
+    unknown = sorted(str(k) for k in unknown_keys(given, allowed))
     if unknown:
+        hint = suggestion(unknown[0], allowed)
         raise UserError(f"unknown key{'s' if len(unknown) > 1 else ''} in {what}: {', '.join(unknown)}",
-                        f"{fix}; allowed keys: {', '.join(allowed)}")
+                        f"{hint + ' ' if hint else ''}{fix}; allowed keys: {', '.join(allowed)}")
 
 
 def _check_choice(what: str, value, choices: tuple) -> None:
@@ -98,18 +92,6 @@ def _check_choice(what: str, value, choices: tuple) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # disk lookup
-
-
-def _index(disks: list[DiskInfo]) -> dict[str, DiskInfo]:
-    """Every name a disk may be given by: by-id path or link name, kernel name, /dev/NAME."""
-    index: dict[str, DiskInfo] = {}
-    for disk in disks:
-        for path in {disk.by_id, *disk.ids}:
-            index[path] = disk
-            index[short(path)] = disk
-        index[disk.name] = disk
-        index[f"/dev/{disk.name}"] = disk
-    return index
 
 
 def _lookup(name, index: dict[str, DiskInfo], disks: list[DiskInfo], what: str) -> DiskInfo:
@@ -149,15 +131,15 @@ def _size_note(role: str, number: int, members: list[DiskInfo]) -> list[str]:
     sizes = sorted({d.size for d in members})
     if len(sizes) < 2:
         return []
-    listing = ", ".join(f"{short(d.by_id)} {human_size(d.size)}" for d in members)
+    listing = ", ".join(f"{short(d.by_id)} {human_bytes(d.size)}" for d in members)
     return [f"warning: {role} vdev {number} mixes disk sizes ({listing}); every member only contributes "
-            f"the size of the smallest ({human_size(sizes[0])})"]
+            f"the size of the smallest ({human_bytes(sizes[0])})"]
 
 
 def _describe(role: str, number: int, vtype: str, members: list[DiskInfo], how: str) -> str:
     sizes = sorted({d.size for d in members})
     classes = sorted({d.disk_class for d in members})
-    size = human_size(sizes[0]) if len(sizes) == 1 else "mixed sizes"
+    size = human_bytes(sizes[0]) if len(sizes) == 1 else "mixed sizes"
     kind = vtype if vtype != "disk" else "single disk"
     return (f"{role} vdev {number}: {kind} of {', '.join(short(d.by_id) for d in members)} "
             f"({len(members)} x {size} {'/'.join(classes)}; {how})")
@@ -252,7 +234,7 @@ def _plan_policy(disks: list[DiskInfo], spec: dict) -> PoolLayout:
     for flag in ("allow_nonredundant_data", "allow_nonredundant_special"):
         if flag in spec and not isinstance(spec[flag], bool):
             raise UserError(f"`{flag}` must be true or false", f"write {flag}: true")
-    index = _index(disks)
+    index = index_of(disks)
     wipe = _wipe_set(spec, index, disks)
 
     explanation: list[str] = []
@@ -262,7 +244,7 @@ def _plan_policy(disks: list[DiskInfo], spec: dict) -> PoolLayout:
         f"{s['type'] if s['type'] != 'disk' else 'single disk'}"
         f"{' of ' + str(s['width']) if s['width'] > 1 else ''} {s['class']}" for s in sections)
     explanation.append(f"policy layout requested: {asked}" + (f", {spares} {data['class']} spare(s)" if spares else "")
-                       + (f", disks of at least {human_size(min_size)}" if min_size else ""))
+                       + (f", disks of at least {human_bytes(min_size)}" if min_size else ""))
 
     ordered = sorted(disks, key=lambda d: (d.by_id, d.name))
     free: dict[str, list[DiskInfo]] = {c: [] for c in DISK_CLASSES}
@@ -271,8 +253,8 @@ def _plan_policy(disks: list[DiskInfo], spec: dict) -> PoolLayout:
             explanation.append(f"skipped {short(disk.by_id)} (in use: {_reasons(disk)})")
             continue
         if disk.size < min_size:
-            explanation.append(f"skipped {short(disk.by_id)} ({human_size(disk.size)} is smaller than min_size "
-                               f"{human_size(min_size)})")
+            explanation.append(f"skipped {short(disk.by_id)} ({human_bytes(disk.size)} is smaller than min_size "
+                               f"{human_bytes(min_size)})")
             continue
         free.setdefault(disk.disk_class, []).append(disk)
 
@@ -373,7 +355,7 @@ def _plan_explicit(disks: list[DiskInfo], spec: dict) -> PoolLayout:
     if not isinstance(raw_vdevs, list) or not raw_vdevs:
         raise UserError("`vdevs` must be a non-empty list",
                         "write vdevs: [{role: data, type: mirror, disks: [ata-A, ata-B]}]")
-    index = _index(disks)
+    index = index_of(disks)
     wipe = _wipe_set(spec, index, disks)
     explanation = [f"explicit layout requested: {len(raw_vdevs)} vdev entr{'y' if len(raw_vdevs) == 1 else 'ies'}"]
     used: dict[str, str] = {}

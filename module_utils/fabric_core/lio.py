@@ -28,7 +28,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from .errors import Busy, FabricError, InvalidName, UnsafeOperation, UserError
-from .names import validate_iqn
+from .names import validate_backstore_prefix, validate_iqn, validate_iqn_base, validate_lun_name, validate_target_name
+from .rules import LIO, Chap, check_keys, parse_chap
 
 TPG_TAG = 1
 DEFAULT_BACKSTORE_PREFIX = "fabric_"
@@ -38,34 +39,21 @@ RESTORE_UNIT = "rtslib-fb-targetctl.service"
 CONFIGFS = "/sys/kernel/config/target"
 # Fixed namespace of the deterministic T10 unit serials (uuid5 over "TARGET_IQN/LUN_NAME").
 SERIAL_NAMESPACE = uuid.UUID("6f0d7a52-3c0e-5b8e-9f43-2d1a7c9e0b15")
-# CHAP secrets: RFC 3720 8.2.1 wants at least 96 bits (12 bytes); the Microsoft initiator and
-# several HBAs accept at most 16. 12..16 printable ASCII characters work with every initiator.
-CHAP_SECRET_MIN, CHAP_SECRET_MAX = 12, 16
 MAX_LUN = 255
 REDACTED = "********"
 
-_TARGET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
-_LUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,47}$")
-_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
 _UNIT_SERIAL = re.compile(r"^[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")  # rtslib's unit_serial form
-_CHAP_USER = re.compile(r"^[\x21-\x7e]{1,255}$")
-_CHAP_SECRET = re.compile(r"^[\x21-\x7e]+$")
-AUTH_FIELDS = ("userid", "password", "mutual_userid", "mutual_password")
+AUTH_FIELDS = LIO.names  # CHAP as LIO names it (rules.Chap, in the LIO view)
+# the keys of the desired state's mappings (anything else is refused, with the closest valid key)
+STATE_KEYS = ("base_iqn", "backstore_prefix", "targets")
+TARGET_KEYS = ("name", "iqn", "portals", "luns", "acls", "writable")
+PORTAL_KEYS = ("ip", "port")
+LUN_KEYS = ("name", "device", "readonly", "wwn", "lun")
+ACL_KEYS = ("initiator", "luns", "chap")
 
 
 # ---------------------------------------------------------------------------------------------
 # Desired state
-
-
-@dataclass
-class Chap:
-    userid: str
-    password: str
-    mutual_userid: str = ""
-    mutual_password: str = ""
-
-    def fields(self) -> dict:
-        return {f: getattr(self, f) for f in AUTH_FIELDS}
 
 
 @dataclass
@@ -136,48 +124,15 @@ def _bool(value, what: str) -> bool:
     raise UserError(f"{what} must be true or false, got {value!r}")
 
 
-def _chap(raw, where: str) -> Chap | None:
-    if raw in (None, {}, ""):
-        return None
-    if not isinstance(raw, dict):
-        raise UserError(f"{where}: chap must be a mapping with userid and password")
-    unknown = set(raw) - set(AUTH_FIELDS)
-    if unknown:
-        raise UserError(f"{where}: unknown chap keys {sorted(unknown)}", f"use only {', '.join(AUTH_FIELDS)}")
-    chap = Chap(**{f: str(raw.get(f) or "") for f in AUTH_FIELDS})
-    fix = (f"give userid (printable, no spaces) and a password of {CHAP_SECRET_MIN}-{CHAP_SECRET_MAX} printable "
-           "ASCII characters without spaces, for example from `openssl rand -base64 12`")
-    for user_field, secret_field, required in (("userid", "password", True),
-                                               ("mutual_userid", "mutual_password", False)):
-        user, secret = getattr(chap, user_field), getattr(chap, secret_field)
-        if not required and not user and not secret:
-            continue
-        if not _CHAP_USER.match(user):
-            raise UserError(f"{where}: chap {user_field} must be 1-255 printable characters without spaces", fix)
-        if not (CHAP_SECRET_MIN <= len(secret) <= CHAP_SECRET_MAX) or not _CHAP_SECRET.match(secret):
-            raise UserError(f"{where}: chap {secret_field} must be {CHAP_SECRET_MIN}-{CHAP_SECRET_MAX} printable "
-                            f"ASCII characters without spaces (got {len(secret)} characters); shorter secrets "
-                            "are weak (RFC 3720 8.2.1) and longer ones are refused by some initiators", fix)
-    if chap.mutual_password and chap.mutual_password == chap.password:
-        raise UserError(f"{where}: chap mutual_password equals password",
-                        "use different secrets for the two directions (RFC 3720 8.2.1)")
-    return chap
-
-
 def parse_desired(raw: dict | DesiredState) -> DesiredState:
     """Validate the desired state (plain dicts) into dataclasses; UserError on the first problem."""
     if isinstance(raw, DesiredState):
         return raw
     if not isinstance(raw, dict):
         raise UserError("desired LIO state must be a mapping with base_iqn and targets")
-    base = raw.get("base_iqn") or ""
-    validate_iqn(base)
-    if ":" in base:
-        raise InvalidName(f"invalid base_iqn {base!r}: it must not contain ':'",
-                          "give only iqn.YYYY-MM.reversed.domain; target names are appended after ':'")
-    prefix = raw.get("backstore_prefix") or DEFAULT_BACKSTORE_PREFIX
-    if not _PREFIX.match(prefix):
-        raise UserError(f"invalid backstore_prefix {prefix!r}", "use letters, digits, '_', '-', '.' (e.g. fabric_)")
+    check_keys(raw, STATE_KEYS, "desired LIO state")
+    base = validate_iqn_base(raw.get("base_iqn") or "")
+    prefix = validate_backstore_prefix(raw.get("backstore_prefix") or DEFAULT_BACKSTORE_PREFIX)
     state = DesiredState(base_iqn=base, backstore_prefix=prefix)
     targets = raw.get("targets") or []
     if not isinstance(targets, list):
@@ -188,12 +143,10 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
     for t in targets:
         if not isinstance(t, dict):
             raise UserError(f"each target must be a mapping, got {t!r}")
-        name = t.get("name") or ""
-        if not _TARGET_NAME.match(name):
-            raise InvalidName(f"invalid target name {name!r}: use a-z, 0-9, '.', '-' (at most 63, no '_')",
-                              "for example `datasets`")
+        name = validate_target_name(t.get("name") or "")
         iqn = t.get("iqn") or f"{base}:{name}"
         where = f"target {name!r}"
+        check_keys(t, TARGET_KEYS, where)
         validate_iqn(iqn)
         if not state.owns_target(iqn):
             raise UserError(f"{where}: iqn {iqn!r} is not under base_iqn {base!r}",
@@ -203,6 +156,7 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
         iqns.add(iqn)
         spec = TargetSpec(name=name, iqn=iqn, writable=_bool(t.get("writable", False), f"{where}: writable"))
         for p in t.get("portals") or []:
+            check_keys(p, PORTAL_KEYS, f"{where}: portal")
             try:
                 ip = str(ipaddress.ip_address(str(p.get("ip", ""))))
             except ValueError:
@@ -219,10 +173,12 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
             raise UserError(f"{where}: no portals", "give at least one portal: {ip: <storage address>, port: 3260}")
         explicit: set = set()
         for raw_lun in t.get("luns") or []:
+            check_keys(raw_lun, LUN_KEYS, f"{where}: LUN")
             lname = raw_lun.get("name") or ""
-            if not _LUN_NAME.match(lname):
-                raise InvalidName(f"{where}: invalid LUN name {lname!r}: letters, digits, '_', '.', '-' "
-                                  "(at most 48, starting with a letter or digit)", "for example `imagenet_v1`")
+            try:
+                validate_lun_name(lname)
+            except InvalidName as err:
+                raise InvalidName(f"{where}: {err.problem}", err.fix) from None
             if lname in lun_names:
                 raise UserError(f"{where}: LUN name {lname!r} is also used in target {lun_names[lname]!r}",
                                 "LUN names are unique on a storage node (each is one backstore)")
@@ -249,6 +205,7 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
                                      wwn=wwn.lower(), lun=index, backstore=prefix + lname))
         all_luns = [lun.name for lun in spec.luns]
         for raw_acl in t.get("acls") or []:
+            check_keys(raw_acl, ACL_KEYS, f"{where}: ACL")
             initiator = raw_acl.get("initiator") or ""
             validate_iqn(initiator)
             if any(a.initiator == initiator for a in spec.acls):
@@ -260,7 +217,7 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
                     raise UserError(f"{where}: ACL {initiator!r} names LUN {lname!r}, which the target does not have",
                                     f"use one of {all_luns}")
             spec.acls.append(AclSpec(initiator=initiator, luns=luns,
-                                     chap=_chap(raw_acl.get("chap"), f"{where}: ACL {initiator}")))
+                                     chap=parse_chap(raw_acl.get("chap"), LIO, where=f"{where}: ACL {initiator}: ")))
         with_chap = [a.initiator for a in spec.acls if a.chap]
         if with_chap and len(with_chap) != len(spec.acls):
             raise UserError(f"{where}: CHAP is set for {with_chap} but not for the other ACLs",

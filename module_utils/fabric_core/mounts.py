@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 
 from .errors import Busy, UserError
+from .rules import validate_filesystem
 
 UNIT_DIR = "/etc/systemd/system"
 OWNER_MARK = "# fabric-owner: "
 OWNER_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-FSTYPES = ("ext4", "xfs")
 # A read-only mount must never replay a journal: that would write to a read-only export and fail.
 # _netdev: the device is on the network (ordered after it at boot, unmounted before it at shutdown).
 READONLY_OPTIONS = {"ext4": "ro,noload,nodev,nosuid,_netdev", "xfs": "ro,norecovery,nodev,nosuid,_netdev"}
@@ -25,9 +25,8 @@ WRITABLE_OPTIONS = {"ext4": "rw,nodev,nosuid,_netdev", "xfs": "rw,nodev,nosuid,_
 
 
 def options(fstype: str, readonly: bool = True) -> str:
-    if fstype not in FSTYPES:
-        raise UserError(f"unsupported file system {fstype!r}", f"use one of {', '.join(FSTYPES)}")
-    return (READONLY_OPTIONS if readonly else WRITABLE_OPTIONS)[fstype]
+    """The mount options of a fabric volume (rules.FILESYSTEMS)."""
+    return (READONLY_OPTIONS if readonly else WRITABLE_OPTIONS)[validate_filesystem(fstype)]
 
 
 def unit_name(runner, mountpoint: str) -> str:

@@ -1,7 +1,10 @@
-"""Naming rules: ZFS pools, datasets and snapshots, iSCSI qualified names, host names.
+"""Naming rules, the one place for each: ZFS pools, datasets and snapshots, iSCSI qualified names and
+IQN bases, host names, fabricctl's dataset, version and job names, LIO target and LUN names, the
+backstore prefix, and the names fabricctl's configuration and the roles give (users, metrics, exports).
 
 Every validator returns the name unchanged when it is valid and raises ``InvalidName`` with the
-rule that was broken and how to fix it otherwise. Nothing here runs a command.
+rule that was broken and how to fix it otherwise. Nothing here runs a command. The other rules
+(CHAP, file systems, mount roots, ownership, unknown keys) are in ``rules.py``.
 """
 
 from __future__ import annotations
@@ -105,6 +108,15 @@ def validate_iqn(iqn: str) -> str:
     return iqn
 
 
+def validate_iqn_base(base: str) -> str:
+    """An IQN without its unique part (``iqn.YYYY-MM.reversed.domain``): target and host names are appended
+    after ':'."""
+    if isinstance(base, str) and ":" in base:
+        raise InvalidName(f"{base!r} must not contain ':' (it is an IQN base: target and host names are appended "
+                          "after ':')", f"use {base.split(':')[0]!r}")
+    return validate_iqn(base)
+
+
 def validate_hostname(name: str) -> str:
     if not isinstance(name, str) or not _HOST.match(name):
         raise InvalidName(f"invalid host name {name!r}: expected a DNS label (a-z, 0-9, '-', at most 63)",
@@ -119,9 +131,7 @@ def host_iqn(base: str, hostname: str) -> str:
     A hostname with characters an IQN cannot hold is lower-cased and gets a short digest so that
     two hosts never share a name.
     """
-    if ":" in base:
-        raise InvalidName(f"invalid IQN base {base!r}: it must not contain ':'",
-                          "give only iqn.YYYY-MM.reversed.domain; the host name is appended")
+    validate_iqn_base(base)
     unique = hostname.lower()
     if not re.match(r"^[a-z0-9.-]+$", unique):
         digest = hashlib.sha256(hostname.encode()).hexdigest()[:8]
@@ -172,3 +182,63 @@ def parse_ref(ref: str, *, version_required: bool = True) -> tuple[str, str | No
             raise InvalidName(f"invalid reference {ref!r}: the version is missing", f"write it as `{name}@v1`")
         return name, None
     return name, validate_version(version)
+
+
+# --- LIO objects: target and LUN names, the prefix that marks the fabric's backstores ---------------
+_TARGET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
+_LUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,47}$")
+_BACKSTORE_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
+
+
+def validate_target_name(name: str) -> str:
+    """The unique part of a target's IQN (BASE:NAME): a-z, 0-9, '.', '-' (at most 63)."""
+    if not isinstance(name, str) or not _TARGET_NAME.match(name):
+        raise InvalidName(f"invalid target name {name!r}: use a-z, 0-9, '.', '-' (at most 63, no '_')",
+                          "for example `datasets`")
+    return name
+
+
+def validate_lun_name(name: str) -> str:
+    """A LUN name (its backstore is PREFIX + NAME): letters, digits, '_', '.', '-' (at most 48)."""
+    if not isinstance(name, str) or not _LUN_NAME.match(name):
+        raise InvalidName(f"invalid LUN name {name!r}: letters, digits, '_', '.', '-' (at most 48, starting with a "
+                          "letter or digit)", "for example `imagenet_v1`")
+    return name
+
+
+def validate_backstore_prefix(prefix: str) -> str:
+    """The prefix of the fabric's block backstores: only backstores named PREFIX... are ever changed."""
+    if not isinstance(prefix, str) or not _BACKSTORE_PREFIX.match(prefix):
+        raise InvalidName(f"{prefix!r} is not a valid backstore prefix (letters, digits, '_', '-', '.', at most 32, "
+                          "starting with a letter or digit)", "for example fabric_")
+    return prefix
+
+
+# --- names fabricctl's configuration and the roles give ----------------------------------------------
+_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+_METRIC = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")  # becomes the ZFS user property fabric:metric.<name>
+_EXPORT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+
+def validate_user_name(name: str) -> str:
+    """A Unix user name (the one fabricctl logs in to GPU nodes as)."""
+    if not isinstance(name, str) or not _USER.match(name):
+        raise InvalidName(f"{name!r} is not a valid user name (a-z or '_' first, then a-z, 0-9, '_', '.', '-'; at "
+                          "most 32)", "for example root")
+    return name
+
+
+def validate_metric_name(name: str) -> str:
+    """A checkpoint metric: it becomes the ZFS user property fabric:metric.<name>."""
+    if not isinstance(name, str) or not _METRIC.match(name):
+        raise InvalidName(f"{name!r} is not a valid metric name (a-z first, then a-z, 0-9, '_', '.', '-'; at most "
+                          "64: it becomes the ZFS user property fabric:metric.<name>)", "for example loss")
+    return name
+
+
+def validate_export_name(name: str) -> str:
+    """The name of an export a GPU node mounts (the iscsi_initiator role: its default mount point and unit)."""
+    if not isinstance(name, str) or not _EXPORT.match(name):
+        raise InvalidName(f"invalid export name {name!r}: a-z, 0-9, '.', '_', '-' (at most 64, starting with a-z or "
+                          "0-9)", "for example welcome")
+    return name

@@ -104,7 +104,6 @@ the alphabetically first. A path that matches nothing has no policy: nothing of 
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import math
 import re
@@ -115,6 +114,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import UnsafeOperation, UserError
+from .rules import check_keys, suggestion
 
 POLICY_KEYS = ("keep_last", "keep_every", "hourly", "daily", "weekly", "monthly", "yearly", "keep_best",
                "pin_tags", "timezone")
@@ -234,15 +234,8 @@ class Plan:
 # --- configuration ---------------------------------------------------------------------------------
 
 def _closest(word: str, choices: Iterable[str]) -> str:
-    match = difflib.get_close_matches(str(word), list(choices), n=1)
-    return f"; did you mean {match[0]!r}?" if match else ""
-
-
-def _check_keys(raw: Mapping, valid: tuple[str, ...], where: str) -> None:
-    for key in raw:
-        if key not in valid:
-            raise UserError(f"{where}: unknown key {key!r}{_closest(key, valid)}",
-                            f"use only these keys: {', '.join(valid)}")
+    hint = suggestion(word, choices)
+    return f"; {hint}" if hint else ""
 
 
 def _count(value: Any, where: str, minimum: int = 0) -> int:
@@ -280,7 +273,7 @@ def _keep_best(value: Any, where: str, metrics: list[str]) -> tuple[KeepBest, ..
         if not isinstance(item, Mapping):
             raise UserError(f"{here} must be a mapping {{metric, mode, count}}, got {item!r}",
                             "write `keep_best: {metric: loss, mode: min, count: 3}`")
-        _check_keys(item, BEST_KEYS, here)
+        check_keys(item, BEST_KEYS, here)
         for key in BEST_KEYS:
             if key not in item:
                 raise UserError(f"{here}: missing key {key!r}",
@@ -328,7 +321,7 @@ def parse_policies(raw: Mapping | None, metrics: list[str]) -> dict[str, Policy]
                             "name policies with words, e.g. `daily`")
         if not isinstance(body, Mapping):
             raise UserError(f"{where} must be a mapping of rules, got {body!r}", f"write `{name}: {{keep_last: 5}}`")
-        _check_keys(body, POLICY_KEYS, where)
+        check_keys(body, POLICY_KEYS, where)
         kwargs: dict[str, Any] = {}
         for key in ("keep_last", *BUCKETS):
             if body.get(key) is not None:
@@ -389,7 +382,7 @@ def parse_retention(raw: Mapping | None, metrics: list[str]) -> Retention:
     if not isinstance(raw, Mapping):
         raise UserError(f"retention must be a mapping with `policies` and `assign`, got {type(raw).__name__}",
                         "see the configuration example in the documentation")
-    _check_keys(raw, RETENTION_KEYS, "retention")
+    check_keys(raw, RETENTION_KEYS, "retention")
     policies = parse_policies(raw.get("policies"), metrics)
     return Retention(policies, parse_assign(raw.get("assign"), policies))
 
