@@ -1,0 +1,116 @@
+# Copyright: the gpu-storage-fabric authors. Apache-2.0.
+# gpu-storage-fabric: action plugin fabric_site_invariants (the site-wide checks, on the controller, over
+# the whole inventory). The rules live in module_utils/fabric_core/site.py.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: fabric_site_invariants
+short_description: Check what must hold across the hosts of the fabric before any host is changed
+description:
+  - Runs on the controller over every host of the inventory (C(groups['all'])), whatever C(--limit) selects,
+    and fails, naming the field, the value, both hosts and the fix, when an invariant does not hold
+    (fabric_core.site): initiator names valid and unique, storage addresses unique, exports naming a
+    storage node's address and one of its declared targets, ACLs naming GPU nodes of the inventory,
+    target names and LUN serials unique across storage nodes, CHAP secrets distinct per host, hosts
+    named by fabricctl_groups and fabricctl_hosts present.
+  - Reads the same variables the roles read, with the roles' own defaults for those the inventory
+    does not set (read from the roles' defaults files, so the rule is written once). Changes nothing.
+options:
+  storage_group:
+    description: The inventory group of storage nodes.
+    type: str
+    default: storage_nodes
+  gpu_group:
+    description: The inventory group of GPU nodes.
+    type: str
+    default: gpu_nodes
+author: gpu-storage-fabric
+"""
+
+import os
+import sys
+
+import yaml
+from ansible import constants as C
+from ansible.plugins.action import ActionBase
+
+for _path in C.DEFAULT_MODULE_UTILS_PATH:  # the core library is a plain package under module_utils
+    if os.path.isdir(os.path.join(_path, "fabric_core")) and _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from fabric_core import site  # noqa: E402
+from fabric_core.errors import FabricError  # noqa: E402
+
+ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
+
+
+def _role_default(role: str, name: str):
+    with open(os.path.join(ROLES, role, "defaults", "main.yml")) as fh:
+        return (yaml.safe_load(fh) or {}).get(name)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset({"storage_group", "gpu_group"})
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        storage_group = args.get("storage_group", "storage_nodes")
+        gpu_group = args.get("gpu_group", "gpu_nodes")
+        hostvars = task_vars["hostvars"]
+        groups = task_vars["groups"]
+        views = {}
+        try:
+            for name in groups.get("all", []):
+                views[name] = self._view(name, hostvars[name], groups, storage_group, gpu_group)
+            site.require(views, storage_group=storage_group, gpu_group=gpu_group)
+        except FabricError as err:
+            result.update(failed=True, msg=str(err))
+            return result
+        result.update(changed=False, msg=f"site-wide invariants hold for {len(views)} hosts",
+                      hosts=sorted(views))
+        return result
+
+    def _template(self, value, hv):
+        if isinstance(value, str) and "{{" in value:
+            return self._templar.copy_with_new_env(available_variables=hv).template(value)
+        return value
+
+    def _view(self, name, hv, groups, storage_group, gpu_group) -> site.HostView:
+        member = sorted(g for g, hosts in groups.items() if name in hosts and g not in ("all", "ungrouped"))
+        address = str(hv.get("fabric_storage_address") or hv.get("ansible_host") or name)
+        view = site.HostView(name=name, groups=member, address=address)
+        if gpu_group in member:
+            initiator = hv.get("iscsi_initiator_iqn")
+            if not initiator:
+                base = (hv.get("iscsi_initiator_iqn_base")
+                        or _role_default("iscsi_initiator", "iscsi_initiator_iqn_base"))
+                initiator = f"{self._template(base, hv)}:{name}"
+            view.initiator = str(initiator)
+            view.chap_password = str(hv.get("iscsi_initiator_chap_password") or "")
+            for e in hv.get("iscsi_initiator_exports") or []:
+                view.exports.append(site.Export(name=str(e.get("name", "?")), portal=str(e.get("portal", "")),
+                                                target_iqn=str(e.get("target_iqn", ""))))
+        if storage_group in member:
+            targets = hv.get("lio_target_targets") or []
+            base = self._template(hv.get("lio_target_base_iqn")
+                                  or _role_default("lio_target", "lio_target_base_iqn"), hv)
+            for t in targets:  # the lio_target role's rule: a target's IQN is `iqn`, else BASE:NAME
+                acls = t.get("acls") or []
+                view.targets.append(site.Target(
+                    iqn=str(t.get("iqn") or f"{base}:{t.get('name', '?')}"),
+                    initiators=[str(a.get("initiator", "")) for a in acls],
+                    wwns=[str(lun["wwn"]).lower() for lun in t.get("luns") or [] if lun.get("wwn")],
+                    chap_secrets={str(a.get("initiator", "")): ((a.get("chap") or {}).get("password"),
+                                                                (a.get("chap") or {}).get("mutual_password"))
+                                  for a in acls}))
+            named = {}
+            for key in ("fabricctl_groups",):
+                value = hv.get(key) or {}
+                named[key] = sorted({h for members in value.values() for h in members}) if value else []
+            value = hv.get("fabricctl_hosts") or {}
+            named["fabricctl_hosts"] = sorted(value) if value else []
+            view.named_hosts = {k: v for k, v in named.items() if v}
+        return view
