@@ -238,8 +238,9 @@ class SiteRun:
         return {host: counts["failures"] for host, counts in self.summary["recap"].items()}
 
     def changes(self) -> list:
-        """(host, role, task) of every result that changed (or would have, in check mode)."""
-        return sorted((t["host"], t["role"], t["task"]) for t in self.tasks if t["changed"])
+        """(host, task) of every result that changed (or would have, in check mode). A task that cannot act
+        in check mode reports its change through a stand-in named like it plus " (check mode)"."""
+        return sorted({(t["host"], t["task"].removesuffix(" (check mode)")) for t in self.tasks if t["changed"]})
 
 
 @dataclass
@@ -252,6 +253,8 @@ class Site:
     rerun: SiteRun
     check_converged: SiteRun
     molecule_output: str  # empty when the runs were not made by Molecule
+    fresh_check_before: dict | None = None  # side_effects() of every host before and after the fresh check
+    fresh_check_after: dict | None = None
 
 
 def read_runlog(path: Path) -> list[tuple[list, dict]]:
@@ -282,14 +285,35 @@ def _is_fresh(hosts) -> bool:
     return not probe.stdout.strip()
 
 
-def _run_molecule(runlog: Path) -> tuple[int, str, float]:
+# The scenario's actions (molecule/default/molecule.yml's test_sequence), run one by one so that the
+# fixture can read the lab between the fresh check and the converge.
+MOLECULE_ACTIONS = ("syntax", "check", "converge", "idempotence", "check", "verify")
+
+
+def _molecule(action: str, runlog: Path) -> tuple[int, str]:
     # molecule runs ansible-config and ansible-playbook by name: the virtualenv's bin goes first on PATH
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", PY_COLORS="0", FABRIC_RUNLOG=str(runlog),
                PATH=f"{MOLECULE.parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    started = time.monotonic()
-    proc = run([str(MOLECULE), "test", "-s", "default"], cwd=REPO, capture_output=True, text=True,
+    proc = run([str(MOLECULE), action, "-s", "default"], cwd=REPO, capture_output=True, text=True,
                env=env, timeout=3600)
-    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+# What check mode must leave as it found (issue 18): the kernel modules, configfs, open-iscsi's records,
+# and the state of the services the roles manage. Read on every host of the lab.
+SIDE_EFFECTS = r"""
+echo "== modules"; cut -d' ' -f1 /proc/modules | sort
+echo "== configfs"; find /sys/kernel/config -maxdepth 4 2>/dev/null | sort
+echo "== iscsi"; find /etc/iscsi -type f 2>/dev/null | sort | xargs -r md5sum
+echo "== services"; for u in iscsid.service iscsid.socket open-iscsi.service rtslib-fb-targetctl.service \
+    fabricctl-rotate.timer sys-kernel-config.mount multipathd.service; do
+    echo "$u $(systemctl is-active $u) $(systemctl is-enabled $u 2>/dev/null)"; done
+echo "== mounts"; findmnt -rn -o TARGET | grep -E '^/(datasets|checkpoints|srv/fabricctl)' | sort
+"""
+
+
+def side_effects(hosts) -> dict:
+    return {name: host.check_output(SIDE_EFFECTS) for name, host in sorted(hosts.items())}
 
 
 @pytest.fixture(scope="session")
@@ -313,15 +337,23 @@ def converged(lab, hosts) -> Site:
     runlog = record.with_suffix(".jsonl")
     runlog.unlink(missing_ok=True)
     if _is_fresh(hosts):
-        step("molecule test -s default (syntax, check, converge, idempotence, check, verify)")
-        rc, output, seconds = _run_molecule(runlog)
+        step(f"molecule, scenario default: {', '.join(MOLECULE_ACTIONS)}")
+        started = time.monotonic()
+        output = ""
+        before = after = None
+        for n, action in enumerate(MOLECULE_ACTIONS):
+            if n == 1:
+                before = side_effects(hosts)
+            rc, out = _molecule(action, runlog)
+            output += f"\n==== molecule {action}\n{out}"
+            if n == 1:
+                after = side_effects(hosts)
+            assert rc == 0, f"molecule {action} failed (exit {rc}):\n{out[-8000:]}"
         runs = read_runlog(runlog)
         # check and converge run converge.yml, verify runs verify.yml (syntax runs no task)
         site_runs = [r for r in runs if r[1]["playbook"] == "converge.yml"]
-        tail = f"{output[-8000:]}"
-        assert rc == 0, f"molecule failed (exit {rc}) after {len(site_runs)} site runs:\n{tail}"
-        assert len(site_runs) == 4, f"expected 4 site runs from molecule, got {len(site_runs)}:\n{tail}"
-        step(f"molecule sequence passed in {seconds:.0f} s")
+        assert len(site_runs) == 4, f"expected 4 site runs from molecule, got {len(site_runs)}:\n{output[-8000:]}"
+        step(f"molecule sequence passed in {time.monotonic() - started:.0f} s")
         names = ["check_fresh", "converge", "rerun", "check_converged"]
     else:
         step("site: the lab is converged already; converge, re-run and check with ansible-playbook")
@@ -332,7 +364,8 @@ def converged(lab, hosts) -> Site:
             assert res.rc == 0, res.output[-6000:]
         site_runs = read_runlog(runlog)
         names = ["converge", "rerun", "check_converged"]
-    saved = {"lab": identity, "molecule_output": output,
+        before = after = None
+    saved = {"lab": identity, "molecule_output": output, "fresh_check_side_effects": [before, after],
              "runs": {name: {"tasks": tasks, "summary": summary} for name, (tasks, summary) in zip(names, site_runs,
                                                                                                    strict=True)}}
     record.write_text(json.dumps(saved))
@@ -341,8 +374,10 @@ def converged(lab, hosts) -> Site:
 
 def _site_from(saved: dict) -> Site:
     runs = {name: SiteRun(name, r["tasks"], r["summary"]) for name, r in saved["runs"].items()}
+    before, after = saved.get("fresh_check_side_effects") or [None, None]
     return Site(check_fresh=runs.get("check_fresh"), converge=runs["converge"], rerun=runs["rerun"],
-                check_converged=runs["check_converged"], molecule_output=saved.get("molecule_output", ""))
+                check_converged=runs["check_converged"], molecule_output=saved.get("molecule_output", ""),
+                fresh_check_before=before, fresh_check_after=after)
 
 
 @pytest.fixture(scope="session")
