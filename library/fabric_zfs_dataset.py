@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # gpu-storage-fabric: a ZFS dataset or volume with declared properties (never destroyed).
-# The logic lives in module_utils/fabric_core/zfs.py; this module parses arguments and reports.
+# The logic lives in module_utils/fabric_core/zfs.py (read, a pure plan, one applier); this module parses
+# arguments and reports.
 
 from __future__ import annotations
 
@@ -158,6 +159,14 @@ prepared:
   description: In check mode for a new dataset, the output of C(zfs create -n -v).
   returned: always
   type: str
+steps:
+  description: The planned steps of a single dataset in order (run, or in check mode only planned), each with a
+    description and its command (an encryption key is never in them); a volume's mkfs is in RV(filesystem).
+  returned: when name is given
+  type: list
+  elements: dict
+  sample: [{description: "set compression=zstd on tank/datasets/imagenet",
+            argv: [zfs, set, compression=zstd, tank/datasets/imagenet]}]
 warnings:
   description: Warnings (dedup RAM cost, adoption), emitted with C(module.warn) so Ansible shows them.
   returned: when there are any
@@ -260,7 +269,7 @@ def main():
     else:
         out = outs[specs[0]["name"]]
         result.update(changed=out["changed"], created=out["created"], changed_properties=out["changed_properties"],
-                      commands=out["commands"], prepared=out["prepared"])
+                      commands=out["commands"], prepared=out["prepared"], steps=out["steps"])
         if "filesystem" in out:
             result["filesystem"] = out["filesystem"]
     if module._diff:

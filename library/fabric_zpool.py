@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # gpu-storage-fabric: a ZFS pool with a declared layout (created or completed, never destroyed).
-# The logic lives in module_utils/fabric_core/zpool.py; this module parses arguments and reports.
+# The logic lives in module_utils/fabric_core/zpool.py (read, a pure plan, one applier); this module parses
+# arguments and reports.
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ description:
     carries anything (filesystem, partition table, another pool) is refused unless it is listed in
     O(wipe) and O(safe_mode=false); a mounted disk or a member of another imported pool is always refused.
   - An existing pool without C(fabric:managed=true) on its root dataset is not changed unless O(adopt=true).
+  - The module reads the pool, plans every step (each with a description and its command; every refusal comes
+    before the first step) and then runs them in order; RV(steps) lists them, in check mode too.
 version_added: "0.1.0"
 author: gpu-storage-fabric maintainers
 options:
@@ -89,11 +92,12 @@ attributes:
     support: full
     details:
       - Every read runs; C(zpool create -n) or C(zpool add -n) validates the plan; its output is in RV(prepared).
+      - Every planned step is in RV(steps) and its command in RV(commands); none runs.
   diff_mode:
     support: full
     details: The layout before and after, as C({vdevs} ) dicts.
 notes:
-  - Requires root on the storage node and OpenZFS 2.1 or later.
+  - Requires root on the storage node and OpenZFS 2.3 (pools are read as its JSON).
 """
 
 EXAMPLES = r"""
@@ -162,6 +166,13 @@ prepared:
   returned: always
   type: str
   sample: "would update 'tank' to the following configuration: ..."
+steps:
+  description: The planned steps in order (run, or in check mode only planned), each with a description and its command.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{description: "add to pool tank: cache disk of /dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_NVME1000",
+            argv: [zpool, add, -o, ashift=12, tank, cache, /dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_NVME1000]}]
 explanation:
   description: With O(spec), one sentence per planning decision (why each disk was picked, skipped or left unused).
   returned: when spec is given
@@ -260,7 +271,7 @@ def main():
     p = module.params
     runner = ModuleRunner(module, dry_run=module.check_mode)
     result = {"changed": False, "created": False, "added": [], "commands": [], "prepared": "", "layout": {},
-              "properties_changed": {}, "health": ""}
+              "properties_changed": {}, "health": "", "steps": []}
     try:
         validate_pool_name(p["name"])
         if p["layout"] is not None:
@@ -290,7 +301,7 @@ def main():
         module.fail_json(msg=str(err), **result)
     result.update(changed=out["changed"], created=out["created"], added=out["added"], commands=out["commands"],
                   prepared=out["prepared"], layout=out["after"] or {}, health=out.get("health", ""),
-                  properties_changed=out.get("properties_changed", {}))
+                  properties_changed=out.get("properties_changed", {}), steps=out["steps"])
     if module._diff:
         result["diff"] = {"before": out["before"], "after": out["after"],
                           "before_header": f"pool {p['name']} (live)",

@@ -1,7 +1,13 @@
-"""Plain data shared by disk discovery, the layout planner and the zpool logic.
+"""Plain data shared by disk discovery, the layout planner and the zpool/zfs logic, and the steps of a plan
+with the one function that runs them.
 
 Every type converts to and from plain dicts (``to_dict``/``from_dict``) because that is how it
 travels through Ansible variables and fabricctl's ``--json`` output.
+
+Pools and datasets converge in three parts, as the LIO target does (lio.py): a read of the live state,
+a pure planner (declared state + live state -> a plan: ordered ``Step``s, refusals raised before any
+step, warnings, the predicted after-state) and ``apply_steps``, which runs a plan's steps through the
+Runner and records every one, so that a dry run (check mode, fabricctl --dry-run) shows them all.
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ class Vdev:
     role: str  # one of VDEV_ROLES
     type: str  # one of VDEV_TYPES
     disks: list  # /dev/disk/by-id paths
+    # how zpool names a live vdev (raidz2-0, mirror-1, or the device itself); "" for a declared one.
+    # Not part of the vdev's identity (key, equality) or of its dict.
+    name: str = field(default="", compare=False)
 
     def to_dict(self) -> dict:
         return {"role": self.role, "type": self.type, "disks": list(self.disks)}
@@ -89,3 +98,58 @@ class PoolLayout:
 
     def disks(self) -> list:
         return [disk for v in self.vdevs for disk in v.disks]
+
+
+@dataclass
+class Step:
+    """One step of a plan: what it does, in words, and the command that does it.
+
+    The applier runs ``argv`` as a change (a dry run records it and runs nothing). ``dry_run_argv`` is
+    ZFS's own validation of the step (`zpool create -n`, `zpool add -n`, `zfs create -n -v`), run in a
+    dry run only, its output shown as ``prepared``; when ``dry_run_strict`` is false a refusal is a warning
+    (``dry_run_refusal`` says why it may be wrong, e.g. a wipe the real run does first). ``follow_up``:
+    read-only commands run after the step in a real run (`udevadm settle` after `zfs create -V`).
+    """
+
+    description: str
+    argv: list
+    data: str | None = field(default=None, repr=False)  # stdin (an encryption key): never shown anywhere
+    check: bool = True  # False: a non-zero exit is no error (`zpool labelclear` of a disk without a label)
+    dry_run_argv: list | None = None
+    dry_run_strict: bool = True
+    dry_run_refusal: str = ""
+    follow_up: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"description": self.description, "argv": list(self.argv)}
+
+
+@dataclass
+class Applied:
+    """What ``apply_steps`` did: the commands (run, or recorded by a dry run), ZFS's dry-run output, warnings."""
+
+    commands: list = field(default_factory=list)
+    prepared: str = ""
+    warnings: list = field(default_factory=list)
+
+
+def apply_steps(runner, steps: list) -> Applied:
+    """Run a plan's steps in order through ``runner`` (a fabric_core.runner.Runner), every one as a change.
+
+    In a dry run (``runner.dry_run``) each step's ``dry_run_argv`` runs first (a read: ZFS validates the
+    step) and the step itself is recorded in ``runner.planned``, not run. Every step's argv is in
+    ``commands`` either way. A failing step raises (CommandError) and the later steps do not run.
+    """
+    done = Applied()
+    for step in steps:
+        if runner.dry_run and step.dry_run_argv:
+            res = runner.run(step.dry_run_argv, data=step.data, check=step.dry_run_strict)
+            done.prepared = (res.stdout + res.stderr).strip()
+            if res.rc != 0:
+                done.warnings.append(f"{step.dry_run_refusal}{res.stderr.strip()}")
+        runner.run(step.argv, data=step.data, check=step.check, mutating=True)
+        done.commands.append(list(step.argv))
+        if not runner.dry_run:
+            for argv in step.follow_up:
+                runner.run(argv, check=False)
+    return done

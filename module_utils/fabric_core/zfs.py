@@ -1,5 +1,5 @@
 """ZFS datasets and volumes: read ``zfs get``/``zfs list`` as OpenZFS 2.3 JSON, normalise property values,
-converge a dataset.
+converge a dataset (read, a pure plan, one applier: see model.py).
 
 Reads are JSON without ``--json-int`` (``zfs get -j -p``, ``zfs list -j -p``: every value arrives as the
 text ``zfs get -H -p`` prints, so a user property set to ``007`` stays ``007``; see zjson.py, recorded
@@ -11,9 +11,11 @@ the properties that differ. Nothing here destroys a dataset.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from . import zjson
 from .errors import UnsafeOperation, UserError
+from .model import Step, apply_steps
 from .names import validate_dataset_name
 from .runner import Runner
 
@@ -250,15 +252,25 @@ def create_argv(name: str, properties: dict, encryption: dict | None = None, vol
     return argv + ["-o", f"{MANAGED_PROP}=true", name]
 
 
-def ensure_dataset(runner: Runner, *, name: str, properties: dict | None = None, encryption: dict | None = None,
-                   allow_dedup: bool = False, volume_size=None, adopt: bool = False) -> dict:
-    """Create the dataset (or volume when ``volume_size`` is set) or set the properties that differ.
+# --------------------------------------------------------------------------------------------------
+# converging a dataset: declared spec, live state, a pure plan, one applier
 
-    Returns {changed, created, changed_properties {prop: {before, after}}, commands, warnings, prepared,
-    before, after}. Never destroys; refuses to change what cannot change after creation
-    (encryption, casesensitivity, normalization, utf8only, volblocksize) and to shrink a volume.
-    An existing dataset without a local fabric:managed=true is changed only with ``adopt=True``.
-    """
+
+@dataclass
+class DatasetSpec:
+    """A declared dataset, validated: nothing wrong in it is found only after a command ran."""
+
+    name: str
+    properties: dict  # property -> value as text (booleans as on/off)
+    encryption: dict | None = None  # _validate_encryption's form; None: not declared
+    volume_size: str | None = None  # as declared; None for a filesystem
+    adopt: bool = False
+    warnings: list = field(default_factory=list)  # what validation found worth saying (dedup's RAM cost)
+
+
+def dataset_spec(name: str, properties: dict | None = None, encryption: dict | None = None,
+                 allow_dedup: bool = False, volume_size=None, adopt: bool = False) -> DatasetSpec:
+    """Validate a declared dataset (or volume, with ``volume_size``); UserError before any command."""
     validate_dataset_name(name)
     warnings: list = []
     props = _validate_properties(dict(properties or {}), allow_dedup, warnings)
@@ -269,44 +281,92 @@ def ensure_dataset(runner: Runner, *, name: str, properties: dict | None = None,
             raise UserError(f"volume_size {volume_size!r} must be larger than 0", "give a size such as 100G")
         if "volsize" in props:
             raise UserError("give the volume size once", "use volume_size, not properties.volsize")
-    result: dict = {"changed": False, "created": False, "changed_properties": {}, "commands": [],
-                    "warnings": warnings, "prepared": "", "before": None, "after": None}
-    live = get_props(runner, name).get(name)
-    if live is None:
-        argv = create_argv(name, props, enc, None if volume_size is None else str(volume_size))
-        data = enc["key"] if enc and enc.get("enabled") else None
-        pool = name.split("/")[0]
-        if runner.dry_run and runner.run(["zpool", "list", *zjson.ZPOOL_JSON, pool], check=False).ok:
-            check = create_argv(name, props, enc, None if volume_size is None else str(volume_size), dry_run=True)
-            res = runner.run(check, data=data)
-            result["prepared"] = (res.stdout + res.stderr).strip()
-        elif runner.dry_run:
-            # check mode of a whole run: the pool is created by an earlier task that did not run
-            warnings.append(f"pool {pool} does not exist yet: `zfs create -n` cannot check {name} now; "
-                            "it is created once the pool exists")
-        runner.run(argv, data=data, mutating=True)
-        if volume_size is not None and not runner.dry_run:
-            runner.run(["udevadm", "settle"], check=False)  # /dev/zvol/... appears after zfs create returns
-        result["commands"].append(argv)
-        result.update(changed=True, created=True)
-        after = {"exists": True, "type": "volume" if volume_size is not None else "filesystem", **props}
-        if volume_size is not None:
-            after["volsize"] = str(volume_size)
-        if enc and enc.get("enabled"):
-            after.update(encryption=enc["algorithm"], keyformat=enc["keyformat"])
-        after[MANAGED_PROP] = "true"
-        result["before"] = {"exists": False}
-        result["after"] = after
-        result["changed_properties"] = {k: {"before": None, "after": v} for k, v in after.items()
-                                       if k not in ("exists", "type")}
-        return result
+    return DatasetSpec(name=name, properties=props, encryption=enc,
+                       volume_size=None if volume_size is None else str(volume_size), adopt=adopt, warnings=warnings)
 
+
+@dataclass
+class LiveDataset:
+    """What ZFS says of a dataset: its properties, or None when it does not exist."""
+
+    props: dict | None  # {property: (value, source)} of `zfs get -j -p all NAME`
+    # for a dataset that does not exist, read in a dry run only: whether its pool exists, so that
+    # `zfs create -n` can check the creation (None: not read)
+    pool_exists: bool | None = None
+
+
+def read_dataset(runner: Runner, name: str) -> LiveDataset:
+    """The live state of NAME: `zfs get -j -p all NAME`; in a dry run, for a missing dataset, its pool's
+    existence too (`zpool list -j --json-int POOL`: check mode of a whole run plans datasets of a pool that an
+    earlier task only planned)."""
+    props = get_props(runner, name).get(name)
+    pool_exists = None
+    if props is None and runner.dry_run:
+        pool_exists = runner.run(["zpool", "list", *zjson.ZPOOL_JSON, name.split("/")[0]], check=False).ok
+    return LiveDataset(props=props, pool_exists=pool_exists)
+
+
+@dataclass
+class DatasetPlan:
+    """The steps that turn a live dataset into the declared one, and what they change."""
+
+    name: str
+    steps: list  # list[Step]; empty when nothing changes
+    created: bool = False
+    changed_properties: dict = field(default_factory=dict)  # {prop: {before, after}}
+    before: dict = field(default_factory=dict)
+    after: dict = field(default_factory=dict)  # predicted
+    warnings: list = field(default_factory=list)
+
+
+def plan_dataset(spec: DatasetSpec, live: LiveDataset) -> DatasetPlan:
+    """The plan for ``spec`` over ``live`` (pure: no command). Raises UserError/UnsafeOperation for what may
+    not change (encryption, the properties fixed at creation, a shrinking volume, a dataset this project did
+    not create without ``adopt``), before any step."""
+    warnings = list(spec.warnings)
+    if live.props is None:
+        return _plan_create(spec, live, warnings)
+    return _plan_change(spec, live.props, warnings)
+
+
+def _plan_create(spec: DatasetSpec, live: LiveDataset, warnings: list) -> DatasetPlan:
+    name, enc, props = spec.name, spec.encryption, spec.properties
+    argv = create_argv(name, props, enc, spec.volume_size)
+    key = enc["key"] if enc and enc.get("enabled") else None
+    check = None
+    if live.pool_exists is False:
+        # check mode of a whole run: the pool is created by an earlier task that did not run
+        warnings.append(f"pool {name.split('/')[0]} does not exist yet: `zfs create -n` cannot check {name} now; "
+                        "it is created once the pool exists")
+    else:
+        check = create_argv(name, props, enc, spec.volume_size, dry_run=True)
+    kind = "volume" if spec.volume_size is not None else "filesystem"
+    what = f"create {kind} {name}" + (f" of {spec.volume_size}" if spec.volume_size is not None else "")
+    shown = [f"{k}={v}" for k, v in props.items() if k != MANAGED_PROP]
+    if enc and enc.get("enabled"):
+        shown.append(f"encryption={enc['algorithm']} (key on stdin)")
+    step = Step(description=what + (f" with {', '.join(shown)}" if shown else "") + f" and {MANAGED_PROP}=true",
+                argv=argv, data=key, dry_run_argv=check,
+                # /dev/zvol/... appears after zfs create returns
+                follow_up=[["udevadm", "settle"]] if spec.volume_size is not None else [])
+    after = {"exists": True, "type": kind, **props}
+    if spec.volume_size is not None:
+        after["volsize"] = spec.volume_size
+    if enc and enc.get("enabled"):
+        after.update(encryption=enc["algorithm"], keyformat=enc["keyformat"])
+    after[MANAGED_PROP] = "true"
+    changed = {k: {"before": None, "after": v} for k, v in after.items() if k not in ("exists", "type")}
+    return DatasetPlan(name=name, steps=[step], created=True, changed_properties=changed, before={"exists": False},
+                       after=after, warnings=warnings)
+
+
+def _plan_change(spec: DatasetSpec, live: dict, warnings: list) -> DatasetPlan:
+    name, enc = spec.name, spec.encryption
     kind = live.get("type", ("", ""))[0]
-    if volume_size is not None and kind != "volume":
+    if spec.volume_size is not None and kind != "volume":
         raise UserError(f"{name} exists as a {kind}, not a volume", "use another name for the volume, or drop "
                         "volume_size")
-    if volume_size is None and kind == "volume" and "volsize" not in props:
-        pass  # a volume declared without size: leave its size alone
+    # a volume declared without size: its size is left alone
     live_enc = live.get("encryption", ("off", ""))[0]
     if enc is not None:
         if enc["enabled"] and live_enc == "off":
@@ -324,9 +384,9 @@ def ensure_dataset(runner: Runner, *, name: str, properties: dict | None = None,
             if live_fmt != enc["keyformat"]:
                 raise UserError(f"{name} has keyformat {live_fmt}, not {enc['keyformat']}",
                                 "change it with `zfs change-key`, or declare the current keyformat")
-    wanted = dict(props)
-    if volume_size is not None:
-        wanted["volsize"] = str(volume_size)
+    wanted = dict(spec.properties)
+    if spec.volume_size is not None:
+        wanted["volsize"] = spec.volume_size
     changes: dict = {}
     for key, value in wanted.items():
         have = live.get(key)
@@ -344,26 +404,51 @@ def ensure_dataset(runner: Runner, *, name: str, properties: dict | None = None,
             raise UnsafeOperation(f"shrinking volume {name} from {have[0]} to {parse_size(value)} bytes would "
                                   "destroy data at its end", "declare the current size or larger")
         changes[key] = {"before": have[0], "after": value}
-    result["before"] = {"exists": True, **{k: live[k][0] if k in live else None for k in wanted}}
-    result["after"] = {"exists": True, **{k: (changes[k]["after"] if k in changes else live[k][0]) for k in wanted
-                                           if k in changes or k in live}}
+    before = {"exists": True, **{k: live[k][0] if k in live else None for k in wanted}}
+    after = {"exists": True, **{k: (changes[k]["after"] if k in changes else live[k][0]) for k in wanted
+                                if k in changes or k in live}}
+    steps = []
     if changes:
         managed = live.get(MANAGED_PROP, ("-", "-"))
-        if not (managed[0] == "true" and managed[1] == "local") and not adopt:
+        owned = managed[0] == "true" and managed[1] == "local"
+        if not owned and not spec.adopt:
             raise UnsafeOperation(f"{name} exists but was not created by this project ({MANAGED_PROP}=true is not "
                                   "set on it); refusing to change it",
                                   "set adopt=true to take it over (sets fabric:managed=true), or use another name")
-        argv = ["zfs", "set", *[f"{k}={v['after']}" for k, v in changes.items()]]
-        if not (managed[0] == "true" and managed[1] == "local"):
-            argv.append(f"{MANAGED_PROP}=true")
+        settings = [f"{k}={v['after']}" for k, v in changes.items()]
+        description = f"set {', '.join(settings)} on {name}"
+        if not owned:
+            settings.append(f"{MANAGED_PROP}=true")
+            description += f" and adopt it ({MANAGED_PROP}=true)"
             warnings.append(f"adopted {name}: set {MANAGED_PROP}=true")
-        argv.append(name)
-        runner.run(argv, mutating=True)
-        result["commands"].append(argv)
-        result["changed"] = True
-    result["changed_properties"] = changes
-    return result
+        steps.append(Step(description=description, argv=["zfs", "set", *settings, name]))
+    return DatasetPlan(name=name, steps=steps, changed_properties=changes, before=before, after=after,
+                       warnings=warnings)
 
 
-__all__ = ["DEDUP_WARNING", "create_argv", "ensure_dataset", "get_props", "list_datasets", "list_rows", "normalize",
-           "parse_get", "parse_size", "rows_of"]
+def apply_dataset(runner: Runner, plan: DatasetPlan) -> dict:
+    """Run the plan's steps (apply_steps) and report: {changed, created, changed_properties, commands, warnings,
+    prepared, before, after, steps}."""
+    done = apply_steps(runner, plan.steps)
+    return {"changed": bool(plan.steps), "created": plan.created, "changed_properties": plan.changed_properties,
+            "commands": done.commands, "warnings": [*plan.warnings, *done.warnings], "prepared": done.prepared,
+            "before": plan.before, "after": plan.after, "steps": [step.to_dict() for step in plan.steps]}
+
+
+def ensure_dataset(runner: Runner, *, name: str, properties: dict | None = None, encryption: dict | None = None,
+                   allow_dedup: bool = False, volume_size=None, adopt: bool = False) -> dict:
+    """Create the dataset (or volume when ``volume_size`` is set) or set the properties that differ: validate,
+    read (read_dataset), plan (plan_dataset, pure), apply (apply_dataset).
+
+    Returns {changed, created, changed_properties {prop: {before, after}}, commands, warnings, prepared,
+    before, after, steps}. Never destroys; refuses to change what cannot change after creation
+    (encryption, casesensitivity, normalization, utf8only, volblocksize) and to shrink a volume.
+    An existing dataset without a local fabric:managed=true is changed only with ``adopt=True``.
+    """
+    spec = dataset_spec(name, properties, encryption, allow_dedup, volume_size, adopt)
+    return apply_dataset(runner, plan_dataset(spec, read_dataset(runner, spec.name)))
+
+
+__all__ = ["DEDUP_WARNING", "DatasetPlan", "DatasetSpec", "LiveDataset", "apply_dataset", "create_argv",
+           "dataset_spec", "ensure_dataset", "get_props", "list_datasets", "list_rows", "normalize", "parse_get",
+           "parse_size", "plan_dataset", "read_dataset", "rows_of"]

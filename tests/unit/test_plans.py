@@ -1,0 +1,237 @@
+"""The pure planners of pools and datasets: declared state + live state -> a plan, with no Runner at all.
+
+The live state is made from recorded OpenZFS 2.3.9 outputs by the planners' own parsers (zpool.LivePool.from_outputs,
+zfs.parse_get); nothing here runs or scripts a command. Recordings: tests/unit/data/zfs23b/ (the second session:
+z23_rec, its datasets read with `zfs get -j -p`, and z23x_rz / z23x_old for raidz expansion), commands in its
+commands.tsv and commands-more.tsv.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support import data, derive_json  # (support puts module_utils on sys.path)
+
+# isort: split
+from fabric_core import zfs, zpool
+from fabric_core.errors import UnsafeOperation, UserError
+from fabric_core.model import DiskInfo, PoolLayout, Step, Vdev
+
+POOL = "z23_rec"
+T = "/var/tmp/z23_"
+R1, R2, R3 = (T + f"r{i}.img" for i in (1, 2, 3))
+NV1, NV2, LOG1, LOG2 = T + "nvme1.img", T + "nvme2.img", T + "log1.img", T + "log2.img"
+CACHE, SPARE = T + "cache.img", T + "spare.img"
+FULL = PoolLayout(vdevs=[Vdev("data", "raidz1", [R1, R2, R3]), Vdev("special", "mirror", [NV1, NV2]),
+                         Vdev("log", "mirror", [LOG1, LOG2]), Vdev("cache", "disk", [CACHE]),
+                         Vdev("spare", "disk", [SPARE])])
+IMAGENET = "z23_rec/datasets/imagenet"
+VOL1 = "z23_rec/vol1"
+KEY = "correct horse battery staple"
+
+
+def disk(path: str, *reasons: str) -> DiskInfo:
+    return DiskInfo(name=path.rsplit("/", 1)[-1], by_id=path, ids=[path], in_use=bool(reasons), reasons=list(reasons))
+
+
+ALL_DISKS = [disk(p) for p in (R1, R2, R3, NV1, NV2, LOG1, LOG2, CACHE, SPARE)]
+
+
+def live_dataset(file: str, name: str) -> zfs.LiveDataset:
+    """A dataset's live state from a recorded `zfs get -j -p all NAME` (zfs23b/*_s.json)."""
+    return zfs.LiveDataset(props=zfs.parse_get(data("zfs23b", file))[name])
+
+
+def live_pool(status: str = "status_full.json", managed: str | None = None, props: str = "get_all_full.json",
+              root: str | None = None) -> zpool.LivePool:
+    """z23_rec as read by read_pool/read_pool_details, from the second session's recordings."""
+    return zpool.LivePool.from_outputs(POOL, status=data("zfs23b", status),
+                                       managed=managed or data("zfs23b", "get_root_managed_s.json"),
+                                       props=data("zfs23b", props), root=data("zfs23b", root) if root else None)
+
+
+def argvs(plan) -> list:
+    return [step.argv for step in plan.steps]
+
+
+# ---------------------------------------------------------------- datasets
+
+
+def test_a_missing_dataset_plans_one_create_checked_by_zfs_create_n():
+    spec = zfs.dataset_spec("z23_rec/nope", {"compression": "zstd", "quota": "2G"})
+    plan = zfs.plan_dataset(spec, zfs.LiveDataset(props=None))
+    [step] = plan.steps
+    assert step.argv == ["zfs", "create", "-p", "-o", "compression=zstd", "-o", "quota=2G",
+                         "-o", "fabric:managed=true", "z23_rec/nope"]
+    assert step.dry_run_argv == ["zfs", "create", "-n", "-v", *step.argv[2:]] and step.follow_up == []
+    assert step.description == "create filesystem z23_rec/nope with compression=zstd, quota=2G and fabric:managed=true"
+    assert plan.created and plan.before == {"exists": False}
+    assert plan.after == {"exists": True, "type": "filesystem", "compression": "zstd", "quota": "2G",
+                          "fabric:managed": "true"}
+    assert plan.changed_properties["quota"] == {"before": None, "after": "2G"} and plan.warnings == []
+
+
+def test_a_volume_waits_for_its_device_node_and_a_key_never_shows():
+    plan = zfs.plan_dataset(zfs.dataset_spec("z23_rec/nope", {"volblocksize": "16K"}, volume_size="256M"),
+                            zfs.LiveDataset(props=None))
+    assert plan.steps[0].follow_up == [["udevadm", "settle"]] and plan.after["volsize"] == "256M"
+    assert plan.steps[0].argv[:5] == ["zfs", "create", "-p", "-V", "256M"]
+    enc = {"enabled": True, "key": KEY, "keyformat": "passphrase"}
+    plan = zfs.plan_dataset(zfs.dataset_spec("z23_rec/nope", encryption=enc), zfs.LiveDataset(props=None))
+    [step] = plan.steps
+    assert step.data == KEY  # on stdin only
+    assert KEY not in repr(step) and KEY not in str(step.to_dict()) and KEY not in repr(plan)
+    assert "encryption=aes-256-gcm (key on stdin)" in step.description
+
+
+def test_a_dry_run_before_the_pool_exists_plans_the_create_without_zfs_create_n():
+    plan = zfs.plan_dataset(zfs.dataset_spec("z23_rec/nope", {"compression": "zstd"}),
+                            zfs.LiveDataset(props=None, pool_exists=False))
+    assert plan.steps[0].dry_run_argv is None and plan.created
+    assert plan.warnings == ["pool z23_rec does not exist yet: `zfs create -n` cannot check z23_rec/nope now; it is "
+                             "created once the pool exists"]
+
+
+def test_a_converged_dataset_plans_nothing():
+    props = {"compression": "zstd", "quota": "2G", "recordsize": "1M", "special_small_blocks": "64K", "atime": False,
+             "primarycache": "metadata", "fabric:role": "dataset"}
+    plan = zfs.plan_dataset(zfs.dataset_spec(IMAGENET, props), live_dataset("get_all_imagenet_s.json", IMAGENET))
+    assert plan.steps == [] and plan.before == plan.after and plan.changed_properties == {}
+
+
+def test_differing_properties_are_one_zfs_set():
+    plan = zfs.plan_dataset(zfs.dataset_spec(IMAGENET, {"compression": "lz4", "quota": "3G", "fabric:tier": "hot"}),
+                            live_dataset("get_all_imagenet_s.json", IMAGENET))
+    assert argvs(plan) == [["zfs", "set", "compression=lz4", "quota=3G", "fabric:tier=hot", IMAGENET]]
+    assert plan.steps[0].description == f"set compression=lz4, quota=3G, fabric:tier=hot on {IMAGENET}"
+    assert plan.changed_properties["quota"] == {"before": "2147483648", "after": "3G"}
+    assert plan.before["compression"] == "zstd" and plan.after["compression"] == "lz4"
+
+
+def test_all_digit_user_properties_compare_as_text():
+    # recorded: z23x_rz/vol with fabric:version=007 and fabric:note=0042 (x_get_vol_p.json, `zfs get -j -p all`)
+    live = live_dataset("x_get_vol_p.json", "z23x_rz/vol")
+    assert zfs.plan_dataset(zfs.dataset_spec("z23x_rz/vol", {"fabric:version": "007", "fabric:note": "0042"}),
+                            live).steps == []
+    plan = zfs.plan_dataset(zfs.dataset_spec("z23x_rz/vol", {"fabric:version": "7"}), live)
+    assert argvs(plan) == [["zfs", "set", "fabric:version=7", "z23x_rz/vol"]]
+
+
+def test_dataset_refusals_come_from_the_planner_before_any_step():
+    vol = live_dataset("get_all_vol1_s.json", VOL1)
+    with pytest.raises(UnsafeOperation, match="shrinking volume z23_rec/vol1 from 268435456 to 134217728"):
+        zfs.plan_dataset(zfs.dataset_spec(VOL1, volume_size="128M"), vol)
+    with pytest.raises(UserError, match="volblocksize of z23_rec/vol1 is 16384 and cannot change"):
+        zfs.plan_dataset(zfs.dataset_spec(VOL1, {"volblocksize": "64K"}), vol)
+    assert argvs(zfs.plan_dataset(zfs.dataset_spec(VOL1, volume_size="512M"), vol)) == [
+        ["zfs", "set", "volsize=512M", VOL1]]
+    # derived: imagenet with fabric:managed only inherited (as tank_zfs_get_all_s.json records xattr inherited)
+    name = "z23_rec/datasets/x"
+    inherited = derive_json("zfs23b/get_all_imagenet_s.json", rename={IMAGENET: name},
+                            properties={name: {"fabric:managed": ["true", "INHERITED", "z23_rec"]}})
+    live = zfs.LiveDataset(props=zfs.parse_get(inherited)[name])
+    with pytest.raises(UnsafeOperation, match="was not created by this project") as err:
+        zfs.plan_dataset(zfs.dataset_spec(name, {"quota": "3G"}), live)
+    assert "adopt=true" in err.value.fix
+    plan = zfs.plan_dataset(zfs.dataset_spec(name, {"quota": "3G"}, adopt=True), live)
+    assert argvs(plan) == [["zfs", "set", "quota=3G", "fabric:managed=true", name]]
+    assert plan.warnings == [f"adopted {name}: set fabric:managed=true"]
+
+
+# ---------------------------------------------------------------- pools
+
+
+def test_a_missing_pool_plans_one_create_checked_by_zpool_create_n():
+    spec = zpool.pool_spec(name=POOL, layout=FULL, disks=ALL_DISKS, properties={"autotrim": "on"},
+                           fs_properties={"compression": "lz4"})
+    plan = zpool.plan_pool(spec, zpool.LivePool(name=POOL, exists=False))
+    [step] = plan.steps
+    assert step.argv == zpool.create_argv(POOL, FULL, 12, {"autotrim": "on"}, {"compression": "lz4"})
+    assert step.dry_run_argv == zpool.create_argv(POOL, FULL, 12, {"autotrim": "on"}, {"compression": "lz4"},
+                                                  dry_run=True)
+    assert step.dry_run_strict and step.description.startswith(f"create pool {POOL} (ashift 12): data raidz1 of ")
+    assert plan.created and plan.reshapes and plan.health == ""
+    assert plan.before == {"pool": POOL, "exists": False, "vdevs": []}
+    assert plan.after["vdevs"] == plan.added == FULL.to_dict()["vdevs"]
+
+
+def test_disks_to_wipe_come_first_and_zpool_create_n_may_then_refuse():
+    m1, m2 = T + "m1.img", T + "m2.img"
+    layout = PoolLayout(vdevs=[Vdev("data", "mirror", [m1, m2])])
+    used = [disk(m1), disk(m2, "filesystem ext4")]
+    spec = zpool.pool_spec(name="z23_mir", layout=layout, disks=used, wipe=[m2], safe_mode=False)
+    plan = zpool.plan_pool(spec, zpool.LivePool(name="z23_mir", exists=False))
+    assert argvs(plan) == [["zpool", "labelclear", "-f", m2], ["wipefs", "-a", m2],
+                           zpool.create_argv("z23_mir", layout)]
+    assert plan.steps[0].check is False  # labelclear exits 1 on a disk without a label
+    assert plan.steps[2].dry_run_strict is False and plan.warnings == [f"wiped {m2} (filesystem ext4)"]
+    for kwargs in ({"wipe": [m2]}, {"safe_mode": False}):  # both are needed
+        with pytest.raises(UnsafeOperation, match=r"z23_m2.img is in use \(filesystem ext4\)"):
+            zpool.plan_pool(zpool.pool_spec(name="z23_mir", layout=layout, disks=used, **kwargs),
+                            zpool.LivePool(name="z23_mir", exists=False))
+
+
+def test_a_converged_pool_plans_nothing():
+    spec = zpool.pool_spec(name=POOL, layout=FULL, disks=ALL_DISKS, properties={"autotrim": True, "ashift": 12})
+    plan = zpool.plan_pool(spec, live_pool())
+    assert plan.steps == [] and plan.before == plan.after and plan.warnings == [] and plan.health == "ONLINE"
+    assert not plan.reshapes and plan.properties_changed == {}
+
+
+def test_a_missing_cache_and_a_property_are_added_then_set():
+    spec = zpool.pool_spec(name=POOL, layout=FULL, disks=ALL_DISKS, properties={"autotrim": "off"})
+    plan = zpool.plan_pool(spec, live_pool("status_nocache.json"))
+    add = ["zpool", "add", "-o", "ashift=12", POOL, "cache", CACHE]
+    assert argvs(plan) == [add, ["zpool", "set", "autotrim=off", POOL]]
+    assert plan.steps[0].dry_run_argv == ["zpool", "add", "-n", "-o", "ashift=12", POOL, "cache", CACHE]
+    assert [s.description for s in plan.steps] == [f"add to pool {POOL}: cache disk of {CACHE}",
+                                                   f"set pool property autotrim=off on {POOL} (was on)"]
+    assert plan.added == [{"role": "cache", "type": "disk", "disks": [CACHE]}] and plan.reshapes
+    assert [v["role"] for v in plan.after["vdevs"]] == ["data", "special", "log", "spare", "cache"]
+    assert plan.properties_changed == {"autotrim": {"before": "on", "after": "off"}}
+
+
+def test_root_dataset_properties_of_an_existing_pool_are_planned_by_the_dataset_planner():
+    # z23_rec's root recorded with `zfs get -j -p all z23_rec` (get_all_root_s.json): compression lz4, atime off
+    spec = zpool.pool_spec(name=POOL, layout=FULL, disks=ALL_DISKS, fs_properties={"compression": "on", "atime": "on"})
+    plan = zpool.plan_pool(spec, live_pool(root="get_all_root_s.json"))
+    assert argvs(plan) == [["zfs", "set", "atime=on", POOL]]  # compression=on is lz4: no change
+    assert plan.fs.changed_properties == {"atime": {"before": "off", "after": "on"}} and not plan.reshapes
+
+
+def test_a_pool_not_made_here_is_changed_only_when_adopted():
+    # recorded on z23_unm (no fabric:managed), renamed to z23_rec
+    unmanaged = derive_json("zfs23b/get_root_unmanaged_s.json", rename={"z23_unm": POOL})
+    live = live_pool("status_nocache.json", managed=unmanaged)
+    with pytest.raises(UnsafeOperation, match="not created by this project") as err:
+        zpool.plan_pool(zpool.pool_spec(name=POOL, layout=FULL, disks=ALL_DISKS), live)
+    assert "adopt=true" in err.value.fix
+    plan = zpool.plan_pool(zpool.pool_spec(name=POOL, layout=FULL, disks=ALL_DISKS, adopt=True), live)
+    assert argvs(plan)[0] == ["zfs", "set", "fabric:managed=true", POOL]
+    assert plan.warnings == [f"adopted pool {POOL}: set fabric:managed=true"]
+    # nothing to change: nothing to adopt
+    assert zpool.plan_pool(zpool.pool_spec(name=POOL, layout=FULL, disks=ALL_DISKS),
+                           live_pool(managed=unmanaged)).steps == []
+
+
+def test_a_conflicting_layout_is_refused_from_status_alone():
+    # check_layout needs only what read_pool read (no pool properties yet): ensure_pool refuses before reading them
+    live = zpool.LivePool.from_outputs(POOL, status=data("zfs23b", "status_full.json"),
+                                       managed=data("zfs23b", "get_root_managed_s.json"))
+    spec = zpool.pool_spec(name=POOL, layout=PoolLayout(vdevs=[Vdev("data", "mirror", [R1, R2]),
+                                                               Vdev("data", "disk", [R3])]), disks=ALL_DISKS)
+    with pytest.raises(UserError, match="does not match the declared layout") as err:
+        zpool.check_layout(spec, live)
+    assert "declare the pool as it is" in err.value.fix
+    with pytest.raises(UserError, match="does not match the declared layout"):
+        zpool.plan_pool(spec, live)
+
+
+def test_a_degraded_pool_is_planned_with_a_warning():
+    plan = zpool.plan_pool(zpool.pool_spec(name=POOL, layout=FULL, disks=ALL_DISKS), live_pool("status_degraded.json"))
+    assert plan.steps == [] and plan.health == "DEGRADED"
+    assert plan.warnings == [f"pool {POOL} is DEGRADED: raidz1-0 DEGRADED, {R3} OFFLINE"]
+
+
+def test_steps_show_their_description_and_argv_only():
+    step = Step("create x", ["zfs", "create", "x"], data="secret", dry_run_argv=["zfs", "create", "-n", "x"])
+    assert step.to_dict() == {"description": "create x", "argv": ["zfs", "create", "x"]}
