@@ -13,7 +13,8 @@ description:
   - Creates the pool C(name) with the declared C(layout) when it does not exist
     (C(zpool create -o ashift=N ... -O fabric:managed=true)).
   - On an existing pool, adds the declared special, log, cache and spare vdevs that are missing
-    (C(zpool add)), data vdevs only with O(allow_grow), and sets the pool properties that differ.
+    (C(zpool add)), data vdevs only with O(allow_grow), grows raidz vdevs only with O(allow_raidz_expansion),
+    and sets the pool properties that differ.
   - There is only one state, present. The module never destroys or re-creates a pool and never
     removes a vdev; a live vdev that is not declared, or a declared vdev whose disks are elsewhere,
     is reported as a conflict and nothing is changed.
@@ -83,6 +84,19 @@ options:
         data vdevs only). Adding a data vdev cannot be undone.
     type: bool
     default: false
+  allow_raidz_expansion:
+    description:
+      - Allow growing a live raidzN data vdev by attaching disks (raidz expansion, OpenZFS 2.3), when a declared
+        raidzN vdev is that vdev's members plus disks that are not in the pool. One C(zpool attach POOL raidzN-M
+        DISK) per new disk, in the declared order, each followed by C(zpool wait -t raidz_expand POOL), since ZFS
+        expands one disk at a time; each reflow can take hours on large disks.
+      - Expansion cannot be undone, and the data already on the vdev keeps its old data-to-parity ratio (and
+        space use) until it is rewritten. Without this option such a declaration is a conflict.
+      - The pool's C(feature@raidz_expansion) must be enabled; a pool with it disabled is refused before any
+        change (see O(upgrade_features)). New disks follow the same in-use and wipe rules as added vdevs. A pool
+        that is expanding counts the disk being added as a member already, and the run warns that it is.
+    type: bool
+    default: false
   adopt:
     description: Allow changing an existing pool that was not created by this project; sets C(fabric:managed=true).
     type: bool
@@ -131,6 +145,16 @@ EXAMPLES = r"""
       autotrim: "on"
   register: tank
 
+- name: Grow tank's raidz2 vdev by two disks (raidz expansion; it cannot be undone)
+  fabric_zpool:
+    name: tank
+    allow_raidz_expansion: true
+    layout:
+      vdevs:
+        - {role: data, type: raidz2, disks: [/dev/disk/by-id/ata-HDD1, /dev/disk/by-id/ata-HDD2,
+                                             /dev/disk/by-id/ata-HDD3, /dev/disk/by-id/ata-HDD4,
+                                             /dev/disk/by-id/ata-HDD6, /dev/disk/by-id/ata-HDD7]}
+
 - name: Use a disk that used to hold ext4 (destroys its contents)
   fabric_zpool:
     name: fast
@@ -166,6 +190,12 @@ prepared:
   returned: always
   type: str
   sample: "would update 'tank' to the following configuration: ..."
+expanded:
+  description: The raidz vdevs grown (or to be grown, in check mode) by raidz expansion, with the disks attached.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{vdev: raidz2-0, disks: [/dev/disk/by-id/ata-HDD7]}]
 steps:
   description: The planned steps in order (run, or in check mode only planned), each with a description and its command.
   returned: always
@@ -260,6 +290,7 @@ def main():
             safe_mode=dict(type="bool", default=True),
             wipe=dict(type="list", elements="str", default=[]),
             allow_grow=dict(type="bool", default=False),
+            allow_raidz_expansion=dict(type="bool", default=False),
             adopt=dict(type="bool", default=False),
         ),
         required_one_of=[("layout", "spec")],
@@ -271,7 +302,7 @@ def main():
     p = module.params
     runner = ModuleRunner(module, dry_run=module.check_mode)
     result = {"changed": False, "created": False, "added": [], "commands": [], "prepared": "", "layout": {},
-              "properties_changed": {}, "health": "", "steps": []}
+              "properties_changed": {}, "health": "", "expanded": [], "steps": []}
     try:
         validate_pool_name(p["name"])
         if p["layout"] is not None:
@@ -295,13 +326,13 @@ def main():
             out = ensure_pool(runner, name=p["name"], layout=layout, disks=disks, ashift=p["ashift"],
                               properties=p["properties"], fs_properties=p["filesystem_properties"],
                               safe_mode=p["safe_mode"], wipe=wipe, allow_grow=p["allow_grow"],
-                              adopt=p["adopt"])
+                              adopt=p["adopt"], allow_raidz_expansion=p["allow_raidz_expansion"])
     except FabricError as err:
         result["commands"] = [list(a) for a in (runner.executed + runner.planned)]
         module.fail_json(msg=str(err), **result)
     result.update(changed=out["changed"], created=out["created"], added=out["added"], commands=out["commands"],
                   prepared=out["prepared"], layout=out["after"] or {}, health=out.get("health", ""),
-                  properties_changed=out.get("properties_changed", {}), steps=out["steps"])
+                  properties_changed=out.get("properties_changed", {}), expanded=out["expanded"], steps=out["steps"])
     if module._diff:
         result["diff"] = {"before": out["before"], "after": out["after"],
                           "before_header": f"pool {p['name']} (live)",

@@ -235,3 +235,117 @@ def test_a_degraded_pool_is_planned_with_a_warning():
 def test_steps_show_their_description_and_argv_only():
     step = Step("create x", ["zfs", "create", "x"], data="secret", dry_run_argv=["zfs", "create", "-n", "x"])
     assert step.to_dict() == {"description": "create x", "argv": ["zfs", "create", "x"]}
+
+
+# ---------------------------------------------------------------- raidz expansion (OpenZFS 2.3)
+#
+# Recorded (zfs23b/commands-more.tsv): z23x_rz, a raidz2 of the files a-d (x_status_before.json, features
+# x_get_features.json), `zpool attach z23x_rz raidz2-0 /var/tmp/z23x_e.img` (x_attach.txt), the expansion in
+# progress (x_status_expanding.json: state SCANNING, e a member already), `zpool wait -t raidz_expand`
+# (x_wait.txt), expanded (x_status_expanded.json); z23x_old, a raidz1 of h-j created with every feature
+# disabled (x_old_status.json, x_old_get_features.json), where ZFS refused the attach of f (x_old_attach.stderr).
+
+X = "/var/tmp/z23x_"
+XA, XB, XC, XD, XE, XF = (X + f"{c}.img" for c in "abcdef")
+XH, XI, XJ = (X + f"{c}.img" for c in "hij")
+X_DISKS = [disk(p) for p in (XA, XB, XC, XD, XE, XF, XH, XI, XJ)]
+# derived: the root datasets' fabric:managed of these pools was read only with `zfs get -j -p all`
+# (x_get_root_p.json for z23x_rz); the one-property answer in the recorded shape is z23_rec's
+# (get_root_managed_s.json), renamed. z23x_old was created without fabric:managed: z23_unm's answer, renamed.
+X_MANAGED = derive_json("zfs23b/get_root_managed_s.json", rename={POOL: "z23x_rz"})
+OLD_UNMANAGED = derive_json("zfs23b/get_root_unmanaged_s.json", rename={"z23_unm": "z23x_old"})
+WAIT = ["zpool", "wait", "-t", "raidz_expand", "z23x_rz"]
+
+
+def x_live(status: str = "x_status_before.json") -> zpool.LivePool:
+    return zpool.LivePool.from_outputs("z23x_rz", status=data("zfs23b", status), managed=X_MANAGED,
+                                       props=data("zfs23b", "x_get_features.json"))
+
+
+def x_spec(*disks: str, **kwargs) -> zpool.PoolSpec:
+    return zpool.pool_spec(name="z23x_rz", layout=PoolLayout(vdevs=[Vdev("data", "raidz2", list(disks))]),
+                           disks=X_DISKS, **kwargs)
+
+
+def test_the_recorded_feature_states():
+    assert zpool.parse_props(data("zfs23b", "x_get_features.json"))["feature@raidz_expansion"][0] == "enabled"
+    assert zpool.parse_props(data("zfs23b", "x_old_get_features.json"))["feature@raidz_expansion"][0] == "disabled"
+
+
+def test_a_raidz_vdev_declared_with_more_disks_is_a_conflict_that_names_the_option():
+    live = x_live()
+    assert [v.name for v in live.layout.vdevs] == ["raidz2-0"]
+    diff = zpool.compare_layout(x_spec(XA, XB, XC, XD, XE).canonical, live.layout)
+    assert diff.to_add == [] and diff.expansions == []
+    assert diff.conflicts == [f"declared data raidz2 [{XA}, {XB}, {XC}, {XD}, {XE}] is live raidz2-0 [{XA}, {XB}, "
+                              f"{XC}, {XD}] plus {XE}: growing a raidz vdev by attaching disks (raidz expansion, "
+                              "OpenZFS 2.3) needs allow_raidz_expansion=true; expansion cannot be undone, and the "
+                              "data already on the vdev keeps its old data-to-parity ratio until it is rewritten"]
+    with pytest.raises(UserError, match="needs allow_raidz_expansion=true"):
+        zpool.plan_pool(x_spec(XA, XB, XC, XD, XE), live)
+    # allow_grow is about new vdevs; it does not allow expansion
+    with pytest.raises(UserError, match="needs allow_raidz_expansion=true"):
+        zpool.plan_pool(x_spec(XA, XB, XC, XD, XE, allow_grow=True), live)
+
+
+def test_raidz_expansion_is_one_attach_and_one_wait_per_new_disk_in_order():
+    plan = zpool.plan_pool(x_spec(XA, XB, XC, XD, XE, XF, allow_raidz_expansion=True), x_live())
+    # the recorded commands: x_attach.txt and x_wait.txt (commands-more.tsv)
+    assert argvs(plan) == [["zpool", "attach", "z23x_rz", "raidz2-0", XE], WAIT,
+                           ["zpool", "attach", "z23x_rz", "raidz2-0", XF], WAIT]
+    assert plan.steps[0].description == (f"attach {XE} to raidz2-0 (raidz expansion, disk 1 of 2): ZFS reflows the "
+                                         "vdev's data across its disks")
+    assert plan.steps[1].description == (f"wait until raidz2-0 is expanded onto {XE} (`zpool wait` returns when the "
+                                         "reflow is done)")
+    assert plan.expanded == [{"vdev": "raidz2-0", "disks": [XE, XF]}] and plan.added == [] and plan.reshapes
+    assert plan.after["vdevs"] == [{"role": "data", "type": "raidz2", "disks": [XA, XB, XC, XD, XE, XF]}]
+    assert plan.before["vdevs"] == [{"role": "data", "type": "raidz2", "disks": [XA, XB, XC, XD]}]
+    [why] = plan.warnings
+    assert why.startswith(f"raidz expansion of raidz2-0 in pool z23x_rz by {XE}, {XF}: it cannot be undone; the "
+                          "data already on the vdev keeps its old data-to-parity ratio")
+
+
+def test_raidz_expansion_is_refused_while_the_feature_is_disabled():
+    live = zpool.LivePool.from_outputs("z23x_old", status=data("zfs23b", "x_old_status.json"), managed=OLD_UNMANAGED,
+                                       props=data("zfs23b", "x_old_get_features.json"))
+    spec = zpool.pool_spec(name="z23x_old", layout=PoolLayout(vdevs=[Vdev("data", "raidz1", [XH, XI, XJ, XF])]),
+                           disks=X_DISKS, allow_raidz_expansion=True, adopt=True)
+    with pytest.raises(UnsafeOperation) as err:
+        zpool.plan_pool(spec, live)
+    assert err.value.problem.startswith("pool z23x_old cannot grow raidz1-0 by raidz expansion: its "
+                                        "feature@raidz_expansion is disabled")
+    # the reason ZFS itself gives for the refused attach (recorded: x_old_attach.stderr)
+    assert data("zfs23b", "x_old_attach.stderr").split(": ", 1)[1].strip() in err.value.problem
+    assert "`zpool upgrade z23x_old`" in err.value.fix and "an older ZFS can no longer import the pool" in err.value.fix
+
+
+def test_an_expansion_in_progress_counts_its_disk_and_is_reported():
+    plan = zpool.plan_pool(x_spec(XA, XB, XC, XD, XE, allow_raidz_expansion=True), x_live("x_status_expanding.json"))
+    assert plan.steps == [] and plan.expanded == []
+    assert plan.warnings == ["pool z23x_rz is expanding raidz2-0 (raidz expansion in progress, 0 of 116035584 bytes "
+                             "copied): its new disk counts as a member already; the space it adds is usable once "
+                             "`zpool wait -t raidz_expand z23x_rz` returns"]
+    # without the option the in-progress expansion is no conflict either: the live vdev has the declared disks
+    assert zpool.plan_pool(x_spec(XA, XB, XC, XD, XE), x_live("x_status_expanding.json")).steps == []
+    # one more disk: ZFS expands one disk at a time, so the plan waits for the running expansion first
+    plan = zpool.plan_pool(x_spec(XA, XB, XC, XD, XE, XF, allow_raidz_expansion=True),
+                           x_live("x_status_expanding.json"))
+    assert argvs(plan) == [WAIT, ["zpool", "attach", "z23x_rz", "raidz2-0", XF], WAIT]
+    # expanded: the vdev has its five disks and no expansion runs
+    assert zpool.plan_pool(x_spec(XA, XB, XC, XD, XE), x_live("x_status_expanded.json")).warnings == []
+
+
+def test_new_disks_of_an_expansion_follow_the_in_use_and_wipe_rules():
+    used = [d for d in X_DISKS if d.by_id != XE] + [disk(XE, "filesystem ext4")]
+    layout = PoolLayout(vdevs=[Vdev("data", "raidz2", [XA, XB, XC, XD, XE])])
+    with pytest.raises(UnsafeOperation, match=r"z23x_e.img is in use \(filesystem ext4\)"):
+        zpool.plan_pool(zpool.pool_spec(name="z23x_rz", layout=layout, disks=used, allow_raidz_expansion=True),
+                        x_live())
+    plan = zpool.plan_pool(zpool.pool_spec(name="z23x_rz", layout=layout, disks=used, allow_raidz_expansion=True,
+                                           wipe=[XE], safe_mode=False), x_live())
+    assert argvs(plan) == [["zpool", "labelclear", "-f", XE], ["wipefs", "-a", XE],
+                           ["zpool", "attach", "z23x_rz", "raidz2-0", XE], WAIT]
+    active = [d for d in X_DISKS if d.by_id != XE] + [disk(XE, "part of imported pool 'other'")]
+    with pytest.raises(UnsafeOperation, match="in active use"):
+        zpool.plan_pool(zpool.pool_spec(name="z23x_rz", layout=layout, disks=active, allow_raidz_expansion=True,
+                                        wipe=[XE], safe_mode=False), x_live())

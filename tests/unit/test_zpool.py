@@ -589,3 +589,58 @@ def test_ensure_pool_dry_run_reports_zfs_refusal_as_command_error():
                                           "stderr": data("zpool", "create_n_full.txt.stderr")}], dry_run=True)
     with pytest.raises(CommandError, match="mismatched replication level: mirror contains both files and devices"):
         zpool.ensure_pool(runner, name="hb_rec", layout=HB, disks=HB_DISKS)
+
+
+# ---------------------------------------------------------------- raidz expansion through ensure_pool
+#
+# z23x_rz of the second session (zfs23b/commands-more.tsv): a raidz2 of the files a-d grown by e.
+
+X = "/var/tmp/z23x_"
+XA, XB, XC, XD, XE = (X + f"{c}.img" for c in "abcde")
+X_GROWN = PoolLayout(vdevs=[Vdev("data", "raidz2", [XA, XB, XC, XD, XE])])
+X_DISKS = [disk(p) for p in (XA, XB, XC, XD, XE)]
+
+
+def _x_existing() -> list[dict]:
+    # derived: `zpool list -j --json-int z23x_rz` was recorded only with -v -P, after the expansion
+    # (x_list_expanded.json): that listing without its vdev tree, which -v adds (the core reads only the name).
+    # The root's fabric:managed was read only with `zfs get -j -p all z23x_rz`: z23_rec's one-property answer
+    # (get_root_managed_s.json), renamed
+    listed = derive_json("zfs23b/x_list_expanded.json", remove=[["pools", "z23x_rz", "vdevs"]])
+    managed = derive_json("zfs23b/get_root_managed_s.json", rename={POOL: "z23x_rz"})
+    return [{"command": ["zpool", "list", *J, "z23x_rz"], "stdout": listed},
+            bstep(["zpool", "status", *J, "-P", "z23x_rz"], "x_status_before.json"),
+            {"command": ["zfs", "get", "-j", "-p", "fabric:managed", "z23x_rz"], "stdout": managed},
+            bstep(["zpool", "get", *J, "all", "z23x_rz"], "x_get_features.json")]
+
+
+def test_ensure_pool_expands_a_raidz_vdev_one_disk_at_a_time_and_reads_it_back():
+    attach = ["zpool", "attach", "z23x_rz", "raidz2-0", XE]
+    wait = ["zpool", "wait", "-t", "raidz_expand", "z23x_rz"]
+    runner = ScriptedRunner(_x_existing() + [bstep(attach, "x_attach.txt"), bstep(wait, "x_wait.txt"),
+                                             bstep(["zpool", "status", *J, "-P", "z23x_rz"], "x_status_expanded.json")])
+    out = zpool.ensure_pool(runner, name="z23x_rz", layout=X_GROWN, disks=X_DISKS, allow_raidz_expansion=True)
+    runner.assert_done()
+    assert out["commands"] == [attach, wait] and out["changed"] and not out["created"]
+    assert out["expanded"] == [{"vdev": "raidz2-0", "disks": [XE]}] and out["added"] == []
+    assert out["after"]["vdevs"] == X_GROWN.to_dict()["vdevs"]  # read back from x_status_expanded.json
+    assert out["before"]["vdevs"][0]["disks"] == [XA, XB, XC, XD]
+    assert [s["argv"] for s in out["steps"]] == [attach, wait]
+    assert out["warnings"][0].startswith("raidz expansion of raidz2-0 in pool z23x_rz by /var/tmp/z23x_e.img")
+
+
+def test_ensure_pool_check_mode_of_an_expansion_runs_only_the_reads():
+    runner = ScriptedRunner(_x_existing(), dry_run=True)
+    out = zpool.ensure_pool(runner, name="z23x_rz", layout=X_GROWN, disks=X_DISKS, allow_raidz_expansion=True)
+    runner.assert_done()
+    assert runner.executed == [] and runner.planned == [("zpool", "attach", "z23x_rz", "raidz2-0", XE),
+                                                        ("zpool", "wait", "-t", "raidz_expand", "z23x_rz")]
+    assert out["changed"] and out["after"]["vdevs"] == X_GROWN.to_dict()["vdevs"]  # predicted
+
+
+def test_ensure_pool_without_the_option_refuses_the_expansion_before_reading_the_pool_properties():
+    runner = ScriptedRunner(_x_existing()[:3])
+    with pytest.raises(UserError, match="needs allow_raidz_expansion=true; expansion cannot be undone") as err:
+        zpool.ensure_pool(runner, name="z23x_rz", layout=X_GROWN, disks=X_DISKS)
+    assert "fix: declare the pool as it is" in str(err.value)
+    runner.assert_done()
