@@ -101,6 +101,17 @@ options:
     description: Allow changing an existing pool that was not created by this project; sets C(fabric:managed=true).
     type: bool
     default: false
+  upgrade_features:
+    description:
+      - Enable the pool's disabled features (one C(zpool upgrade NAME)) when some C(feature@*) is C(disabled).
+        Nothing else ever runs C(zpool upgrade).
+      - A pool with new features enabled cannot be imported by an older ZFS. Keeping them off keeps the way back
+        after a failed OS or ZFS upgrade (boot the previous release, import the pool); enable them once that is
+        no longer needed. While false, a run on a pool with disabled features warns how many there are.
+      - Needed by O(allow_raidz_expansion) on a pool whose C(feature@raidz_expansion) is disabled; the upgrade is
+        then planned before the attach.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -224,7 +235,8 @@ health:
   type: str
   sample: ONLINE
 warnings:
-  description: Things worth knowing that did not stop the run (degraded pool, wiped disks, adoption), emitted with
+  description: Things worth knowing that did not stop the run (degraded pool, wiped disks, adoption, a raidz expansion
+    planned or in progress, disabled pool features left off), emitted with
     C(module.warn) so Ansible shows them.
   returned: when there are any
   type: list
@@ -291,6 +303,7 @@ def main():
             wipe=dict(type="list", elements="str", default=[]),
             allow_grow=dict(type="bool", default=False),
             allow_raidz_expansion=dict(type="bool", default=False),
+            upgrade_features=dict(type="bool", default=False),
             adopt=dict(type="bool", default=False),
         ),
         required_one_of=[("layout", "spec")],
@@ -326,7 +339,8 @@ def main():
             out = ensure_pool(runner, name=p["name"], layout=layout, disks=disks, ashift=p["ashift"],
                               properties=p["properties"], fs_properties=p["filesystem_properties"],
                               safe_mode=p["safe_mode"], wipe=wipe, allow_grow=p["allow_grow"],
-                              adopt=p["adopt"], allow_raidz_expansion=p["allow_raidz_expansion"])
+                              adopt=p["adopt"], allow_raidz_expansion=p["allow_raidz_expansion"],
+                              upgrade_features=p["upgrade_features"])
     except FabricError as err:
         result["commands"] = [list(a) for a in (runner.executed + runner.planned)]
         module.fail_json(msg=str(err), **result)

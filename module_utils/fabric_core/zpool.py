@@ -723,6 +723,12 @@ def _disabled_features(props: dict) -> list:
                   if k.startswith("feature@") and value == "disabled")
 
 
+def _some(names: list, shown: int = 5) -> str:
+    """The first names of a list, and how many more there are."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
 def _refuse_or_wipe(spec: PoolSpec, paths: list) -> list:
     """The disks among ``paths`` that must be wiped first; raise for in-use disks that may not be wiped."""
     to_wipe = []
@@ -849,13 +855,13 @@ def _plan_existing(spec: PoolSpec, live: LivePool) -> PoolPlan:
                           ["zfs", "set", f"{MANAGED_PROP}=true", name]))
         warnings.append(f"adopted pool {name}: set {MANAGED_PROP}=true")
     if upgrade:
-        steps.append(Step(f"enable the {len(disabled)} disabled feature(s) of pool {name} ({', '.join(disabled)}): "
-                          "asked for with upgrade_features; an older ZFS can no longer import the pool afterwards",
-                          ["zpool", "upgrade", name]))
+        steps.append(Step(f"enable the {len(disabled)} disabled feature(s) of pool {name} ({_some(disabled)}), as "
+                          "upgrade_features asks: an older ZFS can no longer import the pool afterwards, which rules "
+                          "out going back to the previous OS or ZFS release with it", ["zpool", "upgrade", name]))
     elif disabled:
-        warnings.append(f"pool {name} has {len(disabled)} disabled feature(s) ({', '.join(disabled)}); they stay "
-                        "off so that an older ZFS can still import it (the way back after a failed OS or ZFS "
-                        "upgrade): set upgrade_features=true to enable them")
+        warnings.append(f"pool {name} has {len(disabled)} disabled feature(s) ({_some(disabled)}); they stay off "
+                        "(upgrade_features is false), so an older ZFS can still import the pool: the way back "
+                        "after a failed OS or ZFS upgrade. Set upgrade_features=true to enable them")
     # the declared spelling of every new disk, for the in-use and wipe rules and the command lines
     to_add = diff.to_add
     new_paths = [d for v in to_add for d in v.disks] + [d for e in diff.expansions for d in e.disks]

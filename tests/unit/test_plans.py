@@ -349,3 +349,56 @@ def test_new_disks_of_an_expansion_follow_the_in_use_and_wipe_rules():
     with pytest.raises(UnsafeOperation, match="in active use"):
         zpool.plan_pool(zpool.pool_spec(name="z23x_rz", layout=layout, disks=active, allow_raidz_expansion=True,
                                         wipe=[XE], safe_mode=False), x_live())
+
+
+# ---------------------------------------------------------------- pool features: upgraded only when asked
+#
+# z23x_old was created with every feature disabled (`zpool create -d`; x_old_get_features.json: 44 disabled);
+# z23_rec and z23x_rz have every feature enabled or active (get_all_full.json, x_get_features.json).
+
+
+def old_live() -> zpool.LivePool:
+    return zpool.LivePool.from_outputs("z23x_old", status=data("zfs23b", "x_old_status.json"), managed=OLD_UNMANAGED,
+                                       props=data("zfs23b", "x_old_get_features.json"))
+
+
+def old_spec(*disks: str, **kwargs) -> zpool.PoolSpec:
+    return zpool.pool_spec(name="z23x_old", layout=PoolLayout(vdevs=[Vdev("data", "raidz1", list(disks))]),
+                           disks=X_DISKS, **kwargs)
+
+
+def test_disabled_features_stay_off_with_a_warning_that_counts_them():
+    disabled = [k for k, (v, _) in zpool.parse_props(data("zfs23b", "x_old_get_features.json")).items()
+                if k.startswith("feature@") and v == "disabled"]
+    assert len(disabled) == 44
+    plan = zpool.plan_pool(old_spec(XH, XI, XJ), old_live())
+    assert plan.steps == []  # no upgrade, and so nothing to adopt either
+    [warning] = plan.warnings
+    assert warning.startswith("pool z23x_old has 44 disabled feature(s) (allocation_classes, async_destroy, "
+                              "blake3, block_cloning, bookmark_v2 and 39 more); they stay off (upgrade_features is "
+                              "false), so an older ZFS can still import the pool: the way back after a failed OS "
+                              "or ZFS upgrade")
+    # a pool with every feature on: no warning, nothing to upgrade, even when asked
+    assert zpool.plan_pool(zpool.pool_spec(name=POOL, layout=FULL, disks=ALL_DISKS, upgrade_features=True),
+                           live_pool()).steps == []
+
+
+def test_upgrade_features_plans_one_zpool_upgrade():
+    plan = zpool.plan_pool(old_spec(XH, XI, XJ, upgrade_features=True, adopt=True), old_live())
+    # z23x_old was made without fabric:managed: the upgrade is a change, so the pool is adopted first
+    assert argvs(plan) == [["zfs", "set", "fabric:managed=true", "z23x_old"], ["zpool", "upgrade", "z23x_old"]]
+    assert plan.steps[1].description.startswith("enable the 44 disabled feature(s) of pool z23x_old "
+                                                 "(allocation_classes, async_destroy, blake3, block_cloning, "
+                                                 "bookmark_v2 and 39 more), as upgrade_features asks: an older ZFS "
+                                                 "can no longer import the pool afterwards")
+    assert plan.warnings == ["adopted pool z23x_old: set fabric:managed=true"]
+    with pytest.raises(UnsafeOperation, match="not created by this project"):
+        zpool.plan_pool(old_spec(XH, XI, XJ, upgrade_features=True), old_live())
+
+
+def test_upgrade_features_comes_before_a_raidz_expansion_that_needs_it():
+    plan = zpool.plan_pool(old_spec(XH, XI, XJ, XF, upgrade_features=True, allow_raidz_expansion=True, adopt=True),
+                           old_live())
+    assert argvs(plan) == [["zfs", "set", "fabric:managed=true", "z23x_old"], ["zpool", "upgrade", "z23x_old"],
+                           ["zpool", "attach", "z23x_old", "raidz1-0", XF],
+                           ["zpool", "wait", "-t", "raidz_expand", "z23x_old"]]
