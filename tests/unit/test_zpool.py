@@ -19,7 +19,7 @@ from support import DATA, ScriptedRunner, data, derive_json  # (support puts mod
 # isort: split
 from fabric_core import disks, zjson, zpool
 from fabric_core.errors import CommandError, FabricError, InvalidName, NotFound, UnsafeOperation, UserError
-from fabric_core.model import DiskInfo, PoolLayout, Vdev
+from fabric_core.model import DiskInfo, PoolLayout, Step, Vdev, apply_steps
 
 J = ["-j", "--json-int"]
 POOL = "z23_rec"
@@ -555,48 +555,69 @@ def test_create_and_add_force_only_when_the_plan_accepted_a_redundancy_mismatch(
     assert "-f" not in zpool.add_argv("tank", vdevs[1:])
 
 
-# ---------------------------------------------------------------- dry runs of zpool create (text)
+# ---------------------------------------------------------------- dry runs of zpool create/add (text)
 #
-# `zpool create -n` prints text in 2.3 as well; ensure_pool shows it as `prepared` and never parses it.
-# The lab recorded it only on ZFS 2.1 (pool hb_rec on by-id disks and files: tests/unit/data/zpool/).
+# `zpool create -n` and `zpool add -n` print text in 2.3 as well; ensure_pool shows it as `prepared` and never
+# parses it. Recorded on 2.3 in the second session (zfs23b/commands-more.tsv): the dry run of z23x_rz, a raidz2 of
+# the files a-d (x_create_n.txt), and ZFS refusing `zpool add -n z23x_rz /var/tmp/z23x_e.img` (x_add_n_mismatch).
 
-H2, H3, H4 = (D + f"ata-LAB_HDD_8TB_7200_HDD100{i}" for i in (2, 3, 4))
-HB_FILES = ("/var/tmp/hb_nvme.img", "/var/tmp/hb_cache.img", "/var/tmp/hb_spare.img")
-HB = PoolLayout(vdevs=[Vdev("data", "raidz1", [H2, H3, H4]), Vdev("special", "mirror", [NVME[0], HB_FILES[0]]),
-                       Vdev("log", "mirror", SSD), Vdev("cache", "disk", [HB_FILES[1]]),
-                       Vdev("spare", "disk", [HB_FILES[2]])])
-HB_DISKS = [disk(p) for p in (H2, H3, H4, *SSD, NVME[0], *HB_FILES)]
-HB_MISSING = {"command": ["zpool", "list", *J, "hb_rec"], "rc": 1,
-              "stderr": data("zfs23", "list_missing.stderr").replace("z23_nonexistent", "hb_rec")}
+X = "/var/tmp/z23x_"
+XA, XB, XC, XD, XE = (X + f"{c}.img" for c in "abcde")
+X_RAIDZ2 = PoolLayout(vdevs=[Vdev("data", "raidz2", [XA, XB, XC, XD])])
+# derived: `zpool list` of z23x_rz before it existed was not recorded: the recorded missing-pool answer (for
+# z23_nonexistent, zfs23b/list_missing.stderr) with the name replaced
+X_MISSING = {"command": ["zpool", "list", *J, "z23x_rz"], "rc": 1,
+             "stderr": data("zfs23b", "list_missing.stderr").replace("z23_nonexistent", "z23x_rz")}
+
+
+def recorded_more(file: str) -> list[str]:
+    """The argv that made a file of zfs23b/commands-more.tsv."""
+    for line in data("zfs23b", "commands-more.tsv").splitlines():
+        name, _rc, command = line.split("\t")
+        if name == file:
+            return shlex.split(command)
+    raise KeyError(file)
 
 
 def test_ensure_pool_dry_run_create_runs_zpool_create_n_only():
-    layout = PoolLayout(vdevs=[v for v in HB.vdevs if v.role != "special"])
-    check = zpool.create_argv("hb_rec", layout, 12, {}, {}, dry_run=True)
-    runner = ScriptedRunner([HB_MISSING, {"command": check, "stdout": data("zpool", "create_n_nospecial.txt")}],
-                            dry_run=True)
-    out = zpool.ensure_pool(runner, name="hb_rec", layout=layout, disks=HB_DISKS)
+    check = zpool.create_argv("z23x_rz", X_RAIDZ2, 12, {}, {}, dry_run=True)
+    assert check == recorded_more("x_create_n.txt")
+    runner = ScriptedRunner([X_MISSING, bstep(check, "x_create_n.txt")], dry_run=True)
+    out = zpool.ensure_pool(runner, name="z23x_rz", layout=X_RAIDZ2, disks=[disk(p) for p in (XA, XB, XC, XD)])
     runner.assert_done()
     assert out["changed"] and out["created"]
-    assert out["prepared"] == data("zpool", "create_n_nospecial.txt").strip()
-    assert out["commands"] == [zpool.create_argv("hb_rec", layout, 12, {}, {})]
+    assert out["prepared"] == data("zfs23b", "x_create_n.txt").strip()
+    assert out["prepared"].startswith("would create 'z23x_rz' with the following layout:")
+    assert out["commands"] == [zpool.create_argv("z23x_rz", X_RAIDZ2, 12, {}, {})]
     assert runner.planned == [tuple(out["commands"][0])] and runner.executed == []
 
 
-def test_ensure_pool_dry_run_reports_zfs_refusal_as_command_error():
-    check = zpool.create_argv("hb_rec", HB, 12, {}, {}, dry_run=True)
-    runner = ScriptedRunner([HB_MISSING, {"command": check, "rc": 1,
-                                          "stderr": data("zpool", "create_n_full.txt.stderr")}], dry_run=True)
-    with pytest.raises(CommandError, match="mismatched replication level: mirror contains both files and devices"):
-        zpool.ensure_pool(runner, name="hb_rec", layout=HB, disks=HB_DISKS)
+def test_a_dry_run_refused_by_zfs_is_a_command_error_unless_a_wipe_comes_first():
+    # the applier runs a step's dry-run validation in a dry run; the recorded refusal of `zpool add -n` (exit 1)
+    # fails the run, or is a warning when the plan wipes disks first (ZFS saw their old signatures)
+    add = zpool.add_argv("z23x_rz", [Vdev("data", "disk", [XE])])
+    check = zpool.add_argv("z23x_rz", [Vdev("data", "disk", [XE])], dry_run=True)
+    assert check == recorded_more("x_add_n_mismatch.txt")
+    refused = {"command": check, "rc": 1, "stdout": data("zfs23b", "x_add_n_mismatch.txt"),
+               "stderr": data("zfs23b", "x_add_n_mismatch.stderr")}
+    runner = ScriptedRunner([refused], dry_run=True)
+    with pytest.raises(CommandError, match="mismatched replication level: pool uses raidz and new vdev is file"):
+        apply_steps(runner, [Step("add", add, dry_run_argv=check)])
+    assert runner.planned == []
+    runner = ScriptedRunner([refused], dry_run=True)
+    done = apply_steps(runner, [Step("add", add, dry_run_argv=check, dry_run_strict=False,
+                                     dry_run_refusal="`zpool add -n` refused the plan before the wipe: ")])
+    runner.assert_done()
+    assert done.commands == [add] and runner.planned == [tuple(add)]
+    assert done.warnings == ["`zpool add -n` refused the plan before the wipe: invalid vdev specification\nuse '-f' to "
+                             "override the following errors:\nmismatched replication level: pool uses raidz and new "
+                             "vdev is file"]
 
 
 # ---------------------------------------------------------------- raidz expansion through ensure_pool
 #
 # z23x_rz of the second session (zfs23b/commands-more.tsv): a raidz2 of the files a-d grown by e.
 
-X = "/var/tmp/z23x_"
-XA, XB, XC, XD, XE = (X + f"{c}.img" for c in "abcde")
 X_GROWN = PoolLayout(vdevs=[Vdev("data", "raidz2", [XA, XB, XC, XD, XE])])
 X_DISKS = [disk(p) for p in (XA, XB, XC, XD, XE)]
 
