@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from . import zfs, zjson
 from .disks import ACTIVE_USE_PREFIXES
-from .errors import NotFound, UnsafeOperation, UserError
+from .errors import FabricError, NotFound, UnsafeOperation, UserError
 from .model import MIN_WIDTH, VDEV_ROLES, VDEV_TYPES, DiskInfo, PoolLayout, Step, Vdev, apply_steps
 from .names import validate_pool_name
 from .runner import Runner
@@ -439,7 +439,7 @@ def compare_layout(declared: PoolLayout, live: PoolLayout, allow_grow: bool = Fa
             target = live_disks[present[0]]
             new = [strip_part1(d) for d in original.disks if strip_part1(d) not in live_disks]
             if (vdev.role == "data" and vdev.type.startswith("raidz") and target.role == "data"
-                    and target.type == vdev.type and new and set(target.disks) <= set(vdev.disks)):
+                    and target.type == vdev.type and new and set(present) == set(target.disks)):
                 matched.add(target.key())
                 if allow_raidz_expansion:
                     diff.expansions.append(Expansion(target.name, target, [spelled.get(d, d) for d in new]))
@@ -808,7 +808,10 @@ def _plan_create(spec: PoolSpec) -> PoolPlan:
 def _plan_existing(spec: PoolSpec, live: LivePool) -> PoolPlan:
     name = spec.name
     diff = check_layout(spec, live)
-    props = live.props if live.props is not None else {}
+    if live.props is None or (spec.fs_properties and (live.root is None or live.root.props is None)):
+        raise FabricError(f"pool {name}: its properties (and, with filesystem properties, its root dataset) were "
+                          "not read", "read them with read_pool_details before planning")
+    props = live.props
     health = live.health.state if live.health else ""
     warnings: list = []
     if health and health != "ONLINE":
@@ -843,8 +846,7 @@ def _plan_existing(spec: PoolSpec, live: LivePool) -> PoolPlan:
                 "release is no longer possible with it; or declare the vdev as it is")
     fs_plan = None
     if spec.fs_properties:
-        fs_plan = zfs.plan_dataset(zfs.dataset_spec(name, spec.fs_properties, adopt=True),
-                                   live.root or zfs.LiveDataset(props=None))
+        fs_plan = zfs.plan_dataset(zfs.dataset_spec(name, spec.fs_properties, adopt=True), live.root)
     steps: list = []
     if not live.managed and (diff.to_add or diff.expansions or prop_changes or upgrade or spec.fs_properties):
         if not spec.adopt:
@@ -862,9 +864,12 @@ def _plan_existing(spec: PoolSpec, live: LivePool) -> PoolPlan:
         warnings.append(f"pool {name} has {len(disabled)} disabled feature(s) ({_some(disabled)}); they stay off "
                         "(upgrade_features is false), so an older ZFS can still import the pool: the way back "
                         "after a failed OS or ZFS upgrade. Set upgrade_features=true to enable them")
-    # the declared spelling of every new disk, for the in-use and wipe rules and the command lines
-    to_add = diff.to_add
-    new_paths = [d for v in to_add for d in v.disks] + [d for e in diff.expansions for d in e.disks]
+    # the declared spelling of every new disk (the comparison ran on by-id paths), for the in-use and wipe rules,
+    # the command lines and the report
+    to_path = {disk.by_id: path for path, disk in spec.by_disk.items()}
+    to_add = [Vdev(v.role, v.type, [to_path.get(d, d) for d in v.disks]) for v in diff.to_add]
+    expansions = [Expansion(e.vdev, e.live, [to_path.get(d, d) for d in e.disks]) for e in diff.expansions]
+    new_paths = [d for v in to_add for d in v.disks] + [d for e in expansions for d in e.disks]
     wiped = _wipes(spec, new_paths, steps, warnings)
     if to_add:
         steps.append(Step(
@@ -876,7 +881,7 @@ def _plan_existing(spec: PoolSpec, live: LivePool) -> PoolPlan:
     if diff.expansions and live.expanding:
         steps.append(Step(f"wait for the raidz expansion of {live.expanding['vdev']} in progress to finish (ZFS "
                           "expands one disk at a time)", ["zpool", "wait", "-t", "raidz_expand", name]))
-    for expansion in diff.expansions:
+    for expansion in expansions:
         warnings.append(f"raidz expansion of {expansion.vdev} in pool {name} by {', '.join(expansion.disks)}: it "
                         "cannot be undone; the data already on the vdev keeps its old data-to-parity ratio (and "
                         "space use) until it is rewritten; ZFS expands one disk at a time, so each attach is "
@@ -895,13 +900,13 @@ def _plan_existing(spec: PoolSpec, live: LivePool) -> PoolPlan:
         steps += fs_plan.steps
         warnings += fs_plan.warnings
     by_id = {path: disk.by_id for path, disk in spec.by_disk.items()}
-    grown = {e.vdev: [by_id.get(d, d) for d in e.disks] for e in diff.expansions}
+    grown = {e.vdev: [by_id.get(d, d) for d in e.disks] for e in expansions}
     predicted = PoolLayout(vdevs=[Vdev(v.role, v.type, [*v.disks, *grown.get(v.name, [])]) for v in live.layout.vdevs]
                            + [Vdev(v.role, v.type, [by_id.get(d, d) for d in v.disks]) for v in to_add])
     return PoolPlan(name=name, steps=steps, warnings=warnings,
                     before={"pool": name, "exists": True, **_layout_dict(live.layout)},
                     after={"pool": name, "exists": True, **_layout_dict(predicted)},
-                    added=[v.to_dict() for v in to_add], expanded=[e.to_dict() for e in diff.expansions],
+                    added=[v.to_dict() for v in to_add], expanded=[e.to_dict() for e in expansions],
                     properties_changed=prop_changes, fs=fs_plan, health=health,
                     reshapes=bool(to_add or diff.expansions))
 

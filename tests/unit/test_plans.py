@@ -8,12 +8,14 @@ commands.tsv and commands-more.tsv.
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from support import data, derive_json  # (support puts module_utils on sys.path)
+from support import DATA, data, derive_json  # (support puts module_utils on sys.path)
 
 # isort: split
-from fabric_core import zfs, zpool
-from fabric_core.errors import UnsafeOperation, UserError
+from fabric_core import disks, zfs, zpool
+from fabric_core.errors import FabricError, UnsafeOperation, UserError
 from fabric_core.model import DiskInfo, PoolLayout, Step, Vdev
 
 POOL = "z23_rec"
@@ -402,3 +404,45 @@ def test_upgrade_features_comes_before_a_raidz_expansion_that_needs_it():
     assert argvs(plan) == [["zfs", "set", "fabric:managed=true", "z23x_old"], ["zpool", "upgrade", "z23x_old"],
                            ["zpool", "attach", "z23x_old", "raidz1-0", XF],
                            ["zpool", "wait", "-t", "raidz_expand", "z23x_old"]]
+
+
+def test_a_raidz_vdev_declared_with_a_member_of_another_vdev_is_no_expansion():
+    # z23_rec: raidz1-0 of r1-r3 and a special mirror of nvme1/nvme2 (status_full.json); declaring raidz1 of r1-r3,
+    # nvme1 and a new disk takes nvme1 from the special mirror: a conflict, never an attach
+    live = live_pool()
+    declared = PoolLayout(vdevs=[Vdev("data", "raidz1", [R1, R2, R3, NV1, T + "new.img"]), *FULL.vdevs[2:]])
+    diff = zpool.compare_layout(declared, live.layout, allow_raidz_expansion=True)
+    assert diff.expansions == []
+    assert diff.conflicts[0].startswith(f"declared data raidz1 [{T}new.img, {NV1}, {R1}, {R2}, {R3}] does not match "
+                                        f"the pool: {NV1}, {R1}, {R2}, {R3} are in live")
+
+
+def test_planning_an_existing_pool_needs_its_properties_read():
+    live = zpool.LivePool.from_outputs(POOL, status=data("zfs23b", "status_full.json"),
+                                       managed=data("zfs23b", "get_root_managed_s.json"))
+    with pytest.raises(FabricError, match="were not read") as err:
+        zpool.plan_pool(zpool.pool_spec(name=POOL, layout=FULL, disks=ALL_DISKS), live)
+    assert "read_pool_details" in err.value.fix
+    with pytest.raises(FabricError, match="root dataset"):  # filesystem properties need the root dataset read
+        zpool.plan_pool(zpool.pool_spec(name=POOL, layout=FULL, disks=ALL_DISKS, fs_properties={"atime": "off"}),
+                        live_pool())
+
+
+def test_a_disk_declared_by_another_by_id_name_is_added_with_that_name_and_reported_by_its_preferred_path():
+    # the converged lab pool tank (zfs23b/tank_status.json) without its cache device (derived: the l2cache section
+    # removed), on the disks discovery found beside it (disks/tank-zfs23, tank's members counted free); the cache is
+    # declared by the NVMe's second by-id name
+    found = disks.free_for_pool([DiskInfo.from_dict(d) for d in json.loads(
+        (DATA / "disks" / "tank-zfs23" / "discover.json").read_text())], "tank")
+    live = zpool.LivePool.from_outputs(
+        "tank", status=derive_json("zfs23b/tank_status.json", remove=[["pools", "tank", "l2cache"]]),
+        managed=derive_json("zfs23b/get_root_managed_s.json", rename={POOL: "tank"}),
+        props=data("zfs23b", "tank_get.json"), aliases={p: d.by_id for d in found for p in (d.by_id, *d.ids)})
+    by_id = "/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_NVME1003"
+    alias = by_id + "_1"
+    assert alias in next(d for d in found if d.by_id == by_id).ids
+    declared = PoolLayout(vdevs=[*live.layout.vdevs, Vdev("cache", "disk", [alias])])
+    plan = zpool.plan_pool(zpool.pool_spec(name="tank", layout=declared, disks=found), live)
+    assert argvs(plan) == [["zpool", "add", "-o", "ashift=12", "tank", "cache", alias]]
+    assert plan.added == [{"role": "cache", "type": "disk", "disks": [alias]}]
+    assert plan.after["vdevs"][-1] == {"role": "cache", "type": "disk", "disks": [by_id]}
