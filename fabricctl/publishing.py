@@ -34,7 +34,7 @@ def storage_withdraw(ctx, export: publish.Export, remaining: list[str], *, force
         lio.apply(actions)
     held = "@" in export.snapshot  # a checkpoint volume (not a snapshot) is never held
     return {"lio_actions": [a.describe() for a in lio.changes(actions)],
-            "released": lzc.release(export.snapshot, dry_run=ctx.dry_run) if held else False}
+            "released": lzc.release(export.snapshot, runner=ctx.local) if held else False}
 
 
 def storage_side(ctx, export: publish.Export, hosts, *, hold: bool = True) -> dict:
@@ -47,7 +47,7 @@ def storage_side(ctx, export: publish.Export, hosts, *, hold: bool = True) -> di
         if snapdev != "visible":
             run.run(["zfs", "set", "snapdev=visible", volume], mutating=True)
             changed_snapdev = True
-    held = lzc.hold(export.snapshot, dry_run=ctx.dry_run) if hold else False
+    held = lzc.hold(export.snapshot, runner=ctx.local) if hold else False
     if not ctx.dry_run:
         run.run(["udevadm", "settle"], check=False)
         common.wait_for(export.device)

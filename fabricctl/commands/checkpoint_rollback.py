@@ -91,8 +91,8 @@ def run(ctx, args) -> int:
     publish.detach(runner, export, target_iqn=target, portal=cfg.portal.address, force=args.force)
     try:
         if newer:
-            lzc.destroy_snapshots([r["name"] for r in newer])
-        lzc.rollback_to(vol["name"], snap)
+            lzc.destroy_snapshots([r["name"] for r in newer], runner=ctx.local)
+        lzc.rollback_to(vol["name"], snap, runner=ctx.local)
     finally:
         publishing.host_side(ctx, export, writer, lambda text: None)
     if args.json:

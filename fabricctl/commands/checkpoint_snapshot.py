@@ -97,7 +97,7 @@ def run(ctx, args) -> int:
     snapshot_error = None
     try:
         faults.point("checkpoint-snapshot")
-        lzc.snapshot([snap], props)
+        lzc.snapshot([snap], props, runner=ctx.local)
     except BaseException as exc:  # noqa: BLE001 - re-raised after the thaw
         snapshot_error = exc
     finally:

@@ -62,7 +62,7 @@ def run(ctx, args) -> int:
                         f"run `fabricctl dataset destroy {args.ref} --yes` (or --dry-run to look first)")
     if not ctx.dry_run:
         if version is not None:
-            lzc.destroy_snapshots(what)
+            lzc.destroy_snapshots(what, runner=ctx.local)
         else:
             common.unmount_staging(ctx, name)
             common.destroy_volume(ctx, vol["name"])

@@ -80,7 +80,7 @@ def run(ctx, args) -> int:
              "fabric:note": args.note or "-", "fabric:files": str(summary.files), "fabric:bytes": str(summary.bytes),
              "fabric:manifest-sha256": summary.manifest_sha256, "fabric:fs": fstype}
     try:
-        lzc.snapshot([snap], props)
+        lzc.snapshot([snap], props, runner=ctx.local)
     finally:
         common.mount_staging(ctx, name, fstype)
     out = {"dataset": name, "version": version, "snapshot": snap, "files": summary.files, "bytes": summary.bytes,

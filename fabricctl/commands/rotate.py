@@ -105,7 +105,7 @@ def run(ctx, args) -> int:
     destroyed = []
     if not ctx.dry_run:
         for names in batches.values():  # one libzfs_core call per dataset
-            destroyed += lzc.destroy_snapshots(names)
+            destroyed += lzc.destroy_snapshots(names, runner=ctx.local)
         write_metrics(cfg.rotation.metrics_file, kept=len(plan.keep), destroyed=len(destroyed),
                       seconds=time.monotonic() - started)
     if args.json:

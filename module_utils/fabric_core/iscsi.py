@@ -16,6 +16,10 @@ Facts of iscsiadm this module relies on (checked in the lab):
   creating a node record for each of them (a plain discovery would create records for every
   target of the portal, which `node.startup = automatic` would then log in at boot).
 
+Sessions converge as plan, then apply: ``session_spec`` validates the declared state, ``read_session``
+does every read, ``plan_session`` (pure) turns both into steps, conflicts, warnings and the predicted
+after-state, and ``apply_session`` runs the plan; ``ensure_session`` is the three in a row.
+
 CHAP secrets never appear in returned commands or error messages (see ``redact``).
 """
 
@@ -25,6 +29,7 @@ import ipaddress
 import re
 import shlex
 import time
+from dataclasses import dataclass, field
 
 from .errors import EXIT_USER, Busy, CommandError, FabricError, NotFound, UserError
 from .names import host_iqn, validate_iqn
@@ -313,7 +318,8 @@ def _login_error(argv, res, target_iqn: str, portal: str, initiator: str | None)
                        "see `journalctl -u iscsid` on this host and the kernel log of the storage node")
 
 
-def _current_initiator(runner) -> str | None:
+def read_initiator_name(runner) -> str | None:
+    """This host's initiator name, from /etc/iscsi/initiatorname.iscsi (None when it has none)."""
     res = runner.run(["cat", "/etc/iscsi/initiatorname.iscsi"], check=False)
     for line in res.stdout.splitlines():
         if line.startswith("InitiatorName="):
@@ -356,10 +362,206 @@ def wait_for_device(runner, path: str, *, timeout: float = 60.0, interval: float
         sleep(interval)
 
 
+# --------------------------------------------------------------------------------------------
+# sessions: declared state + live state -> a pure plan; one applier runs it
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """The declared state of one target's session on this host (``session_spec`` validates it)."""
+
+    portal: str  # normalised ADDRESS:PORT
+    target_iqn: str
+    state: str = "logged_in"  # or logged_out
+    startup: str = "automatic"
+    lun: int = 0
+    chap: dict | None = None  # open-iscsi's names, all four fields (``credentials``)
+    settings: tuple = ()  # further node record settings, as (key, value) pairs
+
+    @property
+    def device(self) -> str:
+        return by_path(self.portal, self.target_iqn, self.lun)
+
+    def wanted(self) -> dict:
+        """The node record settings enforced, in the order they are applied."""
+        return desired_settings(self.chap, self.startup, dict(self.settings))
+
+    def node_argv(self, *extra) -> list:
+        return [*_node_argv(self.target_iqn, self.portal), *extra]
+
+
+def session_spec(*, portal: str, target_iqn: str, chap: dict | None = None, startup: str = "automatic",
+                 state: str = "logged_in", lun: int = 0, settings: dict | None = None) -> SessionSpec:
+    """Validate the declared state; UserError (InvalidName) before anything is read."""
+    portal = normalize_portal(portal)
+    validate_iqn(target_iqn)
+    if startup not in STARTUP_VALUES:
+        raise UserError(f"invalid startup {startup!r}", f"use one of {', '.join(STARTUP_VALUES)}")
+    if state not in STATES:
+        raise UserError(f"invalid state {state!r}", f"use one of {', '.join(STATES)}")
+    if not isinstance(lun, int) or lun < 0:
+        raise UserError(f"invalid LUN {lun!r}", "give the LUN number as a non-negative integer (usually 0)")
+    return SessionSpec(portal, target_iqn, state, startup, lun, credentials(chap),
+                       tuple((str(k), str(v)) for k, v in (settings or {}).items()))
+
+
+@dataclass
+class SessionLive:
+    """What this host has for the target: its session, its node record, and what answers the plan needs
+    (the portal's offer when there is no record; the mount points of the session's disks for a logout)."""
+
+    session: dict | None
+    record: dict | None
+    offered: list | None = None  # targets the portal offers (SendTargets), read only when the record is missing
+    discovery_error: FabricError | None = None
+    mounted: list = field(default_factory=list)  # "/dev/sdX on /mount/point"
+
+
+def read_session(runner, spec: SessionSpec) -> SessionLive:
+    """Every read the plan needs (each runs in a dry run too)."""
+    session = find_session(read_sessions(runner), spec.target_iqn, spec.portal)
+    live = SessionLive(session, read_node_record(runner, spec.target_iqn, spec.portal, secrets=bool(spec.chap)))
+    if spec.state == "logged_out":
+        live.mounted = _mounted_disks(runner, session) if session is not None else []
+    elif live.record is None:
+        try:
+            live.offered = sorted({n["target"] for n in discover(runner, spec.portal)})
+        except PortalUnreachable as err:
+            live.discovery_error = err
+    return live
+
+
+@dataclass(frozen=True)
+class SessionStep:
+    """One iscsiadm change: ``op`` is create_record, update, login, logout or delete_record."""
+
+    op: str
+    argv: tuple
+    key: str = ""  # the setting an update sets
+
+    @property
+    def command(self) -> str:
+        return _cmdline(self.argv)
+
+
+@dataclass
+class SessionPlan:
+    steps: list  # [SessionStep], in order
+    conflicts: list  # FabricErrors that forbid the change (the applier raises the first, before any change)
+    warnings: list
+    before: dict
+    after: dict  # the predicted after-state
+
+    @property
+    def updated(self) -> list[str]:
+        return [step.key for step in self.steps if step.op == "update"]
+
+    @property
+    def creates_record(self) -> bool:
+        return any(step.op == "create_record" for step in self.steps)
+
+
+def plan_session(spec: SessionSpec, live: SessionLive, *, dry_run: bool = False, unmounting: tuple = ()) -> SessionPlan:
+    """The steps from ``live`` to ``spec`` (pure). A missing record is planned as created with none of the
+    wanted settings (the applier plans again from the record ``-o new`` made). In a dry run, mount points
+    in ``unmounting`` (the caller's own planned unmounts) do not count as mounted, and a portal that
+    does not offer the target (the storage side's export was only simulated) is a warning."""
+    wanted = spec.wanted()
+    record = live.record
+    before = {"logged_in": live.session is not None, "record": record is not None,
+              **(_masked({k: record.get(k, "") for k in wanted}) if record is not None else {})}
+    steps: list[SessionStep] = []
+    conflicts: list[FabricError] = []
+    warnings: list[str] = []
+    if spec.state == "logged_out":
+        if live.session is not None:
+            mounted = [m for m in live.mounted if not (dry_run and m.split(" on ", 1)[1] in unmounting)]
+            if mounted:
+                conflicts.append(Busy(f"{spec.target_iqn} at {spec.portal} is in use: {', '.join(mounted)}",
+                                      "unmount it first (stop and disable its .mount unit); logging out under a "
+                                      "mounted file system makes it fail with I/O errors"))
+            steps.append(SessionStep("logout", tuple(spec.node_argv("--logout"))))
+        if record is not None:
+            steps.append(SessionStep("delete_record", tuple(spec.node_argv("-o", "delete"))))
+        return SessionPlan(steps, conflicts, warnings, before, {"logged_in": False, "record": False})
+    if record is None:
+        problem = live.discovery_error
+        if problem is None and spec.target_iqn not in (live.offered or []):
+            problem = NotFound(f"portal {spec.portal} does not offer target {spec.target_iqn} (it offers: "
+                               f"{', '.join(live.offered or []) or 'nothing'})",
+                               "check the target IQN, and that the storage node exports it on this portal")
+        if problem is not None and dry_run:  # check mode of a whole site run: the export was only simulated
+            warnings.append(f"{problem.problem.splitlines()[0]}; check mode assumes the storage nodes export it "
+                            "earlier in the run (a real run refuses this)")
+        elif problem is not None:
+            conflicts.append(problem)
+        steps.append(SessionStep("create_record", tuple(spec.node_argv("-o", "new"))))
+        record = {}
+    for key, value in wanted.items():
+        if record.get(key) != value:
+            steps.append(SessionStep("update", tuple(spec.node_argv("-o", "update", "-n", key, "-v", value)), key))
+    updated = [step.key for step in steps if step.op == "update"]
+    if live.session is not None and updated and live.record is not None:
+        warnings.append(f"{spec.target_iqn}: changed node settings ({', '.join(updated)}) take effect at the "
+                        "next login; the current session keeps its old ones")
+    if live.session is None:
+        steps.append(SessionStep("login", tuple(spec.node_argv("--login"))))
+    after = {"logged_in": True, "record": True, **_masked(wanted)}
+    for key in SECRET_KEYS:
+        if key in wanted and key in updated and wanted[key]:
+            after[key] = MASK + " (changed)"
+    return SessionPlan(steps, conflicts, warnings, before, after)
+
+
+def apply_session(runner, spec: SessionSpec, live: SessionLive, plan: SessionPlan, *, device_timeout: float = 60.0,
+                  sleep=time.sleep) -> dict:
+    """Run a plan: refuse its first conflict before any change, run its steps (a created record is read
+    back and the rest planned again from it), then wait for the LUN's device. Returns the result of
+    ``ensure_session``."""
+    if plan.conflicts:
+        raise plan.conflicts[0]
+    commands: list[str] = []
+    record_created = plan.creates_record
+    steps, warnings, after = list(plan.steps), list(plan.warnings), plan.after
+    updated = plan.updated
+    while steps:
+        step = steps.pop(0)
+        commands.append(step.command)
+        if step.op == "login":
+            res = runner.run(step.argv, mutating=True, check=False)
+            if res.rc not in (0, RC_SESSION_EXISTS):
+                raise _login_error(step.argv, res, spec.target_iqn, spec.portal, read_initiator_name(runner))
+            continue
+        ok_rcs = (0, RC_NO_OBJECTS) if step.op in ("logout", "delete_record") else (0,)
+        try:
+            runner.run(step.argv, mutating=True, ok_rcs=ok_rcs)
+        except CommandError as err:  # the argv may carry a secret: rebuild the error from the redacted one
+            raise CommandError(redact(err.argv), err.rc, err.stdout, err.stderr, err.fix) from None
+        if step.op == "create_record" and not runner.dry_run:  # what `-o new` made: plan the rest from it
+            made = read_node_record(runner, spec.target_iqn, spec.portal, secrets=bool(spec.chap)) or {}
+            replan = plan_session(spec, SessionLive(live.session, made))
+            steps, after, updated = list(replan.steps), replan.after, replan.updated
+    result = {"changed": bool(commands), "commands": commands, "session": live.session, "device": None,
+              "kernel_device": None, "record_created": record_created, "updated": updated, "warnings": warnings,
+              "target": spec.target_iqn, "portal": spec.portal, "lun": spec.lun, "before": plan.before,
+              "after": after}
+    if spec.state == "logged_out":
+        result["session"] = None
+        return result
+    if runner.dry_run and live.session is None:
+        result["device"] = spec.device  # where it will appear; nothing was logged in
+        return result
+    result["kernel_device"] = wait_for_device(runner, spec.device, timeout=device_timeout, sleep=sleep)
+    result["device"] = spec.device
+    if live.session is None:
+        result["session"] = find_session(read_sessions(runner), spec.target_iqn, spec.portal)
+    return result
+
+
 def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = None, startup: str = "automatic",
                    state: str = "logged_in", lun: int = 0, settings: dict | None = None,
                    device_timeout: float = 60.0, sleep=time.sleep, unmounting: tuple = ()) -> dict:
-    """Converge one target's node record and session on this host.
+    """Converge one target's node record and session on this host: read, plan, apply.
 
     logged_in: make the node record if it is missing (after a nonpersistent SendTargets discovery
     proves the portal offers the target), set node.startup, CHAP and ``settings`` where they
@@ -371,97 +573,11 @@ def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = 
     Returns {changed, commands, session, device, kernel_device, record_created, updated, warnings,
     before, after}; commands are redacted command lines of the changes (run or, in a dry run, planned).
     """
-    portal = normalize_portal(portal)
-    validate_iqn(target_iqn)
-    if startup not in STARTUP_VALUES:
-        raise UserError(f"invalid startup {startup!r}", f"use one of {', '.join(STARTUP_VALUES)}")
-    if state not in STATES:
-        raise UserError(f"invalid state {state!r}", f"use one of {', '.join(STATES)}")
-    if not isinstance(lun, int) or lun < 0:
-        raise UserError(f"invalid LUN {lun!r}", "give the LUN number as a non-negative integer (usually 0)")
-    chap = credentials(chap)
-    device_path = by_path(portal, target_iqn, lun)
-    commands: list[str] = []
-    warnings: list[str] = []
-
-    def change(argv, **kwargs):
-        commands.append(_cmdline(argv))
-        try:
-            return runner.run(argv, mutating=True, **kwargs)
-        except CommandError as err:  # the argv may carry a secret: rebuild the error from the redacted one
-            raise CommandError(redact(err.argv), err.rc, err.stdout, err.stderr, err.fix) from None
-
-    sessions = read_sessions(runner)
-    session = find_session(sessions, target_iqn, portal)
-    record = read_node_record(runner, target_iqn, portal, secrets=bool(chap))
-    wanted = desired_settings(chap, startup, settings)
-    before = {"logged_in": session is not None, "record": record is not None,
-              **(_masked({k: record.get(k, "") for k in wanted}) if record is not None else {})}
-    result = {"changed": False, "commands": commands, "session": session, "device": None, "kernel_device": None,
-              "record_created": False, "updated": [], "warnings": warnings, "target": target_iqn, "portal": portal,
-              "lun": lun, "before": before}
-
-    if state == "logged_out":
-        if session is not None:
-            mounted = [m for m in _mounted_disks(runner, session)
-                       if not (runner.dry_run and m.split(" on ", 1)[1] in unmounting)]
-            if mounted:
-                raise Busy(f"{target_iqn} at {portal} is in use: {', '.join(mounted)}",
-                           "unmount it first (stop and disable its .mount unit); logging out under a mounted "
-                           "file system makes it fail with I/O errors")
-            change(_node_argv(target_iqn, portal) + ["--logout"], ok_rcs=(0, RC_NO_OBJECTS))
-        if record is not None:
-            change(_node_argv(target_iqn, portal) + ["-o", "delete"], ok_rcs=(0, RC_NO_OBJECTS))
-        result.update(changed=bool(commands), session=None,
-                      after={"logged_in": False, "record": False})
-        return result
-
-    if record is None:
-        try:
-            offered = discover(runner, portal)
-            if not any(n["target"] == target_iqn for n in offered):
-                raise NotFound(f"portal {portal} does not offer target {target_iqn} (it offers: "
-                               f"{', '.join(sorted({n['target'] for n in offered})) or 'nothing'})",
-                               "check the target IQN, and that the storage node exports it on this portal")
-        except (PortalUnreachable, NotFound) as err:
-            if not runner.dry_run:
-                raise
-            # check mode of a whole site run: the storage layer's export was only simulated
-            warnings.append(f"{err.problem.splitlines()[0]}; check mode assumes the storage nodes export it "
-                            "earlier in the run (a real run refuses this)")
-        change(_node_argv(target_iqn, portal) + ["-o", "new"])
-        result["record_created"] = True
-        record = {} if runner.dry_run else (read_node_record(runner, target_iqn, portal, secrets=bool(chap)) or {})
-
-    for key, value in wanted.items():
-        if record.get(key) != value:
-            change(_node_argv(target_iqn, portal) + ["-o", "update", "-n", key, "-v", value])
-            result["updated"].append(key)
-    if session is not None and result["updated"] and not result["record_created"]:
-        warnings.append(f"{target_iqn}: changed node settings ({', '.join(result['updated'])}) take effect at the "
-                        "next login; the current session keeps its old ones")
-
-    if session is None:
-        argv = _node_argv(target_iqn, portal) + ["--login"]
-        commands.append(_cmdline(argv))
-        res = runner.run(argv, mutating=True, check=False)
-        if res.rc not in (0, RC_SESSION_EXISTS):
-            raise _login_error(argv, res, target_iqn, portal, _current_initiator(runner))
-
-    after = {"logged_in": True, "record": True, **_masked(wanted)}
-    for key in SECRET_KEYS:
-        if key in wanted and key in result["updated"] and wanted[key]:
-            after[key] = MASK + " (changed)"
-    result["after"] = after
-    result["changed"] = bool(commands)
-    if runner.dry_run and session is None:
-        result["device"] = device_path  # where it will appear; nothing was logged in
-        return result
-    result["kernel_device"] = wait_for_device(runner, device_path, timeout=device_timeout, sleep=sleep)
-    result["device"] = device_path
-    if session is None:
-        result["session"] = find_session(read_sessions(runner), target_iqn, portal)
-    return result
+    spec = session_spec(portal=portal, target_iqn=target_iqn, chap=chap, startup=startup, state=state, lun=lun,
+                        settings=settings)
+    live = read_session(runner, spec)
+    plan = plan_session(spec, live, dry_run=runner.dry_run, unmounting=unmounting)
+    return apply_session(runner, spec, live, plan, device_timeout=device_timeout, sleep=sleep)
 
 
 def _mounted_disks(runner, session: dict) -> list[str]:

@@ -11,6 +11,11 @@ Three steps, each testable on its own:
 * ``apply(actions)``: runs the changes through rtslib-fb in the planned order and, when one
   fails, deletes what this run created (reverse order) before raising ``LioApplyError``.
 
+``OPERATIONS`` is the one table of action kinds: their order in a plan (``RANK``), their simulation
+on a dump (a dry run's predicted after-state, ``simulate``) and their execution through rtslib.
+``converge`` is the one applier of a plan (``reconcile``'s, and ``plan_removal``'s for the
+publishing service): it applies it, or in a dry run simulates it, and reports before and after.
+
 Ownership: targets whose IQN starts with ``BASE_IQN:`` and block backstores whose name starts
 with the backstore prefix (``fabric_``) are the project's; nothing else is ever changed.
 rtslib-fb is imported lazily so that this module imports (and plans) without it.
@@ -25,6 +30,7 @@ import re
 import stat
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import Busy, FabricError, InvalidName, UnsafeOperation, UserError
@@ -241,13 +247,6 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
 # ---------------------------------------------------------------------------------------------
 # Actions
 
-_RANK = {op: i for i, op in enumerate((
-    "keep",
-    "delete_mapped_lun", "delete_acl", "delete_lun", "delete_portal", "delete_target", "delete_backstore",
-    "create_backstore", "create_target", "create_tpg", "set_tpg_attribute", "create_portal", "create_lun",
-    "create_acl", "create_mapped_lun", "set_write_protect", "set_auth", "enable_tpg"))}
-
-
 @dataclass
 class Action:
     op: str
@@ -274,6 +273,175 @@ class Action:
         if self.op == "set_auth" and "password" in p.get("field", "") and p.get("value"):
             p["value"] = REDACTED
         return {"op": self.op, "target": self.target, "params": p, "reason": self.reason}
+
+
+# ---------------------------------------------------------------------------------------------
+# The operations: one table of what each action does, in the order a plan runs them (children
+# removed before their parents, parents created before their children): its simulation on a dump
+# (the predicted after-state of a dry run) and its execution through rtslib (returning the undo of
+# a creation).
+
+
+class _Dump:
+    """A dump being changed by a simulation (``simulate``)."""
+
+    def __init__(self, dump: dict):
+        self.dump = dump
+
+    def target(self, iqn: str) -> dict:
+        return next(t for t in self.dump["targets"] if t["wwn"] == iqn)
+
+    def tpg(self, iqn: str) -> dict:
+        return _tpg(self.target(iqn))
+
+    def acl(self, iqn: str, initiator: str) -> dict:
+        return next(a for a in self.tpg(iqn)["node_acls"] if a["node_wwn"] == initiator)
+
+    def mapped_lun(self, a: Action) -> dict:
+        return next(m for m in self.acl(a.target, a.params["initiator"])["mapped_luns"]
+                    if m["index"] == a.params["index"])
+
+    def set_auth(self, a: Action) -> None:
+        acl, key = self.acl(a.target, a.params["initiator"]), "chap_" + a.params["field"]
+        if a.params["value"]:
+            acl[key] = a.params["value"]
+        else:
+            acl.pop(key, None)
+
+    @staticmethod
+    def drop(items: list, unwanted) -> None:
+        items[:] = [x for x in items if not unwanted(x)]
+
+
+class _Rtslib:
+    """rtslib-fb objects of the project's targets (``apply``)."""
+
+    BUSY_RETRY_SECONDS = 60.0
+
+    def __init__(self, rts):
+        self.rts = rts
+        self.fm = rts.FabricModule("iscsi")
+
+    def target(self, iqn):
+        return self.rts.Target(self.fm, iqn, mode="lookup")
+
+    def tpg(self, iqn):
+        return self.rts.TPG(self.target(iqn), TPG_TAG, mode="lookup")
+
+    def acl(self, iqn, initiator):
+        return self.rts.NodeACL(self.tpg(iqn), initiator, mode="lookup")
+
+    def mapped_lun(self, a: Action):
+        return self.rts.MappedLUN(self.acl(a.target, a.params["initiator"]), a.params["index"])
+
+    def portal(self, a: Action, mode: str):
+        ip = a.params["ip"]
+        return self.rts.NetworkPortal(self.tpg(a.target), f"[{ip}]" if ":" in ip else ip, a.params["port"], mode=mode)
+
+    def create_backstore(self, p: dict):
+        # zvol opens fail with ERESTARTSYS ("already in use" to rtslib) while another ZFS command holds
+        # spa_namespace_lock (seen in the lab): retry for a while; rtslib removes its half-made object.
+        deadline = time.monotonic() + self.BUSY_RETRY_SECONDS
+        while True:
+            try:
+                return self.rts.BlockStorageObject(p["name"], dev=p["device"], wwn=p["wwn"], readonly=p["readonly"])
+            except self.rts.RTSLibError as exc:
+                if "in use" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def create_target(self, iqn: str):
+        try:
+            return self.rts.Target(self.fm, iqn, mode="create")
+        except Exception:
+            if os.path.isdir(f"{self.fm.path}/{iqn}"):  # a refused create can leave a half-made target behind
+                self.rts.Target(self.fm, iqn, mode="lookup").delete()
+            raise
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One kind of action: its simulation on a dump and its execution through rtslib. A creation's
+    execution returns the undo (the new object's delete), which ``apply`` calls when a later action fails."""
+
+    name: str
+    simulate: Callable[[_Dump, Action], object]
+    execute: Callable[[_Rtslib, Action], object]
+    creates: bool = False
+
+
+def _report(*_args) -> None:
+    """``keep`` actions are reports: nothing to simulate or execute."""
+
+
+OPERATIONS: dict[str, Operation] = {op.name: op for op in (
+    Operation("keep", _report, _report),
+    Operation("delete_mapped_lun",
+              lambda d, a: d.drop(d.acl(a.target, a.params["initiator"])["mapped_luns"],
+                                  lambda m: m["index"] == a.params["index"]),
+              lambda x, a: x.mapped_lun(a).delete()),
+    Operation("delete_acl",
+              lambda d, a: d.drop(d.tpg(a.target)["node_acls"], lambda n: n["node_wwn"] == a.params["initiator"]),
+              lambda x, a: x.acl(a.target, a.params["initiator"]).delete()),
+    Operation("delete_lun",
+              lambda d, a: d.drop(d.tpg(a.target)["luns"], lambda lu: lu["index"] == a.params["index"]),
+              lambda x, a: x.rts.LUN(x.tpg(a.target), a.params["index"]).delete()),
+    Operation("delete_portal",
+              lambda d, a: d.drop(d.tpg(a.target)["portals"], lambda n: (_strip_ip(n["ip_address"]), n["port"])
+                                  == (a.params["ip"], a.params["port"])),
+              lambda x, a: x.portal(a, "lookup").delete()),
+    Operation("delete_target",
+              lambda d, a: d.drop(d.dump["targets"], lambda t: t["wwn"] == a.target),
+              lambda x, a: x.target(a.target).delete()),
+    Operation("delete_backstore",
+              lambda d, a: d.drop(d.dump["storage_objects"], lambda so: so["name"] == a.params["name"]),
+              lambda x, a: x.rts.BlockStorageObject(a.params["name"]).delete()),
+    Operation("create_backstore",
+              lambda d, a: d.dump["storage_objects"].append({
+                  "name": a.params["name"], "plugin": "block", "dev": a.params["device"],
+                  "readonly": a.params["readonly"], "wwn": a.params["wwn"]}),
+              lambda x, a: x.create_backstore(a.params).delete, creates=True),
+    Operation("create_target",
+              lambda d, a: d.dump["targets"].append({"wwn": a.target, "fabric": "iscsi", "tpgs": []}),
+              lambda x, a: x.create_target(a.target).delete, creates=True),
+    Operation("create_tpg",
+              lambda d, a: d.target(a.target)["tpgs"].append({"tag": a.params["tag"], "enable": False,
+                                                              "attributes": {}, "luns": [], "portals": [],
+                                                              "node_acls": []}),
+              lambda x, a: x.rts.TPG(x.target(a.target), a.params["tag"], mode="create").delete, creates=True),
+    Operation("set_tpg_attribute",
+              lambda d, a: d.tpg(a.target).setdefault("attributes", {}).update({a.params["name"]: a.params["value"]}),
+              lambda x, a: x.tpg(a.target).set_attribute(a.params["name"], str(a.params["value"]))),
+    Operation("create_portal",
+              lambda d, a: d.tpg(a.target)["portals"].append({"ip_address": a.params["ip"], "port": a.params["port"]}),
+              lambda x, a: x.portal(a, "create").delete, creates=True),
+    Operation("create_lun",
+              lambda d, a: d.tpg(a.target)["luns"].append({"index": a.params["index"],
+                                                           "storage_object": _bs_path(a.params["backstore"])}),
+              lambda x, a: x.rts.LUN(x.tpg(a.target), a.params["index"],
+                                     x.rts.BlockStorageObject(a.params["backstore"])).delete, creates=True),
+    Operation("create_acl",
+              lambda d, a: d.tpg(a.target)["node_acls"].append({"node_wwn": a.params["initiator"], "mapped_luns": []}),
+              lambda x, a: x.rts.NodeACL(x.tpg(a.target), a.params["initiator"], mode="create").delete, creates=True),
+    Operation("create_mapped_lun",
+              lambda d, a: d.acl(a.target, a.params["initiator"])["mapped_luns"].append(
+                  {"index": a.params["index"], "tpg_lun": a.params["tpg_lun"],
+                   "write_protect": a.params["write_protect"]}),
+              lambda x, a: x.rts.MappedLUN(x.acl(a.target, a.params["initiator"]), a.params["index"],
+                                           a.params["tpg_lun"], write_protect=a.params["write_protect"]).delete,
+              creates=True),
+    Operation("set_write_protect",
+              lambda d, a: d.mapped_lun(a).update(write_protect=a.params["value"]),
+              lambda x, a: setattr(x.mapped_lun(a), "write_protect", a.params["value"])),
+    Operation("set_auth",
+              lambda d, a: d.set_auth(a),
+              lambda x, a: setattr(x.acl(a.target, a.params["initiator"]), "chap_" + a.params["field"],
+                                   a.params["value"])),
+    Operation("enable_tpg",
+              lambda d, a: d.tpg(a.target).update(enable=True),
+              lambda x, a: setattr(x.tpg(a.target), "enable", True)),
+)}
+RANK = {name: i for i, name in enumerate(OPERATIONS)}  # the order of a plan
 
 
 # ---------------------------------------------------------------------------------------------
@@ -567,7 +735,7 @@ class _Planner:
         if self.busy:
             for item in self.busy:
                 self.keep("session", item, "force: true, removed anyway")
-        return sorted(self.actions, key=lambda a: _RANK[a.op])
+        return sorted(self.actions, key=lambda a: RANK[a.op])
 
 
 def plan(desired: dict | DesiredState, live: dict, *, purge: bool = False, force: bool = False) -> list[Action]:
@@ -577,6 +745,33 @@ def plan(desired: dict | DesiredState, live: dict, *, purge: bool = False, force
 
 def changes(actions: list[Action]) -> list[Action]:
     return [a for a in actions if a.changes]
+
+
+def plan_removal(live: dict, *, iqn_base: str, backstore_prefix: str, target_iqns: list[str], force: bool = False,
+                 planned_logouts: frozenset = frozenset()) -> list[Action]:
+    """Actions deleting whole project-owned targets and the backstores only they export (pure).
+
+    A target with logged-in initiators is refused (unless ``force``), except for the initiators in
+    ``planned_logouts``: a dry run's own planned logouts, whose sessions are still there."""
+    state = DesiredState(base_iqn=iqn_base, backstore_prefix=backstore_prefix)
+    planner = _Planner(state, live, purge=True, force=force)
+    for iqn in [iqn for iqn in target_iqns if iqn in planner.targets]:
+        if not state.owns_target(iqn):
+            raise UserError(f"target {iqn} is not fabricctl's (outside {iqn_base})", "leave it to its owner")
+        planner.check_busy("target", iqn, [i for i in planner.session_initiators(iqn) if i not in planned_logouts])
+        planner.add("delete_target", iqn, "unpublished")
+        planner.deleted_targets.add(iqn)
+    for name in sorted(planner.backstores):
+        if not state.owns_backstore(name):
+            continue
+        users = [iqn for iqn, tgt in planner.targets.items() for tpg in tgt.get("tpgs", [])
+                 for lu in tpg.get("luns", []) if lu.get("storage_object") == _bs_path(name)]
+        if users and all(u in planner.deleted_targets for u in users):
+            planner.add("delete_backstore", "", "its target is removed", name=name)
+    if planner.busy and not force:
+        raise Busy("refused, initiators are logged in: " + "; ".join(planner.busy),
+                   "unpublish from those hosts first (or pass --force)")
+    return sorted(planner.actions, key=lambda a: RANK[a.op])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -589,64 +784,9 @@ def simulate(live: dict, actions: list[Action]) -> dict:
     dump = out.setdefault("dump", {}) if "dump" in live or not live else out
     dump.setdefault("storage_objects", [])
     dump.setdefault("targets", [])
-
-    def target(iqn):
-        return next(t for t in dump["targets"] if t["wwn"] == iqn)
-
-    def tpg(iqn):
-        return _tpg(target(iqn))
-
-    def acl(iqn, init):
-        return next(a for a in tpg(iqn)["node_acls"] if a["node_wwn"] == init)
-
+    model = _Dump(dump)
     for a in changes(actions):
-        p = a.params
-        if a.op == "create_backstore":
-            dump["storage_objects"].append({"name": p["name"], "plugin": "block", "dev": p["device"],
-                                            "readonly": p["readonly"], "wwn": p["wwn"]})
-        elif a.op == "delete_backstore":
-            dump["storage_objects"] = [s for s in dump["storage_objects"] if s["name"] != p["name"]]
-        elif a.op == "create_target":
-            dump["targets"].append({"wwn": a.target, "fabric": "iscsi", "tpgs": []})
-        elif a.op == "delete_target":
-            dump["targets"] = [t for t in dump["targets"] if t["wwn"] != a.target]
-        elif a.op == "create_tpg":
-            target(a.target)["tpgs"].append({"tag": p["tag"], "enable": False, "attributes": {}, "luns": [],
-                                             "portals": [], "node_acls": []})
-        elif a.op == "set_tpg_attribute":
-            tpg(a.target).setdefault("attributes", {})[p["name"]] = p["value"]
-        elif a.op == "create_portal":
-            tpg(a.target)["portals"].append({"ip_address": p["ip"], "port": p["port"]})
-        elif a.op == "delete_portal":
-            t = tpg(a.target)
-            t["portals"] = [x for x in t["portals"] if (_strip_ip(x["ip_address"]), x["port"]) != (p["ip"], p["port"])]
-        elif a.op == "create_lun":
-            tpg(a.target)["luns"].append({"index": p["index"], "storage_object": _bs_path(p["backstore"])})
-        elif a.op == "delete_lun":
-            t = tpg(a.target)
-            t["luns"] = [x for x in t["luns"] if x["index"] != p["index"]]
-        elif a.op == "create_acl":
-            tpg(a.target)["node_acls"].append({"node_wwn": p["initiator"], "mapped_luns": []})
-        elif a.op == "delete_acl":
-            t = tpg(a.target)
-            t["node_acls"] = [x for x in t["node_acls"] if x["node_wwn"] != p["initiator"]]
-        elif a.op == "create_mapped_lun":
-            acl(a.target, p["initiator"])["mapped_luns"].append(
-                {"index": p["index"], "tpg_lun": p["tpg_lun"], "write_protect": p["write_protect"]})
-        elif a.op == "delete_mapped_lun":
-            x = acl(a.target, p["initiator"])
-            x["mapped_luns"] = [m for m in x["mapped_luns"] if m["index"] != p["index"]]
-        elif a.op == "set_write_protect":
-            m = next(m for m in acl(a.target, p["initiator"])["mapped_luns"] if m["index"] == p["index"])
-            m["write_protect"] = p["value"]
-        elif a.op == "set_auth":
-            x = acl(a.target, p["initiator"])
-            if p["value"]:
-                x["chap_" + p["field"]] = p["value"]
-            else:
-                x.pop("chap_" + p["field"], None)
-        elif a.op == "enable_tpg":
-            tpg(a.target)["enable"] = True
+        OPERATIONS[a.op].simulate(model, a)
     return out
 
 
@@ -746,91 +886,6 @@ class LioApplyError(FabricError):
         self.result: dict = {}
 
 
-class _Executor:
-    BUSY_RETRY_SECONDS = 60.0
-
-    def __init__(self, rts):
-        self.rts = rts
-        self.fm = rts.FabricModule("iscsi")
-
-    def target(self, iqn):
-        return self.rts.Target(self.fm, iqn, mode="lookup")
-
-    def tpg(self, iqn):
-        return self.rts.TPG(self.target(iqn), TPG_TAG, mode="lookup")
-
-    def acl(self, iqn, initiator):
-        return self.rts.NodeACL(self.tpg(iqn), initiator, mode="lookup")
-
-    @staticmethod
-    def _portal_ip(ip: str) -> str:
-        return f"[{ip}]" if ":" in ip else ip
-
-    def create_backstore(self, p):
-        # zvol opens fail with ERESTARTSYS ("already in use" to rtslib) while another ZFS command holds
-        # spa_namespace_lock (seen in the lab): retry for a while; rtslib removes its half-made object.
-        deadline = time.monotonic() + self.BUSY_RETRY_SECONDS
-        while True:
-            try:
-                so = self.rts.BlockStorageObject(p["name"], dev=p["device"], wwn=p["wwn"], readonly=p["readonly"])
-                break
-            except self.rts.RTSLibError as exc:
-                if "in use" not in str(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-        return so.delete
-
-    def run(self, a: Action):
-        """Execute one action; return an undo callable for creations (None otherwise)."""
-        rts, p, iqn = self.rts, a.params, a.target
-        if a.op == "create_backstore":
-            return self.create_backstore(p)
-        if a.op == "delete_backstore":
-            rts.BlockStorageObject(p["name"]).delete()
-        elif a.op == "create_target":
-            try:
-                t = rts.Target(self.fm, iqn, mode="create")
-            except Exception:
-                path = f"{self.fm.path}/{iqn}"
-                if os.path.isdir(path):  # a refused create can leave a half-made target behind
-                    rts.Target(self.fm, iqn, mode="lookup").delete()
-                raise
-            return t.delete
-        elif a.op == "delete_target":
-            self.target(iqn).delete()
-        elif a.op == "create_tpg":
-            return rts.TPG(self.target(iqn), p["tag"], mode="create").delete
-        elif a.op == "set_tpg_attribute":
-            self.tpg(iqn).set_attribute(p["name"], str(p["value"]))
-        elif a.op == "create_portal":
-            return rts.NetworkPortal(self.tpg(iqn), self._portal_ip(p["ip"]), p["port"], mode="create").delete
-        elif a.op == "delete_portal":
-            rts.NetworkPortal(self.tpg(iqn), self._portal_ip(p["ip"]), p["port"], mode="lookup").delete()
-        elif a.op == "create_lun":
-            so = rts.BlockStorageObject(p["backstore"])
-            return rts.LUN(self.tpg(iqn), p["index"], so).delete
-        elif a.op == "delete_lun":
-            rts.LUN(self.tpg(iqn), p["index"]).delete()
-        elif a.op == "create_acl":
-            return rts.NodeACL(self.tpg(iqn), p["initiator"], mode="create").delete
-        elif a.op == "delete_acl":
-            self.acl(iqn, p["initiator"]).delete()
-        elif a.op == "create_mapped_lun":
-            acl = self.acl(iqn, p["initiator"])
-            return rts.MappedLUN(acl, p["index"], p["tpg_lun"], write_protect=p["write_protect"]).delete
-        elif a.op == "delete_mapped_lun":
-            rts.MappedLUN(self.acl(iqn, p["initiator"]), p["index"]).delete()
-        elif a.op == "set_write_protect":
-            rts.MappedLUN(self.acl(iqn, p["initiator"]), p["index"]).write_protect = p["value"]
-        elif a.op == "set_auth":
-            setattr(self.acl(iqn, p["initiator"]), "chap_" + p["field"], p["value"])
-        elif a.op == "enable_tpg":
-            self.tpg(iqn).enable = True
-        else:
-            raise ValueError(f"unknown action {a.op}")
-        return None
-
-
 def apply(actions: list[Action], *, rts=None, save_config: bool = True, save_file: str = SAVE_FILE) -> list[str]:
     """Run the changes in order; on failure undo this run's creations and raise LioApplyError.
 
@@ -841,12 +896,14 @@ def apply(actions: list[Action], *, rts=None, save_config: bool = True, save_fil
     if not todo:
         return []
     rts = rts or _rtslib()
-    ex = _Executor(rts)
+    ex = _Rtslib(rts)
     done: list[str] = []
     undo: list = []
     for a in todo:
         try:
-            step = ex.run(a)
+            op = OPERATIONS[a.op]
+            made = op.execute(ex, a)
+            step = made if op.creates else None  # the undo of a creation
         except Exception as exc:  # rtslib raises RTSLibError, OSError, ...
             rolled, failed = [], []
             for text, fn in reversed(undo):
@@ -926,10 +983,21 @@ def reconcile(desired: dict | DesiredState, *, purge: bool = False, force: bool 
                 warnings.append(f"{path} does not exist yet: check mode assumes an earlier task creates it "
                                 "(a real run refuses a missing device)")
     actions = plan(state, before, purge=purge, force=force)
+    return converge(state, before, actions, dry_run=dry_run, loading=loading, warnings=warnings, rts=rts,
+                    save_config=save_config, save_file=save_file)
+
+
+def converge(state: DesiredState, before: dict, actions: list[Action], *, dry_run: bool, loading: list | None = None,
+             warnings: list | None = None, rts=None, save_config: bool = True, save_file: str = SAVE_FILE) -> dict:
+    """The one applier of a plan (``plan``, ``plan_removal``) made from ``before``: applies it (unless
+    dry_run) and returns {changed, actions, kept, before, after, targets, warnings[, done, rolled_back]}.
+    In a dry run ``after`` is the simulation (``simulate``); otherwise what LIO reads afterwards.
+    ``loading``: what was done (or is planned) to make the kernel side ready first."""
+    loading = list(loading or [])
     todo = changes(actions)
     result = {"changed": bool(todo) or bool(loading), "actions": [*loading, *(a.describe() for a in todo)],
               "kept": [a.describe() for a in actions if not a.changes],
-              "before": summarize(before, state), "warnings": warnings}
+              "before": summarize(before, state), "warnings": list(warnings or [])}
     if not todo:
         result["after"] = result["before"]
         result["targets"] = result["before"]["targets"]
@@ -938,6 +1006,7 @@ def reconcile(desired: dict | DesiredState, *, purge: bool = False, force: bool 
         result["after"] = summarize(simulate(before, actions), state)
         result["targets"] = result["before"]["targets"]
         return result
+    rts = rts or _rtslib()
     try:
         result["done"] = apply(actions, rts=rts, save_config=save_config, save_file=save_file)
     except LioApplyError as err:

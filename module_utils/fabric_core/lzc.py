@@ -5,16 +5,21 @@ Snapshots with their user properties in one atomic call, holds, and batched dest
 wait) per snapshot. Reads and property listings stay with the ``zfs`` command through a Runner
 (libzfs_core has no property read), see ``zfs.py``.
 
-Every function takes and returns ``str`` names (pyzfs wants bytes), honours ``dry_run`` (returns
-what it would do, changes nothing) and turns pyzfs exceptions into typed fabric errors.
-pyzfs is imported lazily: the module imports on machines without it (unit tests, controllers).
+Every function takes and returns ``str`` names (pyzfs wants bytes) and turns pyzfs exceptions into
+typed fabric errors. A change goes through the caller's ``Runner`` (``runner.call``): in a dry run it
+is planned, not made, and either way it is recorded with the commands (``lzc_hold SNAPSHOT TAG``), so
+a dry run lists holds and destroys as it lists ``zfs set``. pyzfs is imported lazily: the module
+imports on machines without it (unit tests, controllers).
 """
 
 from __future__ import annotations
 
 from .errors import AlreadyExists, Busy, FabricError, NotFound, UserError
+from .rules import HOLD_PUBLISHED
+from .runner import Runner
 
-HOLD_PUBLISHED = "fabric:published"
+__all__ = ["HOLD_PUBLISHED", "ZfsLibraryError", "exists", "snapshot", "holds", "hold", "release",
+           "destroy_snapshots", "rollback_to"]
 
 
 class ZfsLibraryError(FabricError):
@@ -45,10 +50,14 @@ def exists(name: str) -> bool:
     return bool(_lzc().lzc_exists(_b(name)))
 
 
-def snapshot(names: list[str], props: dict[str, str] | None = None, *, dry_run: bool = False) -> list[str]:
+def snapshot(names: list[str], props: dict[str, str] | None = None, *, runner: Runner) -> list[str]:
     """Create the snapshots atomically (all in one txg) with user properties; AlreadyExists if one exists."""
-    if dry_run or not names:
-        return list(names)
+    if names:
+        runner.call(("lzc_snapshot", *names), lambda: _snapshot(names, props))
+    return list(names)
+
+
+def _snapshot(names: list[str], props: dict[str, str] | None) -> None:
     lzc = _lzc()
     from libzfs_core import exceptions as ex  # noqa: PLC0415
 
@@ -62,7 +71,6 @@ def snapshot(names: list[str], props: dict[str, str] | None = None, *, dry_run: 
             raise UserError(f"the pool has no space for snapshot {', '.join(names)}",
                             "free space (fabricctl rotate) or grow the pool") from exc
         raise ZfsLibraryError(f"lzc_snapshot {', '.join(names)} failed: {_errors(exc)}") from exc
-    return list(names)
 
 
 def holds(snapshot_name: str) -> list[str]:
@@ -75,12 +83,14 @@ def holds(snapshot_name: str) -> list[str]:
         raise NotFound(f"snapshot {snapshot_name} does not exist") from exc
 
 
-def hold(snapshot_name: str, tag: str = HOLD_PUBLISHED, *, dry_run: bool = False) -> bool:
+def hold(snapshot_name: str, tag: str = HOLD_PUBLISHED, *, runner: Runner) -> bool:
     """Place the hold unless it is there; return True when it was (or would be) added."""
     if tag in holds(snapshot_name):
         return False
-    if dry_run:
-        return True
+    return runner.call(("lzc_hold", snapshot_name, tag), lambda: _hold(snapshot_name, tag)) is not False
+
+
+def _hold(snapshot_name: str, tag: str) -> bool:
     lzc = _lzc()
     from libzfs_core import exceptions as ex  # noqa: PLC0415
 
@@ -93,7 +103,7 @@ def hold(snapshot_name: str, tag: str = HOLD_PUBLISHED, *, dry_run: bool = False
     return True
 
 
-def release(snapshot_name: str, tag: str = HOLD_PUBLISHED, *, dry_run: bool = False) -> bool:
+def release(snapshot_name: str, tag: str = HOLD_PUBLISHED, *, runner: Runner) -> bool:
     """Release the hold if it is there; return True when it was (or would be) released."""
     try:
         present = tag in holds(snapshot_name)
@@ -101,8 +111,11 @@ def release(snapshot_name: str, tag: str = HOLD_PUBLISHED, *, dry_run: bool = Fa
         return False
     if not present:
         return False
-    if dry_run:
-        return True
+    runner.call(("lzc_release", snapshot_name, tag), lambda: _release(snapshot_name, tag))
+    return True
+
+
+def _release(snapshot_name: str, tag: str) -> None:
     lzc = _lzc()
     from libzfs_core import exceptions as ex  # noqa: PLC0415
 
@@ -110,16 +123,20 @@ def release(snapshot_name: str, tag: str = HOLD_PUBLISHED, *, dry_run: bool = Fa
         lzc.lzc_release({_b(snapshot_name): [_b(tag)]})
     except ex.HoldReleaseFailure as exc:
         raise ZfsLibraryError(f"lzc_release {snapshot_name} {tag} failed: {_errors(exc)}") from exc
-    return True
 
 
-def destroy_snapshots(names: list[str], *, dry_run: bool = False) -> list[str]:
+def destroy_snapshots(names: list[str], *, runner: Runner) -> list[str]:
     """Destroy many snapshots of one pool in one call (no deferral: a held snapshot fails the batch)."""
-    if dry_run or not names:
-        return list(names)
+    if not names:
+        return []
     pools = {n.split("/", 1)[0] for n in names}
     if len(pools) != 1:
         raise UserError(f"one destroy batch must stay in one pool, got {sorted(pools)}")
+    runner.call(("lzc_destroy_snaps", *names), lambda: _destroy_snapshots(names))
+    return list(names)
+
+
+def _destroy_snapshots(names: list[str]) -> None:
     lzc = _lzc()
     from libzfs_core import exceptions as ex  # noqa: PLC0415
 
@@ -130,13 +147,14 @@ def destroy_snapshots(names: list[str], *, dry_run: bool = False) -> list[str]:
             raise Busy(f"a snapshot in the batch is held: {_errors(exc)}",
                        "release or unpublish it first; nothing in this batch was destroyed") from exc
         raise ZfsLibraryError(f"lzc_destroy_snaps of {len(names)} snapshots failed: {_errors(exc)}") from exc
-    return list(names)
 
 
-def rollback_to(dataset: str, snapshot_name: str, *, dry_run: bool = False) -> None:
+def rollback_to(dataset: str, snapshot_name: str, *, runner: Runner) -> None:
     """Roll back to the most recent snapshot (libzfs_core refuses if a newer one exists)."""
-    if dry_run:
-        return
+    runner.call(("lzc_rollback_to", dataset, snapshot_name), lambda: _rollback_to(dataset, snapshot_name))
+
+
+def _rollback_to(dataset: str, snapshot_name: str) -> None:
     lzc = _lzc()
     from libzfs_core import exceptions as ex  # noqa: PLC0415
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import iscsi, lio, mounts
-from .errors import UserError
 from .names import validate_fabric_name, validate_version
 
 KINDS = {"ds": "dataset version", "ck": "checkpoint"}
@@ -110,30 +109,9 @@ def acl_initiators(live: dict, target_iqn: str) -> list[str]:
 
 def plan_removal(live: dict, *, iqn_base: str, backstore_prefix: str, target_iqns: list[str],
                  force: bool = False, planned_logouts: frozenset = frozenset()) -> list[lio.Action]:
-    """Actions deleting whole project-owned targets and the backstores only they export.
-
-    A target with logged-in initiators is refused (unless ``force``), except for the initiators in
-    ``planned_logouts``: a dry run's own planned logouts, whose sessions are still there."""
-    state = lio.DesiredState(base_iqn=iqn_base, backstore_prefix=backstore_prefix)
-    planner = lio._Planner(state, live, purge=True, force=force)  # noqa: SLF001 - same module family
-    doomed = [iqn for iqn in target_iqns if iqn in planner.targets]
-    for iqn in doomed:
-        if not state.owns_target(iqn):
-            raise UserError(f"target {iqn} is not fabricctl's (outside {iqn_base})", "leave it to its owner")
-        planner.check_busy("target", iqn, [i for i in planner.session_initiators(iqn) if i not in planned_logouts])
-        planner.add("delete_target", iqn, "unpublished")
-        planner.deleted_targets.add(iqn)
-    for name in sorted(planner.backstores):
-        if not state.owns_backstore(name):
-            continue
-        users = [iqn for iqn, tgt in planner.targets.items() for tpg in tgt.get("tpgs", [])
-                 for lu in tpg.get("luns", []) if lu.get("storage_object") == f"/backstores/block/{name}"]
-        if users and all(u in planner.deleted_targets for u in users):
-            planner.add("delete_backstore", "", "its target is removed", name=name)
-    if planner.busy and not force:
-        raise lio.Busy("refused, initiators are logged in: " + "; ".join(planner.busy),
-                       "unpublish from those hosts first (or pass --force)")
-    return sorted(planner.actions, key=lambda a: lio._RANK[a.op])  # noqa: SLF001
+    """The withdrawal of whole exports (``lio.plan_removal``)."""
+    return lio.plan_removal(live, iqn_base=iqn_base, backstore_prefix=backstore_prefix, target_iqns=target_iqns,
+                            force=force, planned_logouts=planned_logouts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -141,7 +119,7 @@ def plan_removal(live: dict, *, iqn_base: str, backstore_prefix: str, target_iqn
 
 
 def host_initiator(runner) -> str | None:
-    return iscsi._current_initiator(runner)  # noqa: SLF001 - one reader of initiatorname.iscsi
+    return iscsi.read_initiator_name(runner)
 
 
 def attach(runner, export: Export, *, target_iqn: str, portal: str, chap: dict | None,

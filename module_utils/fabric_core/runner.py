@@ -8,13 +8,20 @@ and planners are tested with recorded output and no root. Two implementations:
 
 Dry runs follow zfs_autobackup's rule: with ``dry_run=True``, commands marked ``mutating=True``
 are recorded in ``planned`` and not run; every read still runs, so a dry run sees real state.
+
+A change made through a library rather than a command (libzfs_core: holds, snapshots, destroys;
+rtslib: LIO objects) goes through ``call`` or ``record``, so that ``planned`` (a dry run, Ansible's
+check mode) and ``executed`` list every change, whatever made it. Such entries start with the
+library call's name (``lzc_hold``, ``rtslib``) instead of a command.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import CommandError
 
@@ -51,6 +58,22 @@ class Runner:
         if check and rc not in ok_rcs:
             raise CommandError(argv, rc, out, err)
         return Result(argv, rc, out, err)
+
+    def call(self, entry, fn: Callable[[], Any]) -> Any:
+        """A change made by a library call (libzfs_core, rtslib): ``fn()`` runs unless this is a dry run;
+        ``entry`` (the call's name and arguments) is recorded in ``planned`` or ``executed`` like a
+        mutating command. Returns what ``fn`` returned (None in a dry run)."""
+        entry = tuple(str(a) for a in entry)
+        if self.dry_run:
+            self.planned.append(entry)
+            return None
+        result = fn()
+        self.executed.append(entry)
+        return result
+
+    def record(self, entry) -> None:
+        """Record a library change made (or, in a dry run, planned) elsewhere, e.g. by lio.apply."""
+        (self.planned if self.dry_run else self.executed).append(tuple(str(a) for a in entry))
 
     def _run(self, argv: tuple, data: str | None) -> tuple[int, str, str]:
         raise NotImplementedError
