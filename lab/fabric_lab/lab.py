@@ -45,9 +45,11 @@ class Lab:
     # --- state -------------------------------------------------------------------------------
 
     def settings(self) -> dict:
+        """lab.json of a lab this checkout booted; nothing when there is none, or when it cannot be read
+        (a non-root user: the preflight then refuses with its own message, before anything else)."""
         try:
             return json.loads(self.settings_path.read_text())
-        except FileNotFoundError:
+        except (FileNotFoundError, PermissionError):
             return {"storage2": False}
 
     def release(self, debian: str | None = None) -> str:

@@ -227,6 +227,7 @@ def test_wrong_chap_secret_fails_clearly(hosts, lab, exports, tmp_path):
 def test_invalid_iqn_fails_in_preflight_before_any_change(hosts, lab, exports, tmp_path):
     gpu = hosts["gpu1"]
     before = gpu.check_output("md5sum /etc/iscsi/initiatorname.iscsi /etc/iscsi/iscsid.conf")
+    sessions = gpu.run("iscsiadm -m session").stdout
     variables = role_vars(exports, "ext4")
     variables["iscsi_initiator_iqn"] = "iqn.2026-11.lab:GPU1"
     run = playbook(tmp_path, lab, variables)
@@ -236,4 +237,4 @@ def test_invalid_iqn_fails_in_preflight_before_any_change(hosts, lab, exports, t
     counts = recap(run.stdout)
     assert counts["changed"] == 0 and counts["failed"] == 1
     assert gpu.check_output("md5sum /etc/iscsi/initiatorname.iscsi /etc/iscsi/iscsid.conf") == before
-    assert exports["ext4"] not in gpu.run("iscsiadm -m session").stdout
+    assert gpu.run("iscsiadm -m session").stdout == sessions  # no login, no logout
