@@ -31,6 +31,7 @@ from fabric_core.names import (
     validate_pool_name,
     validate_user_name,
 )
+from fabric_core.publish import Settings
 from fabric_core.rules import LIO, OPEN_ISCSI, ChapError, parse_chap
 
 DEFAULT_PATH = "/etc/fabricctl/config.yml"
@@ -139,6 +140,13 @@ class Config:
     def checkpoint(self, job: str) -> str:
         """The ZFS dataset of checkpoint job JOB: <checkpoint_root>/<JOB>."""
         return validate_dataset_name(f"{self.checkpoint_root}/{job}")
+
+    def publishing(self) -> Settings:
+        """What the publishing service needs of this configuration (fabric_core.publish.Settings)."""
+        return Settings(iqn_base=self.iqn_base, backstore_prefix=self.backstore_prefix, portal_ip=self.portal.ip,
+                        portal_port=self.portal.port, dataset_root=self.dataset_root, mount_root=self.mount_root,
+                        checkpoint_root=self.checkpoint_root, checkpoint_mount_root=self.checkpoint_mount_root,
+                        chap=self.credentials())
 
     # ---- CHAP
 

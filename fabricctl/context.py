@@ -1,17 +1,22 @@
-"""What every command gets: the configuration (loaded on first use), runners, output helpers."""
+"""What every command gets: the configuration (loaded on first use), the runners (this node's, and one
+over SSH per GPU node), the publishing service, the fan-out over hosts, and output."""
 
 from __future__ import annotations
 
-import json
 import sys
 
+from fabric_core.publish import Publisher
 from fabric_core.runner import LocalRunner
+
+from . import output
+from .fanout import HostProgress, run_on_hosts
 
 
 class Context:
     def __init__(self, args):
         self.args = args
         self._config = None
+        self._publisher = None
         self._ssh: dict = {}
         # every host the command reached -> its last outcome (fan-out status, or "contacted"): the journal record
         self.hosts: dict[str, str] = {}
@@ -22,7 +27,7 @@ class Context:
     @property
     def config(self):
         if self._config is None:
-            from . import config  # noqa: PLC0415
+            from . import config  # noqa: PLC0415 - PyYAML only when a command needs the configuration
 
             self._config = config.load(getattr(self.args, "config", None))
             for text in self._config.deprecations:
@@ -33,10 +38,34 @@ class Context:
         """A runner on a GPU node (one connection per host, reused, closed at exit)."""
         self.hosts.setdefault(host.name, "contacted")
         if host.name not in self._ssh:
-            from .remote import SSHRunner  # noqa: PLC0415
+            from .remote import SSHRunner  # noqa: PLC0415 - paramiko only when a command reaches a host
 
             self._ssh[host.name] = SSHRunner(host, self.config.ssh, dry_run=self.dry_run)
         return self._ssh[host.name]
+
+    @property
+    def publisher(self):
+        """The publishing service (fabric_core.publish.Publisher) on this node and, over SSH, its hosts."""
+        if self._publisher is None:
+            cfg = self.config
+            self._publisher = Publisher(cfg.publishing(), self.local, self.ssh, cfg.hosts.values())
+        return self._publisher
+
+    def fan(self, hosts, fn, what: str, *, quiet: bool = False):
+        """Run ``fn(host, step)`` on every host in parallel with a per-host progress display (``step(text)``
+        shows where a host is); returns the FanoutResult and notes each host's outcome for the journal."""
+        progress = None if quiet or not hosts else HostProgress(hosts, title=what)
+
+        def call(host):
+            return fn(host, (lambda text: progress.set(host, text)) if progress else (lambda text: None))
+
+        try:
+            result = run_on_hosts(hosts, call, parallel=self.config.defaults.parallel_hosts, progress=progress)
+            self.record_outcomes(result)
+            return result
+        finally:
+            if progress:
+                progress.close()
 
     def record_outcomes(self, result) -> None:
         """Note each host's outcome of a fan-out (a FanoutResult) for the journal record."""
@@ -54,11 +83,13 @@ class Context:
 
     # -- output: results on stdout, progress and notes on stderr --
     def emit(self, obj) -> None:
-        print(json.dumps(obj, indent=2, sort_keys=True, default=str))
+        """The result as JSON on stdout (output.print_json, fabricctl's one JSON writer)."""
+        output.print_json(obj)
 
     def note(self, text: str) -> None:
         print(text, file=sys.stderr)
 
     def planned(self, runner=None) -> list[str]:
+        """This node's changes a dry run planned (commands, libzfs_core and rtslib calls), one line each."""
         runner = runner or self.local
         return [" ".join(a) for a in runner.planned]

@@ -96,6 +96,22 @@ class FanoutResult:
     def all_ok(self) -> bool:
         return all(o.ok for o in self.outcomes)
 
+    @property
+    def ok_names(self) -> list[str]:
+        return [o.name for o in self.ok]
+
+    def to_dict(self) -> dict:
+        """Host -> {status, result} (or {status, error}): the ``hosts`` of a command's JSON."""
+        out = {}
+        for o in self.outcomes:
+            item: dict = {"status": o.status}
+            if o.ok:
+                item["result"] = o.value
+            elif o.error is not None:
+                item["error"] = str(o.error)
+            out[o.name] = item
+        return out
+
     def raise_for_partial(self, what: str, fix: str | None = None) -> None:
         """Raise if any host failed; return quietly when every host succeeded.
 

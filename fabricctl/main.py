@@ -2,11 +2,12 @@
 
 Every command lives in its own module under ``fabricctl/commands/`` and declares ``PATH`` (its
 words on the command line, e.g. ``("dataset", "create")``), ``HELP``, ``MUTATING`` (True when it
-changes the fabric; a --dry-run never does), ``configure(parser)``, ``run(ctx, args) -> int`` and
-``main(argv) -> int``. This module builds the nested parsers from those declarations and, in one
-place (``main``), for every command: takes the node lock around a change (fabric_core.lock), maps
-errors to exit statuses (fabric_core.errors.EXIT_STATUSES), and logs one journal record when a
-change ends (fabricctl.audit).
+changes the fabric; a --dry-run never does), ``configure(parser)`` (its own arguments) and
+``run(ctx, args) -> int``. This module builds the nested parsers from those declarations, adds the
+options every command shares (``--json``; ``--dry-run`` to a change), and, in one place (``main``),
+for every command: takes the node lock around a change (fabric_core.lock), maps errors to exit
+statuses (fabric_core.errors.EXIT_STATUSES), and logs one journal record when a change ends
+(fabricctl.audit). Commands never import this module.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import time
 from fabric_core.lock import DEFAULT_WAIT, describe, node_lock
 
 from . import audit
+from .commands import ALL as COMMANDS
+from .context import Context
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_STATUSES, EXIT_UNEXPECTED, EXIT_USAGE, FabricError, UserError
 
 DESCRIPTION = """\
@@ -40,12 +43,9 @@ Exit statuses:
 
 GROUP_HELP = {"dataset": "staging volumes and sealed versions of training datasets",
               "checkpoint": "checkpoint volumes and snapshots of training jobs"}
-
-
-def _commands() -> list:
-    from .commands import ALL  # noqa: PLC0415 - commands import main's helpers
-
-    return ALL
+# the options every command shares, declared once
+JSON_HELP = "print the result as JSON (for scripts)"
+DRY_RUN_HELP = "do every read and every check, change nothing, and print the plan"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="configuration file (default: $FABRICCTL_CONFIG or /etc/fabricctl/config.yml)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     groups: dict = {}
-    for module in _commands():
+    for module in COMMANDS:
         *parents, leaf = module.PATH
         where = sub
         for depth, word in enumerate(parents):
@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = where.add_parser(leaf, help=module.HELP, description=doc or module.HELP,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         module.configure(p)
+        if module.MUTATING:
+            p.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
+        p.add_argument("--json", action="store_true", help=JSON_HELP)
         p.set_defaults(func=module.run, command_path=module.PATH, command_module=module)
     return parser
 
@@ -117,8 +120,6 @@ def main(argv: list[str] | None = None, *, sink: audit.Sink | None = None) -> in
     if not getattr(args, "func", None):
         (getattr(args, "group_parser", None) or parser).print_help()
         return 0
-    from .context import Context  # noqa: PLC0415
-
     ctx = Context(args)
     change = changes(args.command_module, args)
     started = time.monotonic()
@@ -146,11 +147,6 @@ def main(argv: list[str] | None = None, *, sink: audit.Sink | None = None) -> in
         ctx.close()
         if change:
             audit.emit(audit.record(args, ctx.hosts, status, time.monotonic() - started, error), sink)
-
-
-def command_main(path: tuple, argv: list[str] | None) -> int:
-    """``main(argv)`` of one command module: the same as ``fabricctl <path...> <argv...>``."""
-    return main([*path, *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -7,12 +7,10 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lio, publish
 from fabric_core.names import validate_fabric_name
 
-from .. import common
-from ..main import command_main
-from ..output import human_bytes
+from .. import checkpoints
+from ..output import human_bytes, print_rows
 
 PATH = ("checkpoint", "list")
 HELP = "list a job's checkpoint snapshots (--json for scripts)"
@@ -21,22 +19,20 @@ MUTATING = False  # read-only: no node lock, no journal record
 
 def configure(p) -> None:
     p.add_argument("job", metavar="JOB", help="the job")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def collect(ctx, job: str) -> dict:
-    cfg = ctx.config
-    vol = common.require_job(ctx, job)
-    live = lio.read_live()
+    vol = checkpoints.require(ctx, job)
+    pub = ctx.publisher
+    index = pub.index()
     rows = []
-    for r in common.checkpoints(ctx, job):
+    for r in checkpoints.snapshots(ctx, job):
         if r["step"] is None:
             continue
-        export = publish.checkpoint_restore_export(cfg.checkpoint_root, cfg.checkpoint_mount_root, job, r["step"],
-                                                   r.get("fabric:fs") or vol.get("fabric:fs") or "ext4")
+        export = pub.settings.restore(job, r["step"], r.get("fabric:fs") or vol.get("fabric:fs") or "ext4")
         rows.append({"step": r["step"], "snapshot": r["name"], "created_at": r.get("fabric:created-at"),
                      "metrics": r["metrics"], "tags": r["tags"], "holds": r.get("userrefs") or 0,
-                     "restored_to": common.published_to(cfg, live, export), "used": r.get("used")})
+                     "restored_to": index.published_to(export), "used": r.get("used")})
     rows.sort(key=lambda x: x["step"])
     return {"job": job, "volume": vol["name"], "writer": vol.get("fabric:writer"), "checkpoints": rows}
 
@@ -54,9 +50,5 @@ def run(ctx, args) -> int:
         metrics = " ".join(f"{k}={v:g}" for k, v in sorted(c["metrics"].items()))
         rows.append([str(c["step"]), c["created_at"] or "", metrics, ",".join(c["tags"]), human_bytes(c["used"] or 0),
                      ",".join(c["restored_to"]) or "-"])
-    common.table(rows, ["STEP", "CREATED", "METRICS", "TAGS", "USED", "RESTORED TO"])
+    print_rows(rows, ["STEP", "CREATED", "METRICS", "TAGS", "USED", "RESTORED TO"])
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)

@@ -12,12 +12,11 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lzc, publish, versions
+from fabric_core import lzc, versions
 from fabric_core.errors import Busy, NotFound, UnsafeOperation, UserError
 from fabric_core.names import validate_fabric_name
 
-from .. import common, publishing
-from ..main import command_main
+from .. import checkpoints
 
 PATH = ("checkpoint", "rollback")
 HELP = "roll the writable volume back to a checkpoint (newer ones must be named)"
@@ -30,8 +29,6 @@ def configure(p) -> None:
     p.add_argument("--discard-newer", default="", metavar="STEP,...",
                    help="every newer checkpoint's step: they are destroyed")
     p.add_argument("--force", action="store_true", help="unmount on the writer even while in use")
-    p.add_argument("--dry-run", action="store_true", help="show what would happen; change nothing")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def parse_steps(text: str) -> set[int]:
@@ -45,8 +42,8 @@ def parse_steps(text: str) -> set[int]:
 def run(ctx, args) -> int:
     job = validate_fabric_name(args.job, "job")
     cfg = ctx.config
-    vol = common.require_job(ctx, job)
-    rows = common.checkpoints(ctx, job)  # oldest first (createtxg)
+    vol = checkpoints.require(ctx, job)
+    rows = checkpoints.snapshots(ctx, job)  # oldest first (createtxg)
     index = next((i for i, r in enumerate(rows) if r["step"] == args.step), None)
     if index is None:
         raise NotFound(f"job {job} has no checkpoint at step {args.step}", "see `fabricctl checkpoint list JOB`")
@@ -74,9 +71,8 @@ def run(ctx, args) -> int:
         raise Busy(f"newer checkpoints are held or restored on hosts: {', '.join(held)}",
                    "remove those restores first (`fabricctl checkpoint restore JOB --step N --to HOSTS --remove`)")
     writer = cfg.host(vol.get("fabric:writer") or "")
-    export = publish.checkpoint_volume_export(cfg.checkpoint_root, cfg.checkpoint_mount_root, job,
-                                              vol.get("fabric:fs") or "ext4")
-    target = export.target_iqn(cfg.iqn_base)
+    pub = ctx.publisher
+    export = pub.settings.writable(job, vol.get("fabric:fs") or "ext4")
     snap = rows[index]["name"]
     out = {"job": job, "step": args.step, "snapshot": snap, "discarded": [r["name"] for r in newer],
            "writer": writer.name, "dry_run": ctx.dry_run}
@@ -87,21 +83,16 @@ def run(ctx, args) -> int:
             print(f"would unmount on {writer.name}, destroy {', '.join(out['discarded']) or 'nothing'}, "
                   f"roll back to {snap}, mount again")
         return 0
-    runner = ctx.ssh(writer)
-    publish.detach(runner, export, target_iqn=target, portal=cfg.portal.address, force=args.force)
+    pub.detach(export, writer, force=args.force)
     try:
         if newer:
             lzc.destroy_snapshots([r["name"] for r in newer], runner=ctx.local)
         lzc.rollback_to(vol["name"], snap, runner=ctx.local)
     finally:
-        publishing.host_side(ctx, export, writer, lambda text: None)
+        pub.attach(export, writer)
     if args.json:
         ctx.emit(out)
     else:
         print(f"{job} rolled back to step {args.step} ({snap}); discarded {len(newer)} newer checkpoint(s); "
               f"mounted again on {writer.name}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)

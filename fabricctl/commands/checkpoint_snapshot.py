@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import time
 
-from fabric_core import lzc, publish
+from fabric_core import lzc, mounts, publish
 from fabric_core.errors import AlreadyExists, UserError
 from fabric_core.names import validate_fabric_name
+from fabric_core.rules import KIND_CHECKPOINT, KIND_PROP, MANAGED_PROP
+from fabric_core.versions import created_by, now_iso
 
-from .. import common, faults
-from ..main import command_main
+from .. import checkpoints, faults
 
 PATH = ("checkpoint", "snapshot")
 HELP = "snapshot a job's checkpoint volume consistently (fsfreeze on the writer)"
@@ -33,8 +34,6 @@ def configure(p) -> None:
     p.add_argument("--metric", action="append", default=[], metavar="NAME=VALUE",
                    help="a metric of this checkpoint (repeatable); NAME must be listed in the config's metrics")
     p.add_argument("--tag", action="append", default=[], metavar="TEXT", help="a tag (repeatable), e.g. release")
-    p.add_argument("--dry-run", action="store_true", help="check everything; freeze and snapshot nothing")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def parse_metrics(items: list[str], known: list[str]) -> dict[str, float]:
@@ -68,21 +67,21 @@ def run(ctx, args) -> int:
     cfg = ctx.config
     metrics = parse_metrics(args.metric, cfg.metrics)
     tags = parse_tags(args.tag)
-    vol = common.require_job(ctx, job)
+    vol = checkpoints.require(ctx, job)
     snap = f"{vol['name']}@{publish.snapshot_name(args.step)}"
-    if any(r["step"] == args.step for r in common.checkpoints(ctx, job)) or lzc.exists(snap):
+    if any(r["step"] == args.step for r in checkpoints.snapshots(ctx, job)) or lzc.exists(snap):
         raise AlreadyExists(f"job {job} already has a checkpoint at step {args.step} ({snap})",
                             "checkpoints are immutable: use the next step")
     writer = cfg.host(vol.get("fabric:writer") or "")
     mountpoint = f"{cfg.checkpoint_mount_root}/{job}"
     runner = ctx.ssh(writer)
-    mounted = common.mounts.current_mount(runner, mountpoint)  # also proves the writer is reachable
+    mounted = mounts.current_mount(runner, mountpoint)  # also proves the writer is reachable
     if not mounted or "rw" not in mounted["options"]:
         raise UserError(f"{mountpoint} is not mounted read-write on the writer {writer.name}",
                         f"run `fabricctl checkpoint volume create {job} --size SIZE --writer {writer.name}` again "
                         "(it re-attaches the volume)")
-    props = {"fabric:managed": "true", "fabric:kind": "checkpoint", "fabric:step": str(args.step),
-             "fabric:created-by": common.versions.created_by(), "fabric:created-at": common.versions.now_iso(),
+    props = {MANAGED_PROP: "true", KIND_PROP: KIND_CHECKPOINT, "fabric:step": str(args.step),
+             "fabric:created-by": created_by(), "fabric:created-at": now_iso(),
              "fabric:tags": ",".join(tags) or "-", **{f"fabric:metric.{k}": repr(v) for k, v in metrics.items()}}
     if ctx.dry_run:
         out = {"job": job, "snapshot": snap, "writer": writer.name, "properties": props, "dry_run": True}
@@ -115,7 +114,3 @@ def run(ctx, args) -> int:
     else:
         print(f"checkpoint {job} step {args.step}: {snap} (writes frozen on {writer.name} for {window * 1000:.0f} ms)")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)

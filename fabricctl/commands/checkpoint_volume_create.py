@@ -12,13 +12,13 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import publish, zfs
+from fabric_core import zfs
 from fabric_core.errors import UnsafeOperation, UserError
 from fabric_core.names import validate_fabric_name
-from fabric_core.rules import FILESYSTEMS
+from fabric_core.rules import FILESYSTEMS, KIND_CHECKPOINT_VOLUME, KIND_PROP
+from fabric_core.versions import created_by, now_iso
 
-from .. import common, publishing
-from ..main import command_main
+from .. import checkpoints, zvols
 
 PATH = ("checkpoint", "volume", "create")
 HELP = "create a job's checkpoint volume for its one writer host"
@@ -30,8 +30,6 @@ def configure(p) -> None:
     p.add_argument("--size", required=True, help="volume size, e.g. 500G")
     p.add_argument("--writer", required=True, metavar="HOST", help="the one host that writes checkpoints")
     p.add_argument("--fs", choices=FILESYSTEMS, default=None, help="file system (default: the config's defaults.fs)")
-    p.add_argument("--dry-run", action="store_true", help="show what would be done; change nothing")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(ctx, args) -> int:
@@ -40,8 +38,8 @@ def run(ctx, args) -> int:
     cfg = ctx.config
     writer = cfg.host(args.writer)
     fstype = args.fs or cfg.defaults.fs
-    volume = common.ck_volume(cfg, job)
-    existing = common.checkpoint_volumes(ctx).get(job)
+    volume = checkpoints.volume(cfg, job)
+    existing = checkpoints.all_volumes(ctx).get(job)
     if existing is not None:
         if existing.get("fabric:writer") != writer.name:
             raise UnsafeOperation(f"job {job!r} already has a checkpoint volume written by "
@@ -58,25 +56,23 @@ def run(ctx, args) -> int:
             raise UserError(f"the pool is too full for a {args.size} checkpoint volume ({cfg.checkpoint_root} has "
                             f"{int(avail['available'][0]) / 2**30:.1f} GiB available)",
                             "give a smaller --size, free space (`fabricctl rotate`), or grow the pool")
-        props = {"volblocksize": "64K", "snapdev": "visible", "fabric:kind": "checkpoint-volume",
-                 "fabric:fs": fstype, "fabric:writer": writer.name, "fabric:created-by": common.versions.created_by(),
-                 "fabric:created-at": common.versions.now_iso()}
+        props = {"volblocksize": "64K", "snapdev": "visible", KIND_PROP: KIND_CHECKPOINT_VOLUME, "fabric:fs": fstype,
+                 "fabric:writer": writer.name, "fabric:created-by": created_by(), "fabric:created-at": now_iso()}
         zfs.ensure_dataset(ctx.local, name=volume, properties=props, volume_size=size)
-        if not ctx.dry_run:
-            ctx.local.run(["udevadm", "settle"], check=False)
-            common.wait_for("/dev/zvol/" + volume)
+        zvols.settle(ctx, volume)
     blank = ctx.dry_run and existing is None or ctx.local.run(
         ["blkid", "-p", "-o", "value", "-s", "TYPE", "/dev/zvol/" + volume], check=False).rc == 2
     if blank:  # new, or an earlier create was interrupted before mkfs (blkid exit 2: no signature)
         mkfs = (["mkfs.ext4", "-q", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0"]
                 if fstype == "ext4" else ["mkfs.xfs", "-q", "-K"])
         ctx.local.run([*mkfs, "/dev/zvol/" + volume], mutating=True)
-    export = publish.checkpoint_volume_export(cfg.checkpoint_root, cfg.checkpoint_mount_root, job, fstype)
-    storage = publishing.storage_side(ctx, export, [writer], hold=False)
-    fan = common.fan(ctx, [writer], lambda host, step: publishing.host_side(ctx, export, host, step),
-                     f"checkpoint volume {job}", quiet=args.json)
+    pub = ctx.publisher
+    export = pub.settings.writable(job, fstype)
+    storage = pub.export(export, [writer], hold=False)
+    fan = ctx.fan([writer], lambda host, step: pub.attach(export, host, step), f"checkpoint volume {job}",
+                  quiet=args.json)
     out = {"job": job, "volume": volume, "writer": writer.name, "mountpoint": export.mountpoint,
-           "target": export.target_iqn(cfg.iqn_base), "storage": storage, "hosts": common.outcome_dict(fan),
+           "target": pub.settings.target_iqn(export), "storage": storage, "hosts": fan.to_dict(),
            "dry_run": ctx.dry_run, "planned": ctx.planned()}
     if args.json:
         ctx.emit(out)
@@ -85,7 +81,3 @@ def run(ctx, args) -> int:
         print(f"{verb}: {volume} ({fstype}) mounted read-write at {export.mountpoint} on {writer.name}")
     fan.raise_for_partial(f"checkpoint volume {job}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)

@@ -13,12 +13,11 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lio, publish, versions
+from fabric_core import versions
 from fabric_core.errors import Busy, UnsafeOperation, UserError
 from fabric_core.names import validate_fabric_name
 
-from .. import common, publishing
-from ..main import command_main
+from .. import checkpoints, zvols
 
 PATH = ("checkpoint", "volume", "destroy")
 HELP = "retire a job: unmount on its writer, remove its export, destroy its volume and checkpoints"
@@ -29,28 +28,22 @@ def configure(p) -> None:
     p.add_argument("job", metavar="JOB", help="the job whose volume goes")
     p.add_argument("--yes", action="store_true", help="confirm: this is permanent")
     p.add_argument("--force", action="store_true", help="unmount on the writer even while a process uses it")
-    p.add_argument("--dry-run", action="store_true", help="show what would be done; change nothing")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(ctx, args) -> int:
     job = validate_fabric_name(args.job, "job")
     cfg = ctx.config
-    vol = common.require_job(ctx, job)
-    volume = common.ck_volume(cfg, job)
+    vol = checkpoints.require(ctx, job)
+    volume = checkpoints.volume(cfg, job)
     writer = cfg.host(vol.get("fabric:writer") or "")
     snapshots = versions.list_all_snapshots(ctx.local, volume)
     foreign = [r["name"] for r in snapshots if not versions.owned(r)]
     if foreign:
         raise UnsafeOperation(f"{volume} has snapshots fabricctl did not create: {', '.join(foreign)}",
                               "destroy or keep them yourself; fabricctl only destroys what it created")
-    live = lio.read_live()
-    ours = f"{cfg.iqn_base}:ck.{job}."
-    rw = publish.checkpoint_volume_export(cfg.checkpoint_root, cfg.checkpoint_mount_root, job,
-                                          vol.get("fabric:fs") or "ext4")
-    target = rw.target_iqn(cfg.iqn_base)
-    restored = sorted(t["wwn"].split(ours, 1)[1] for t in live["dump"].get("targets", [])
-                      if t["wwn"].startswith(ours) and t["wwn"] != target)
+    pub = ctx.publisher
+    restored = pub.index().restores(job)
+    rw = pub.settings.writable(job, vol.get("fabric:fs") or "ext4")
     held = [r["name"] for r in snapshots if r.get("userrefs")]
     if restored or held:
         steps = ", ".join(s[1:] if s.startswith("s") else s for s in restored)
@@ -61,14 +54,13 @@ def run(ctx, args) -> int:
     if not args.yes and not ctx.dry_run:
         raise UserError(f"destroying {volume} and its {len(snapshots)} checkpoint(s) is permanent and needs --yes",
                         f"run `fabricctl checkpoint volume destroy {job} --yes` (or --dry-run to look first)")
-    fan = common.fan(ctx, [writer], lambda host, step: publish.detach(
-        ctx.ssh(host), rw, target_iqn=target, portal=cfg.portal.address, force=args.force, step=step),
-        f"retire {job}", quiet=args.json)
+    fan = ctx.fan([writer], lambda host, step: pub.detach(rw, host, step, force=args.force), f"retire {job}",
+                  quiet=args.json)
     fan.raise_for_partial(f"retire {job} (the volume is kept until its writer has let go of it)")
-    # read LIO again (no live=): the writer's session, seen above, ended with its logout
-    storage = publishing.storage_withdraw(ctx, rw, [], force=args.force, detached=frozenset({writer.initiator}))
-    common.destroy_volume(ctx, volume)
-    out = {"job": job, "writer": writer.name, "hosts": common.outcome_dict(fan),
+    # LIO is read again: the writer's session, seen above, ended with its logout
+    storage = pub.withdraw(rw, [], force=args.force, detached=frozenset({writer.initiator}))
+    zvols.destroy(ctx, volume)
+    out = {"job": job, "writer": writer.name, "hosts": fan.to_dict(),
            "lio_actions": storage["lio_actions"], "destroyed" if not ctx.dry_run else "would_destroy": what,
            "dry_run": ctx.dry_run, "planned": ctx.planned()}
     if args.json:
@@ -77,7 +69,3 @@ def run(ctx, args) -> int:
         verb = "would destroy" if ctx.dry_run else "destroyed"
         print(f"{verb} {volume} and {len(snapshots)} checkpoint(s); unmounted from {writer.name}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)

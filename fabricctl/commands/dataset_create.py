@@ -12,13 +12,13 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import zfs
+from fabric_core import blockfs, zfs
 from fabric_core.errors import AlreadyExists, UserError
 from fabric_core.names import validate_fabric_name
-from fabric_core.rules import FILESYSTEMS
+from fabric_core.rules import FILESYSTEMS, KIND_DATASET, KIND_PROP
+from fabric_core.versions import created_by, now_iso
 
-from .. import common
-from ..main import command_main
+from .. import datasets, zvols
 
 PATH = ("dataset", "create")
 HELP = "create a writable staging volume for a dataset"
@@ -31,8 +31,6 @@ def configure(p) -> None:
     p.add_argument("name", metavar="NAME", help="dataset name: a-z, 0-9, '-' (at most 30)")
     p.add_argument("--size", required=True, help="volume size, e.g. 500G or 2T")
     p.add_argument("--fs", choices=FILESYSTEMS, default=None, help="file system (default: the config's defaults.fs)")
-    p.add_argument("--dry-run", action="store_true", help="show what would be done; change nothing")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(ctx, args) -> int:
@@ -42,8 +40,8 @@ def run(ctx, args) -> int:
         raise UserError(f"--size {args.size} is too small", "give at least 64M")
     cfg = ctx.config
     fstype = args.fs or cfg.defaults.fs
-    volume = common.zvol(cfg, name)
-    if name in common.volumes(ctx) or zfs.get_props(ctx.local, volume, ["type"]):
+    volume = datasets.volume(cfg, name)
+    if name in datasets.all_volumes(ctx) or zfs.get_props(ctx.local, volume, ["type"]):
         raise AlreadyExists(f"dataset {name!r} exists already ({volume})",
                             f"ingest into it (`fabricctl dataset ingest {name} ...`) or choose another name")
     avail = zfs.get_props(ctx.local, cfg.dataset_root, ["available"]).get(cfg.dataset_root, {}).get("available")
@@ -56,17 +54,12 @@ def run(ctx, args) -> int:
                         f"{free / 2**30:.1f} GiB available, the volume reserves {size * RESERVE_SLACK / 2**30:.1f} GiB",
                         "give a smaller --size, free space (unpublish and destroy old versions, `fabricctl rotate`), "
                         "or grow the pool")
-    props = {"volblocksize": "16K", "snapdev": "visible", "fabric:kind": "dataset", "fabric:fs": fstype,
-             "fabric:created-by": common.versions.created_by(), "fabric:created-at": common.versions.now_iso()}
+    props = {"volblocksize": "16K", "snapdev": "visible", KIND_PROP: KIND_DATASET, "fabric:fs": fstype,
+             "fabric:created-by": created_by(), "fabric:created-at": now_iso()}
     result = zfs.ensure_dataset(ctx.local, name=volume, properties=props, volume_size=size)
-    device = "/dev/zvol/" + volume
-    if not ctx.dry_run:
-        ctx.local.run(["udevadm", "settle"], check=False)
-        common.wait_for(device)
-    mkfs = (["mkfs.ext4", "-q", "-m", "0", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0"]
-            if fstype == "ext4" else ["mkfs.xfs", "-q", "-K"])
-    ctx.local.run([*mkfs, device], mutating=True)
-    where = common.mount_staging(ctx, name, fstype)
+    zvols.settle(ctx, volume)
+    ctx.local.run(blockfs.mkfs_argv(fstype, "/dev/zvol/" + volume), mutating=True)
+    where = datasets.mount_staging(ctx, name, fstype)
     out = {"dataset": name, "volume": volume, "size": size, "fs": fstype, "staging": where,
            "dry_run": ctx.dry_run, "commands": result["commands"] + ctx.planned()}
     if args.json:
@@ -80,7 +73,3 @@ def run(ctx, args) -> int:
         print(f"next: copy data in (`fabricctl dataset ingest {name} SOURCE...`), then "
               f"`fabricctl dataset seal {name} VERSION`")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)

@@ -11,12 +11,11 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lio, lzc, versions
+from fabric_core import lzc, versions
 from fabric_core.errors import Busy, UnsafeOperation, UserError
 from fabric_core.names import parse_ref
 
-from .. import common
-from ..main import command_main
+from .. import datasets, zvols
 
 PATH = ("dataset", "destroy")
 HELP = "destroy a version or a whole dataset (refused while published or held)"
@@ -26,25 +25,22 @@ MUTATING = True  # takes the node lock and logs a journal record (not with --dry
 def configure(p) -> None:
     p.add_argument("ref", metavar="NAME[@VERSION]", help="a version, or a dataset with all its versions")
     p.add_argument("--yes", action="store_true", help="confirm: this is permanent")
-    p.add_argument("--dry-run", action="store_true", help="show what would be destroyed; destroy nothing")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(ctx, args) -> int:
     name, version = parse_ref(args.ref, version_required=False)
     cfg = ctx.config
-    vol = common.require_volume(ctx, name)
-    rows = common.dataset_versions(ctx, name)
+    vol = datasets.require(ctx, name)
+    rows = datasets.sealed(ctx, name)
     if version is not None:
-        rows = [common.require_version(ctx, name, version)]
-    live = lio.read_live()
+        rows = [datasets.require_version(ctx, name, version)]
+    index = ctx.publisher.index()
     blocked = []
     for r in rows:
-        export = common.export_of(ctx, name, r["snapshot"], r.get("fabric:fs") or "ext4")
-        to = common.published_to(cfg, live, export)
+        export = datasets.export_of(ctx, r)
+        to = index.published_to(export)
         holds = lzc.holds(r["name"]) if r.get("userrefs") else []
-        target = export.target_iqn(cfg.iqn_base)
-        if to or holds or any(t["wwn"] == target for t in live["dump"].get("targets", [])):
+        if to or holds or index.exists(export):
             blocked.append(f"{name}@{r['snapshot']} (published to {', '.join(to) or 'no host'}; "
                            f"holds: {', '.join(holds) or 'none'})")
     if blocked:
@@ -64,18 +60,12 @@ def run(ctx, args) -> int:
         if version is not None:
             lzc.destroy_snapshots(what, runner=ctx.local)
         else:
-            common.unmount_staging(ctx, name)
-            common.destroy_volume(ctx, vol["name"])
-            ctx.local.run(["rmdir", common.staging_dir(cfg, name)], check=False, mutating=True)
+            datasets.unmount_staging(ctx, name)
+            zvols.destroy(ctx, vol["name"])
+            ctx.local.run(["rmdir", datasets.staging_dir(cfg, name)], check=False, mutating=True)
     out = {"destroyed" if not ctx.dry_run else "would_destroy": what, "dry_run": ctx.dry_run}
     if args.json:
         ctx.emit(out)
     else:
         print(("would destroy: " if ctx.dry_run else "destroyed: ") + ", ".join(what))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)
-
-

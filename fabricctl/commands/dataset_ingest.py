@@ -22,8 +22,7 @@ import stat
 from fabric_core.errors import NotFound, UserError
 from fabric_core.names import validate_fabric_name
 
-from .. import common
-from ..main import command_main
+from .. import datasets
 from ..output import ProgressBar
 
 PATH = ("dataset", "ingest")
@@ -36,8 +35,6 @@ def configure(p) -> None:
     p.add_argument("name", metavar="NAME", help="the dataset (created with `fabricctl dataset create`)")
     p.add_argument("sources", metavar="SOURCE", nargs="+", help="files or directories on this node")
     p.add_argument("--into", metavar="SUBDIR", default="", help="a sub-directory of the dataset to copy into")
-    p.add_argument("--dry-run", action="store_true", help="count what would be copied; copy nothing")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def plan_pairs(sources: list[str], dest_root: str):
@@ -85,8 +82,8 @@ def run(ctx, args) -> int:
     if into.startswith("..") or os.path.isabs(into) or into.startswith(".fabric"):
         raise UserError(f"--into {args.into!r} must be a relative path inside the dataset (not .fabric)",
                         "for example --into train")
-    vol = common.require_volume(ctx, name)
-    root = common.mount_staging(ctx, name, vol.get("fabric:fs") or "ext4")
+    vol = datasets.require(ctx, name)
+    root = datasets.mount_staging(ctx, name, vol.get("fabric:fs") or "ext4")
     dest_root = os.path.join(root, into)
     files = total = 0
     for _, _, size, _ in plan_pairs(args.sources, dest_root):
@@ -121,7 +118,3 @@ def run(ctx, args) -> int:
         verb = "would copy" if ctx.dry_run else "copied"
         print(f"{name}: {verb} {copied} files ({copied_bytes} bytes), {skipped} already present, into {dest_root}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 
-from fabric_core import lzc, manifest, versions
+from fabric_core import lzc, manifest, mounts, versions
 from fabric_core.errors import AlreadyExists, Busy
 from fabric_core.names import validate_fabric_name, validate_version
+from fabric_core.rules import KIND_DATASET_VERSION, KIND_PROP, MANAGED_PROP
 
-from .. import common
-from ..main import command_main
+from .. import datasets
 from ..output import ProgressBar
 
 PATH = ("dataset", "seal")
@@ -34,21 +34,19 @@ def configure(p) -> None:
     p.add_argument("version", metavar="VERSION", help="the new version: a-z, 0-9, '.', '-' (e.g. v1)")
     p.add_argument("--note", default="", help="a free-text note stored with the version")
     p.add_argument("--workers", type=int, default=None, help="parallel digest workers (default: config)")
-    p.add_argument("--dry-run", action="store_true", help="check and show what would be done; change nothing")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(ctx, args) -> int:
     name, version = validate_fabric_name(args.name), validate_version(args.version)
     cfg = ctx.config
-    vol = common.require_volume(ctx, name)
-    existing = {r["snapshot"] for r in common.dataset_versions(ctx, name)}
-    snap = f"{common.zvol(cfg, name)}@{version}"
+    vol = datasets.require(ctx, name)
+    existing = {r["snapshot"] for r in datasets.sealed(ctx, name)}
+    snap = f"{datasets.volume(cfg, name)}@{version}"
     if version in existing or lzc.exists(snap):
         raise AlreadyExists(f"version {name}@{version} exists already (versions are immutable)",
                             "seal under a new version, e.g. bump it to the next number")
     fstype = vol.get("fabric:fs") or "ext4"
-    root = common.mount_staging(ctx, name, fstype)
+    root = datasets.mount_staging(ctx, name, fstype)
     if ctx.dry_run:
         out = {"dataset": name, "version": version, "snapshot": snap, "dry_run": True,
                "steps": [f"manifest of {root}", f"sync and unmount {root}", f"snapshot {snap}", f"mount {root}"]}
@@ -57,7 +55,7 @@ def run(ctx, args) -> int:
         else:
             print("would: " + "; ".join(out["steps"]))
         return 0
-    users = common.mounts.users(ctx.local, root)
+    users = mounts.users(ctx.local, root)
     others = [u for u in users if not u.startswith(f"{os.getpid()} ")]
     if others:
         raise Busy(f"the staging file system {root} is in use by {', '.join(others)}",
@@ -74,15 +72,15 @@ def run(ctx, args) -> int:
     finally:
         if bar:
             bar.close()
-    common.unmount_staging(ctx, name)
-    props = {"fabric:managed": "true", "fabric:kind": "dataset-version", "fabric:version": version,
+    datasets.unmount_staging(ctx, name)
+    props = {MANAGED_PROP: "true", KIND_PROP: KIND_DATASET_VERSION, "fabric:version": version,
              "fabric:created-by": versions.created_by(), "fabric:created-at": versions.now_iso(),
              "fabric:note": args.note or "-", "fabric:files": str(summary.files), "fabric:bytes": str(summary.bytes),
              "fabric:manifest-sha256": summary.manifest_sha256, "fabric:fs": fstype}
     try:
         lzc.snapshot([snap], props, runner=ctx.local)
     finally:
-        common.mount_staging(ctx, name, fstype)
+        datasets.mount_staging(ctx, name, fstype)
     out = {"dataset": name, "version": version, "snapshot": snap, "files": summary.files, "bytes": summary.bytes,
            "manifest_sha256": summary.manifest_sha256, "note": args.note, "dry_run": False}
     if args.json:
@@ -92,7 +90,3 @@ def run(ctx, args) -> int:
               f"manifest sha256 {summary.manifest_sha256[:16]}...")
         print(f"next: `fabricctl publish {name}@{version} --to GROUP|HOST,...`")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)

@@ -7,12 +7,10 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lio
 from fabric_core.names import validate_fabric_name
 
-from .. import common
-from ..main import command_main
-from ..output import human_bytes
+from .. import datasets
+from ..output import human_bytes, print_rows
 
 PATH = ("list",)
 HELP = "list datasets and versions (--json for scripts)"
@@ -21,30 +19,29 @@ MUTATING = False  # read-only: no node lock, no journal record
 
 def configure(p) -> None:
     p.add_argument("name", metavar="NAME", nargs="?", help="only this dataset")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def collect(ctx, name: str | None = None) -> dict:
     cfg = ctx.config
-    vols = common.volumes(ctx)
+    vols = datasets.all_volumes(ctx)
     if name is not None:
-        common.require_volume(ctx, validate_fabric_name(name))
-    live = lio.read_live()
-    datasets = []
+        datasets.require(ctx, validate_fabric_name(name))
+    index = ctx.publisher.index()
+    listing = []
     for dname, vol in sorted(vols.items()):
         if name is not None and dname != name:
             continue
         rows = []
-        for r in common.dataset_versions(ctx, dname):
-            export = common.export_of(ctx, dname, r["snapshot"], r.get("fabric:fs") or "ext4")
+        for r in datasets.sealed(ctx, dname):
+            export = datasets.export_of(ctx, r)
             rows.append({"version": r["snapshot"], "snapshot": r["name"], "created_at": r.get("fabric:created-at"),
                          "created_by": r.get("fabric:created-by"), "note": r.get("fabric:note"),
                          "files": r.get("fabric:files"), "bytes": r.get("fabric:bytes"),
                          "manifest_sha256": r.get("fabric:manifest-sha256"), "holds": r.get("userrefs") or 0,
-                         "published_to": common.published_to(cfg, live, export), "used": r.get("used")})
-        datasets.append({"name": dname, "volume": vol["name"], "size": vol.get("volsize"), "fs": vol.get("fabric:fs"),
-                         "staging": common.staging_dir(cfg, dname), "versions": rows})
-    return {"datasets": datasets}
+                         "published_to": index.published_to(export), "used": r.get("used")})
+        listing.append({"name": dname, "volume": vol["name"], "size": vol.get("volsize"), "fs": vol.get("fabric:fs"),
+                        "staging": datasets.staging_dir(cfg, dname), "versions": rows})
+    return {"datasets": listing}
 
 
 def run(ctx, args) -> int:
@@ -62,9 +59,5 @@ def run(ctx, args) -> int:
     if not rows:
         print("no datasets yet: `fabricctl dataset create NAME --size SIZE`")
         return 0
-    common.table(rows, ["DATASET", "VERSION", "CREATED", "FILES", "BYTES", "PUBLISHED TO", "NOTE"])
+    print_rows(rows, ["DATASET", "VERSION", "CREATED", "FILES", "BYTES", "PUBLISHED TO", "NOTE"])
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)

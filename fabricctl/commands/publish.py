@@ -16,11 +16,9 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import publish
 from fabric_core.names import parse_ref
 
-from .. import common, publishing
-from ..main import command_main
+from .. import datasets
 
 PATH = ("publish",)
 HELP = "export a sealed version read-only and mount it on GPU nodes"
@@ -30,50 +28,26 @@ MUTATING = True  # takes the node lock and logs a journal record (not with --dry
 def configure(p) -> None:
     p.add_argument("ref", metavar="NAME@VERSION", help="the sealed version")
     p.add_argument("--to", required=True, metavar="GROUP|HOST,...", help="host groups and/or hosts from the config")
-    p.add_argument("--dry-run", action="store_true", help="show what would change on the node and each host")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def host_side(ctx, export, host, created: dict, step) -> dict:
-    """Session and read-only mount, then `current` moves when this version is newer than its target."""
-    cfg = ctx.config
-    res = publishing.host_side(ctx, export, host, step)
-    runner = ctx.ssh(host)
-    step("current")
-    link = f"{cfg.mount_root}/{export.name}/current"
-    now = publish.read_link(runner, link)
-    newer = now not in created or created[now] <= created[export.version]
-    switched = publish.switch_link(runner, link, export.version) if newer else False
-    res.update(current=export.version if newer else now, switched=switched)
-    res["changed"] = res["changed"] or switched
-    return res
 
 
 def run(ctx, args) -> int:
     name, version = parse_ref(args.ref)
-    cfg = ctx.config
-    hosts = cfg.resolve_targets(args.to)
-    row = common.require_version(ctx, name, version)
-    vol = common.require_volume(ctx, name)
-    export = common.export_of(ctx, name, version, row.get("fabric:fs") or vol.get("fabric:fs") or "ext4")
-    created = {r["snapshot"]: r["creation"] for r in common.dataset_versions(ctx, name)}
-    storage = publishing.storage_side(ctx, export, hosts)
-    fan = common.fan(ctx, hosts, lambda host, step: host_side(ctx, export, host, created, step),
-                     f"publish {name}@{version}", quiet=args.json)
-    out = {"ref": f"{name}@{version}", "target": export.target_iqn(cfg.iqn_base), "dry_run": ctx.dry_run,
-           "storage": storage, "hosts": common.outcome_dict(fan), "mountpoint": export.mountpoint,
-           "planned": ctx.planned()}
+    hosts = ctx.config.resolve_targets(args.to)
+    row = datasets.require_version(ctx, name, version)
+    export = datasets.export_of(ctx, row, datasets.require(ctx, name))
+    created = {r["snapshot"]: r["creation"] for r in datasets.sealed(ctx, name)}
+    pub = ctx.publisher
+    storage = pub.export(export, hosts)
+    fan = ctx.fan(hosts, lambda host, step: pub.attach(export, host, step, created=created),
+                  f"publish {name}@{version}", quiet=args.json)
+    out = {"ref": f"{name}@{version}", "target": pub.settings.target_iqn(export), "dry_run": ctx.dry_run,
+           "storage": storage, "hosts": fan.to_dict(), "mountpoint": export.mountpoint, "planned": ctx.planned()}
     if args.json:
         ctx.emit(out)
     else:
         for w in storage["warnings"]:
             ctx.note("warning: " + w)
         verb = "would publish" if ctx.dry_run else "published"
-        where = ", ".join(common.ok_names(fan)) or "no host"
-        print(f"{verb} {name}@{version} read-only at {export.mountpoint} on {where}")
+        print(f"{verb} {name}@{version} read-only at {export.mountpoint} on {', '.join(fan.ok_names) or 'no host'}")
     fan.raise_for_partial(f"publish {name}@{version}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)

@@ -22,10 +22,9 @@ import datetime
 import os
 import time
 
-from fabric_core import lio, lzc, retention, versions
+from fabric_core import lzc, retention, versions
 
-from .. import common
-from ..main import command_main
+from .. import checkpoints, datasets
 
 PATH = ("rotate",)
 HELP = "destroy snapshots that no retention rule keeps (--dry-run --explain first)"
@@ -33,30 +32,16 @@ MUTATING = True  # takes the node lock and logs a journal record (not with --dry
 
 
 def configure(p) -> None:
-    p.add_argument("--dry-run", action="store_true", help="compute and show the plan; destroy nothing")
     p.add_argument("--explain", action="store_true", help="one line per snapshot: KEEP/DESTROY and why")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
-
-
-def published_snapshots(cfg, live: dict) -> set[str]:
-    """Snapshots that an LIO target of fabricctl exports (from the backstores' device paths)."""
-    out = set()
-    exported = {so.get("dev") for so in live["dump"].get("storage_objects", [])
-                if so.get("name", "").startswith(cfg.backstore_prefix)}
-    for dev in exported:
-        if dev and dev.startswith("/dev/zvol/") and "@" in dev:
-            out.add(dev[len("/dev/zvol/"):])
-    return out
 
 
 def collect(ctx, now: datetime.datetime) -> tuple[retention.Plan, list[dict]]:
     cfg = ctx.config
     rules = retention.parse_retention(cfg.retention, cfg.metrics)
-    live = lio.read_live()
-    exported = published_snapshots(cfg, live)
+    exported = ctx.publisher.index().published_snapshots()
     plans, scopes = [], []
-    metric_columns = common.metric_columns(cfg)
-    for prefix, vols in (("datasets", common.volumes(ctx)), ("checkpoints", common.checkpoint_volumes(ctx))):
+    metric_columns = checkpoints.metric_columns(cfg)
+    for prefix, vols in (("datasets", datasets.all_volumes(ctx)), ("checkpoints", checkpoints.all_volumes(ctx))):
         for name, vol in sorted(vols.items()):
             path = f"{prefix}/{name}"
             policy = rules.policy_for(path)
@@ -119,9 +104,3 @@ def run(ctx, args) -> int:
     verb = "would destroy" if ctx.dry_run else "destroyed"
     print(f"{verb} {len(plan.destroy)} snapshot(s) in {len(batches)} batch(es); kept {len(plan.keep)}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)
-
-

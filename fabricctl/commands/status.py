@@ -8,12 +8,11 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lio, lzc, zpool
+from fabric_core import lzc, zpool
 from fabric_core.errors import NotFound
 
-from .. import common
-from ..main import command_main
-from ..output import human_bytes
+from .. import datasets
+from ..output import human_bytes, print_rows
 
 PATH = ("status",)
 HELP = "pool health, published versions, holds and sessions (--json for scripts)"
@@ -21,7 +20,7 @@ MUTATING = False  # read-only: no node lock, no journal record
 
 
 def configure(p) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON")
+    """Only the options every command has (--json)."""
 
 
 def collect(ctx) -> dict:
@@ -30,22 +29,18 @@ def collect(ctx) -> dict:
     if pool is None:
         raise NotFound(f"pool {cfg.pool} (`pool:` in the fabricctl configuration) is not imported on this node",
                        f"check the name with `zpool list`, or import it: `zpool import {cfg.pool}`")
-    live = lio.read_live()
-    by_init = common.host_by_initiator(cfg)
-    sessions: dict = {}
-    for s in live["sessions"]:
-        host = by_init[s["initiator"]].name if s["initiator"] in by_init else s["initiator"]
-        sessions.setdefault(host, []).append(s["target"])
+    pub = ctx.publisher
+    index = pub.index()
     published = []
-    for r in common.dataset_versions(ctx):
-        export = common.export_of(ctx, r["name_short"], r["snapshot"], r.get("fabric:fs") or "ext4")
-        to = common.published_to(cfg, live, export)
+    for r in datasets.sealed(ctx):
+        export = datasets.export_of(ctx, r)
+        to = index.published_to(export)
         holds = lzc.holds(r["name"]) if r.get("userrefs") else []
         if to or holds:
-            published.append({"ref": f"{r['name_short']}@{r['snapshot']}", "target": export.target_iqn(cfg.iqn_base),
+            published.append({"ref": f"{r['name_short']}@{r['snapshot']}", "target": pub.settings.target_iqn(export),
                               "published_to": to, "holds": holds})
     return {"pool": pool, "published": published,
-            "sessions": {h: sorted(t) for h, t in sorted(sessions.items())}}
+            "sessions": {h: sorted(t) for h, t in sorted(index.sessions().items())}}
 
 
 def run(ctx, args) -> int:
@@ -57,14 +52,10 @@ def run(ctx, args) -> int:
     print(f"pool {p['name']}: {p['health']}, {human_bytes(p['alloc'])} used of {human_bytes(p['size'])} "
           f"({p['cap']}%), {human_bytes(p['free'])} free")
     if data["published"]:
-        common.table([[x["ref"], ",".join(x["published_to"]) or "-", ",".join(x["holds"]) or "-"]
+        print_rows([[x["ref"], ",".join(x["published_to"]) or "-", ",".join(x["holds"]) or "-"]
                      for x in data["published"]], ["VERSION", "PUBLISHED TO", "HOLDS"])
     else:
         print("nothing published")
     for host, targets in data["sessions"].items():
         print(f"sessions of {host}: {len(targets)} ({', '.join(t.split(':', 1)[-1] for t in targets)})")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)

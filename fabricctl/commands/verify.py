@@ -23,8 +23,7 @@ from fabric_core import manifest, mounts
 from fabric_core.errors import EXIT_USER, FabricError, NotFound, UserError
 from fabric_core.names import parse_ref
 
-from .. import common
-from ..main import command_main
+from .. import datasets
 
 PATH = ("verify",)
 HELP = "check a version's files against its manifest"
@@ -42,7 +41,6 @@ def configure(p) -> None:
     p.add_argument("ref", metavar="NAME@VERSION", help="the sealed version")
     p.add_argument("--on", metavar="HOST", help="check the copy mounted on this GPU node")
     p.add_argument("--workers", type=int, default=None, help="parallel digest workers (default: config)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def file_sha256(path: str) -> str:
@@ -119,8 +117,8 @@ def verify_remote(ctx, export, host, workers: int, expected_sha: str) -> dict:
 def run(ctx, args) -> int:
     name, version = parse_ref(args.ref)
     cfg = ctx.config
-    row = common.require_version(ctx, name, version)
-    export = common.export_of(ctx, name, version, row.get("fabric:fs") or "ext4")
+    row = datasets.require_version(ctx, name, version)
+    export = datasets.export_of(ctx, row)
     workers = args.workers or cfg.defaults.manifest_workers
     expected = row.get("fabric:manifest-sha256") or ""
     if args.on:
@@ -143,7 +141,3 @@ def run(ctx, args) -> int:
     if not args.json:
         print(f"{name}@{version} on {args.on or 'the storage node'}: OK")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(PATH, argv)

@@ -1,37 +1,53 @@
-"""Publishing immutable versions read-only to many hosts: names, the LIO export, the host steps.
+"""The publishing service: immutable versions exported read-only to many hosts, and taken back.
 
 The same machinery serves dataset versions (``ds``: ``POOL/ROOT/NAME@VERSION`` mounted at
-``MOUNT_ROOT/NAME/VERSION``) and checkpoint restores (``ck``). A publish is a sequence of
-convergent steps, so an interrupted publish is finished by running it again:
+``MOUNT_ROOT/NAME/VERSION``), checkpoint restores (``ck``, read-only at
+``CHECKPOINT_MOUNT_ROOT/JOB/restore/STEP``) and a job's writable checkpoint volume (one writer).
+``Publisher`` owns both sides of an export; fabricctl's commands (publish, unpublish, checkpoint
+restore, volume create/destroy, rollback) only choose what to export to whom.
+
+The storage side (``Publisher.export`` / ``withdraw``), on this node:
 
 1. the snapshot's block device is made visible (``snapdev=visible`` on its zvol);
-2. the snapshot is held (``zfs hold fabric:published``) so nobody can destroy it while exported;
-3. the LIO target is reconciled: one read-only LUN, one ACL per host (``lio.reconcile``);
-4. on every host: the iSCSI session (``iscsi.ensure_session``), a read-only systemd mount unit
-   (``mounts.ensure_mount``) and, for datasets, the atomic switch of the ``current`` link.
+2. the snapshot is held (``fabric:published``, libzfs_core) so nobody can destroy it while exported;
+3. the LIO target is reconciled: one read-only LUN, one ACL per host (``lio.reconcile``); withdrawn,
+   the ACLs go, and with no host left the target, its backstore (``lio.plan_removal``) and the hold.
 
-Unpublish runs it backwards: hosts first (refused while a process uses the mount), then the
-ACLs, then (with no host left) the target, its backstore and the hold.
+The host side (``Publisher.attach`` / ``detach``), on each host through its runner (SSH): the host's
+initiator name is checked, then the iSCSI session (``iscsi.ensure_session``), a read-only systemd
+mount unit (``mounts.ensure_mount``) and, for a dataset, the atomic switch of the ``current`` link
+to the newest version the host has. Every step converges, so an interrupted publish is finished by
+running it again; unpublish runs it backwards (hosts first, refused while a process uses the mount).
+
+``ExportIndex`` is what the live LIO state says about exports: who has a version, which snapshots
+are exported, which restores exist, which sessions are logged in. Commands ask it; none reads an
+LIO dump.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import posixpath
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 
-from . import iscsi, lio, mounts
+from . import blockfs, iscsi, lio, lzc, mounts, zfs
+from .errors import UserError
 from .names import validate_fabric_name, validate_version
+from .rules import OPEN_ISCSI, Chap
+from .runner import Runner
 
 KINDS = {"ds": "dataset version", "ck": "checkpoint"}
+WRITABLE_VERSION = "rw"  # the "version" of a job's writable checkpoint volume
 
 
 @dataclass(frozen=True)
 class Export:
-    """One published object: its ZFS snapshot, LIO names and where hosts mount it."""
+    """One published object: its ZFS snapshot (or volume), LIO names and where hosts mount it."""
 
     kind: str  # "ds" | "ck"
     name: str  # dataset or job name
-    version: str  # version, or "step<N>" for checkpoints
-    snapshot: str  # POOL/.../NAME@VERSION
+    version: str  # version, "s<STEP>" for a checkpoint restore, "rw" for a checkpoint volume
+    snapshot: str  # POOL/.../NAME@VERSION (a checkpoint volume: POOL/.../JOB)
     mountpoint: str  # on the hosts
     fstype: str
     writable: bool = False  # only a checkpoint volume, exported to exactly one writer
@@ -52,6 +68,16 @@ class Export:
     def device(self) -> str:
         return "/dev/zvol/" + self.snapshot  # a volume's device, or a snapshot's (snapdev=visible)
 
+    @property
+    def is_snapshot(self) -> bool:
+        """A snapshot (published read-only, and held while it is); else a writable volume."""
+        return "@" in self.snapshot
+
+    @property
+    def current_link(self) -> str | None:
+        """MOUNT_ROOT/NAME/current of a dataset version (None for checkpoints)."""
+        return posixpath.join(posixpath.dirname(self.mountpoint), "current") if self.kind == "ds" else None
+
     def target_iqn(self, iqn_base: str) -> str:
         return f"{iqn_base}:{self.target_name}"
 
@@ -59,7 +85,8 @@ class Export:
 def checkpoint_volume_export(checkpoint_root: str, mount_root: str, job: str, fstype: str) -> Export:
     """The writable checkpoint volume of a job, exported to its one writer."""
     validate_fabric_name(job, "job")
-    return Export("ck", job, "rw", f"{checkpoint_root}/{job}", f"{mount_root}/{job}", fstype, writable=True)
+    return Export("ck", job, WRITABLE_VERSION, f"{checkpoint_root}/{job}", f"{mount_root}/{job}", fstype,
+                  writable=True)
 
 
 def checkpoint_restore_export(checkpoint_root: str, mount_root: str, job: str, step: int, fstype: str) -> Export:
@@ -114,37 +141,6 @@ def plan_removal(live: dict, *, iqn_base: str, backstore_prefix: str, target_iqn
                             force=force, planned_logouts=planned_logouts)
 
 
-# --------------------------------------------------------------------------------------------
-# Host side (through a Runner: fabricctl's SSH runner on GPU nodes)
-
-
-def host_initiator(runner) -> str | None:
-    return iscsi.read_initiator_name(runner)
-
-
-def attach(runner, export: Export, *, target_iqn: str, portal: str, chap: dict | None,
-           step=lambda text: None) -> dict:
-    """Session, read-only mount unit; returns {changed, device, mountpoint, commands}."""
-    step("login")
-    session = iscsi.ensure_session(runner, portal=portal, target_iqn=target_iqn, chap=chap, startup="automatic")
-    step("mount")
-    what = f"fabric {KINDS[export.kind]} {export.name}@{export.version}"
-    mount = mounts.ensure_mount(runner, device=session["device"], mountpoint=export.mountpoint, fstype=export.fstype,
-                                readonly=not export.writable, description=what)
-    return {"changed": session["changed"] or mount["changed"], "device": session["device"],
-            "mountpoint": export.mountpoint, "commands": session["commands"] + mount["commands"]}
-
-
-def detach(runner, export: Export, *, target_iqn: str, portal: str, force: bool = False,
-           step=lambda text: None) -> dict:
-    step("unmount")
-    mount = mounts.remove_mount(runner, export.mountpoint, force=force)
-    step("logout")
-    session = iscsi.ensure_session(runner, portal=portal, target_iqn=target_iqn, state="logged_out",
-                                   unmounting=(export.mountpoint,) if mount["changed"] else ())
-    return {"changed": mount["changed"] or session["changed"], "commands": mount["commands"] + session["commands"]}
-
-
 def read_link(runner, link: str) -> str | None:
     res = runner.run(["readlink", link], check=False)
     return res.stdout.strip() if res.rc == 0 and res.stdout.strip() else None
@@ -161,3 +157,244 @@ def switch_link(runner, link: str, target: str | None) -> bool:
     runner.run(["ln", "-sfn", target, tmp], mutating=True)
     runner.run(["mv", "-T", tmp, link], mutating=True)
     return True
+
+
+# --------------------------------------------------------------------------------------------
+# What the service needs of a storage node's configuration
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where exports live and how they are exported (fabricctl's configuration gives them)."""
+
+    iqn_base: str
+    backstore_prefix: str
+    portal_ip: str
+    portal_port: int
+    dataset_root: str
+    mount_root: str
+    checkpoint_root: str
+    checkpoint_mount_root: str
+    chap: Chap | None = None
+
+    @property
+    def portal(self) -> str:
+        """``IP:PORT`` (``[IP]:PORT`` for IPv6), as iscsiadm and the by-path device names write it."""
+        ip = f"[{self.portal_ip}]" if ":" in self.portal_ip else self.portal_ip
+        return iscsi.normalize_portal(f"{ip}:{self.portal_port}")
+
+    def target_iqn(self, export: Export) -> str:
+        return export.target_iqn(self.iqn_base)
+
+    def dataset(self, name: str, version: str, fstype: str) -> Export:
+        return dataset_export(self.dataset_root, self.mount_root, name, version, fstype)
+
+    def restore(self, job: str, step: int, fstype: str) -> Export:
+        return checkpoint_restore_export(self.checkpoint_root, self.checkpoint_mount_root, job, step, fstype)
+
+    def writable(self, job: str, fstype: str) -> Export:
+        return checkpoint_volume_export(self.checkpoint_root, self.checkpoint_mount_root, job, fstype)
+
+    def desired(self, export: Export, initiators: Iterable[str]) -> dict:
+        """The export's LIO desired state, with an ACL for each initiator."""
+        return desired_state(export, iqn_base=self.iqn_base, backstore_prefix=self.backstore_prefix,
+                             portal_ip=self.portal_ip, portal_port=self.portal_port, initiators=sorted(initiators),
+                             chap=self.chap.fields() if self.chap else None)
+
+
+# --------------------------------------------------------------------------------------------
+# The export index: the live LIO state, as answers about exports
+
+
+class ExportIndex:
+    """What LIO has exported, read once (``Publisher.index``). ``hosts`` (objects with ``name`` and
+    ``initiator``) name the initiators; one no host has is named by its IQN."""
+
+    def __init__(self, live: dict, settings: Settings, hosts: Iterable = ()):
+        self.live = live
+        self.settings = settings
+        self.hosts = {h.initiator: h for h in hosts}
+        self._ownership = lio.DesiredState(base_iqn=settings.iqn_base, backstore_prefix=settings.backstore_prefix)
+
+    def _targets(self) -> list[str]:
+        return [t["wwn"] for t in self.live["dump"].get("targets", [])]
+
+    def _name(self, initiator: str) -> str:
+        host = self.hosts.get(initiator)
+        return host.name if host is not None else initiator
+
+    def exists(self, export: Export) -> bool:
+        """Whether LIO has the export's target."""
+        return self.settings.target_iqn(export) in self._targets()
+
+    def initiators(self, export: Export) -> list[str]:
+        """The initiators with an ACL on the export (who has this version)."""
+        return acl_initiators(self.live, self.settings.target_iqn(export))
+
+    def published_to(self, export: Export) -> list[str]:
+        """Host names (IQNs for initiators no host has) the export is published to."""
+        return [self._name(i) for i in self.initiators(export)]
+
+    def hosts_of(self, export: Export) -> tuple[list, list[str]]:
+        """(the known hosts with an ACL on the export, the initiators of no known host)."""
+        inits = self.initiators(export)
+        return [self.hosts[i] for i in inits if i in self.hosts], [i for i in inits if i not in self.hosts]
+
+    def versions(self, kind: str, name: str) -> list[str]:
+        """The versions of dataset (``ds``) or job (``ck``) NAME that have a target, sorted."""
+        prefix = f"{self.settings.iqn_base}:{kind}.{name}."
+        return sorted(t[len(prefix):] for t in self._targets() if t.startswith(prefix))
+
+    def versions_on(self, export: Export, initiator: str) -> list[str]:
+        """The other versions of the export's dataset or job published to an initiator."""
+        return [v for v in self.versions(export.kind, export.name)
+                if v != export.version and initiator in self.initiators(replace(export, version=v))]
+
+    def restores(self, job: str) -> list[str]:
+        """The restores of a job's checkpoints that exist (versions ``s<STEP>``; not its writable volume)."""
+        return [v for v in self.versions("ck", job) if v != WRITABLE_VERSION]
+
+    def published_snapshots(self) -> set[str]:
+        """Snapshots the fabric's backstores export (``POOL/.../NAME@VERSION``)."""
+        out = set()
+        for so in self.live["dump"].get("storage_objects", []):
+            dev = so.get("dev") or ""
+            if self._ownership.owns_backstore(so.get("name", "")) and dev.startswith("/dev/zvol/") and "@" in dev:
+                out.add(dev[len("/dev/zvol/"):])
+        return out
+
+    def sessions(self) -> dict[str, list[str]]:
+        """Host (or initiator) -> the targets it is logged in to, in LIO's order."""
+        out: dict[str, list[str]] = {}
+        for s in self.live["sessions"]:
+            out.setdefault(self._name(s["initiator"]), []).append(s["target"])
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# The service
+
+
+def _quiet(_text: str) -> None:
+    """A host step's progress, when nobody shows it."""
+
+
+class Publisher:
+    """Exports on this node (``local``: its runner) and their hosts (``connect(host)``: a runner on it).
+
+    ``hosts``: the hosts the configuration knows (to name initiators). A dry run is the runners'."""
+
+    def __init__(self, settings: Settings, local: Runner, connect: Callable[[object], Runner], hosts: Iterable = ()):
+        self.settings = settings
+        self.local = local
+        self.connect = connect
+        self.hosts = list(hosts)
+
+    @property
+    def dry_run(self) -> bool:
+        return self.local.dry_run
+
+    def index(self) -> ExportIndex:
+        """The export index of LIO as it is now."""
+        return ExportIndex(lio.read_live(), self.settings, self.hosts)
+
+    # ---- the storage side
+
+    def export(self, export: Export, hosts: Iterable, *, hold: bool = True) -> dict:
+        """Snapshot device visible, the hold, the LIO target with ACLs for (existing + new) hosts."""
+        changed_snapdev = False
+        if export.is_snapshot:
+            volume = export.snapshot.split("@")[0]
+            snapdev = zfs.get_props(self.local, volume, ["snapdev"]).get(volume, {}).get("snapdev", ("hidden",))[0]
+            if snapdev != "visible":
+                self.local.run(["zfs", "set", "snapdev=visible", volume], mutating=True)
+                changed_snapdev = True
+        held = lzc.hold(export.snapshot, runner=self.local) if hold else False
+        if not self.dry_run:
+            blockfs.require(export.device, runner=self.local)
+        initiators = set(self.index().initiators(export)) | {h.initiator for h in hosts}
+        result = self._lio(lio.reconcile(self.settings.desired(export, initiators), dry_run=self.dry_run))
+        return {"held": held, "snapdev": changed_snapdev, "lio_changed": result["changed"],
+                "lio_actions": result["actions"], "warnings": result.get("warnings", [])}
+
+    def withdraw(self, export: Export, remaining: list[str], *, force: bool, index: ExportIndex | None = None,
+                 detached: frozenset = frozenset()) -> dict:
+        """After hosts detached: keep the ACLs of ``remaining``; with none left, remove the target, its
+        backstore and the hold. ``detached``: the initiators the caller detached in this run; in a dry
+        run their logouts were only planned, so their sessions do not make the plan refuse. ``index``:
+        LIO as read after the detaches (read now when not given)."""
+        if remaining:
+            result = self._lio(lio.reconcile(self.settings.desired(export, remaining), dry_run=self.dry_run))
+            return {"lio_actions": result["actions"], "released": False}
+        live = (index or self.index()).live
+        actions = lio.plan_removal(live, iqn_base=self.settings.iqn_base,
+                                   backstore_prefix=self.settings.backstore_prefix,
+                                   target_iqns=[self.settings.target_iqn(export)], force=force,
+                                   planned_logouts=detached if self.dry_run else frozenset())
+        state = lio.DesiredState(base_iqn=self.settings.iqn_base, backstore_prefix=self.settings.backstore_prefix)
+        result = self._lio(lio.converge(state, live, actions, dry_run=self.dry_run))
+        return {"lio_actions": result["actions"],
+                "released": lzc.release(export.snapshot, runner=self.local) if export.is_snapshot else False}
+
+    def _lio(self, result: dict) -> dict:
+        """Record LIO's changes (planned, or made) with this node's commands."""
+        for action in result["actions"]:
+            self.local.record(("rtslib", action))
+        return result
+
+    # ---- the host side
+
+    def attach(self, export: Export, host, step: Callable[[str], None] = _quiet, *,
+               created: Mapping[str, int] | None = None) -> dict:
+        """On a host: its initiator name checked, the session, the mount unit; with ``created`` (a dataset's
+        versions -> creation time), ``current`` moves to this version when it is the newest the host has.
+        Returns {changed, device, mountpoint, commands[, current, switched]}."""
+        runner = self.connect(host)
+        step("check initiator")
+        actual = iscsi.read_initiator_name(runner)
+        if actual != host.initiator:
+            raise UserError(f"{host.name} has initiator name {actual!r}, the config says {host.initiator!r}",
+                            "run playbooks/site.yml (it sets both from the inventory) or fix hosts in the fabricctl "
+                            "config")
+        step("login")
+        chap = self.settings.chap.fields(OPEN_ISCSI, compact=True) if self.settings.chap else None
+        session = iscsi.ensure_session(runner, portal=self.settings.portal, target_iqn=self.settings.target_iqn(export),
+                                       chap=chap, startup="automatic")
+        step("mount")
+        mount = mounts.ensure_mount(runner, device=session["device"], mountpoint=export.mountpoint,
+                                    fstype=export.fstype, readonly=not export.writable,
+                                    description=f"fabric {KINDS[export.kind]} {export.name}@{export.version}")
+        res = {"changed": session["changed"] or mount["changed"], "device": session["device"],
+               "mountpoint": export.mountpoint, "commands": session["commands"] + mount["commands"]}
+        if created is not None and export.current_link:
+            step("current")
+            now = read_link(runner, export.current_link)
+            newer = now not in created or created[now] <= created[export.version]
+            switched = switch_link(runner, export.current_link, export.version) if newer else False
+            res.update(current=export.version if newer else now, switched=switched)
+            res["changed"] = res["changed"] or switched
+        return res
+
+    def in_use(self, export: Export, host, step: Callable[[str], None] = _quiet) -> list[str]:
+        """The processes using the export's mount on a host ("PID COMMAND")."""
+        step("in use?")
+        return mounts.users(self.connect(host), export.mountpoint)
+
+    def detach(self, export: Export, host, step: Callable[[str], None] = _quiet, *, force: bool = False,
+               index: ExportIndex | None = None, created: Mapping[str, int] | None = None) -> dict:
+        """On a host: the mount unit removed (refused while in use unless ``force``), then the logout; with
+        ``index`` and ``created``, a ``current`` link pointing at this version moves to the newest other
+        version published to the host (or goes). Returns {changed, commands[, current]}."""
+        runner = self.connect(host)
+        step("unmount")
+        mount = mounts.remove_mount(runner, export.mountpoint, force=force)
+        step("logout")
+        session = iscsi.ensure_session(runner, portal=self.settings.portal, target_iqn=self.settings.target_iqn(export),
+                                       state="logged_out", unmounting=(export.mountpoint,) if mount["changed"] else ())
+        res = {"changed": mount["changed"] or session["changed"], "commands": mount["commands"] + session["commands"]}
+        if index is not None and created is not None and export.current_link:
+            if read_link(runner, export.current_link) == export.version:
+                others = sorted((created[v], v) for v in index.versions_on(export, host.initiator) if v in created)
+                res["current"] = others[-1][1] if others else None
+                switch_link(runner, export.current_link, res["current"])
+        return res

@@ -31,7 +31,7 @@ from fabric_core.errors import (
 )
 from fabric_core.lock import node_lock
 
-from fabricctl import about, audit, commands, common, errors
+from fabricctl import about, audit, commands, errors
 from fabricctl.commands import checkpoint_snapshot, dataset_seal, list_versions, publish, rotate, status, verify
 from fabricctl.errors import PartialFailure
 from fabricctl.faults import InjectedFault
@@ -194,7 +194,7 @@ def fan_with(fail: set[str]):
                 raise UserError(f"{host.name}: no route to host", "check its network")
             return "mounted"
 
-        common.fan(ctx, hosts, one, "publish", quiet=True).raise_for_partial("publish")
+        ctx.fan(hosts, one, "publish", quiet=True).raise_for_partial("publish")
         return 0
     return run
 

@@ -1,0 +1,60 @@
+"""Training jobs on this node: a job's checkpoint volume CHECKPOINT_ROOT/JOB (one writer) and its
+checkpoint snapshots JOB@step-N with their step, metrics and tags."""
+
+from __future__ import annotations
+
+from fabric_core import versions
+from fabric_core.errors import NotFound
+from fabric_core.rules import KIND_CHECKPOINT, KIND_CHECKPOINT_VOLUME
+
+from . import zvols
+
+
+def volume(cfg, job: str) -> str:
+    """The checkpoint volume of JOB: CHECKPOINT_ROOT/JOB."""
+    return cfg.checkpoint(job)
+
+
+def all_volumes(ctx) -> dict:
+    """Job -> its checkpoint volume's row."""
+    return zvols.by_name(ctx, ctx.config.checkpoint_root, (KIND_CHECKPOINT_VOLUME,))
+
+
+def require(ctx, job: str) -> dict:
+    """The checkpoint volume's row of JOB; NotFound names the jobs there are."""
+    vols = all_volumes(ctx)
+    if job not in vols:
+        known = ", ".join(sorted(vols)) or "none yet"
+        raise NotFound(f"unknown job {job!r} (jobs with a checkpoint volume: {known})",
+                       f"create its volume with `fabricctl checkpoint volume create {job} --size SIZE --writer HOST`")
+    return vols[job]
+
+
+def metric_columns(cfg) -> tuple[str, ...]:
+    """The user properties that hold the configured metrics, one per metric, for a snapshot listing."""
+    return tuple(f"fabric:metric.{m}" for m in cfg.metrics)
+
+
+def snapshots(ctx, job: str) -> list[dict]:
+    """The job's checkpoint snapshots, oldest first, with step (int), metrics and tags parsed."""
+    columns = metric_columns(ctx.config)
+    rows = versions.list_snapshots(ctx.local, volume(ctx.config, job), kinds=(KIND_CHECKPOINT,),
+                                   extra_columns=columns)  # one listing, metrics included
+    for r in rows:
+        r["step"] = int(r["fabric:step"]) if (r.get("fabric:step") or "").isdigit() else None
+        r["tags"] = [t for t in (r.get("fabric:tags") or "").split(",") if t]
+        r["metrics"] = {}
+        for column in columns:
+            metric = _metric_value(r.pop(column, None))
+            if metric is not None:
+                r["metrics"][column.split(".", 1)[1]] = metric
+    return rows
+
+
+def _metric_value(text: str | None) -> float | None:
+    if text in (None, "", "-"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None

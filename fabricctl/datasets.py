@@ -1,0 +1,81 @@
+"""Datasets on this node: the staging volume DATASET_ROOT/NAME, its sealed versions (snapshots) and its
+read-write mount at STAGING_ROOT/NAME, with lookups that say what exists when a name is wrong."""
+
+from __future__ import annotations
+
+import os
+
+from fabric_core import mounts, versions
+from fabric_core.errors import NotFound
+from fabric_core.rules import KIND_DATASET
+
+from . import zvols
+
+
+def volume(cfg, name: str) -> str:
+    """The staging volume of dataset NAME: DATASET_ROOT/NAME."""
+    return cfg.dataset(name)
+
+
+def staging_dir(cfg, name: str) -> str:
+    return os.path.join(cfg.staging_root, name)
+
+
+def all_volumes(ctx) -> dict:
+    """Dataset name -> its staging volume's row."""
+    return zvols.by_name(ctx, ctx.config.dataset_root, (KIND_DATASET,))
+
+
+def require(ctx, name: str) -> dict:
+    """The staging volume's row of dataset NAME; NotFound names the datasets there are."""
+    vols = all_volumes(ctx)
+    if name not in vols:
+        known = ", ".join(sorted(vols)) or "none yet"
+        raise NotFound(f"unknown dataset {name!r} (fabricctl datasets on this node: {known})",
+                       f"create it with `fabricctl dataset create {name} --size SIZE`, or check the name")
+    return vols[name]
+
+
+def sealed(ctx, name: str | None = None) -> list[dict]:
+    """The sealed versions (of dataset NAME, or of all), oldest first."""
+    rows = versions.list_snapshots(ctx.local, ctx.config.dataset_root)
+    return [r for r in rows if name is None or r["name_short"] == name]
+
+
+def require_version(ctx, name: str, version: str) -> dict:
+    """The row of NAME@VERSION; NotFound names the dataset's versions."""
+    require(ctx, name)
+    rows = {r["snapshot"]: r for r in sealed(ctx, name)}
+    if version not in rows:
+        known = ", ".join(rows) or "none sealed yet"
+        raise NotFound(f"unknown version {name}@{version} (versions of {name}: {known})",
+                       f"seal it first with `fabricctl dataset seal {name} {version}`, or check the version")
+    return rows[version]
+
+
+def export_of(ctx, row: dict, vol: dict | None = None):
+    """The export (fabric_core.publish.Export) of a sealed version's row."""
+    fstype = row.get("fabric:fs") or (vol or {}).get("fabric:fs") or "ext4"
+    return ctx.publisher.settings.dataset(row["name_short"], row["snapshot"], fstype)
+
+
+def mount_staging(ctx, name: str, fstype: str) -> str:
+    """Mount the staging volume read-write at STAGING_ROOT/NAME (idempotent); return the path."""
+    cfg, run = ctx.config, ctx.local
+    where = staging_dir(cfg, name)
+    if mounts.current_mount(run, where):
+        return where
+    zvols.settle(ctx, volume(cfg, name))
+    run.run(["mkdir", "-p", where], mutating=True)
+    run.run(["mount", "-t", fstype, "-o", mounts.options(fstype, readonly=False), "/dev/zvol/" + volume(cfg, name),
+             where], mutating=True)
+    return where
+
+
+def unmount_staging(ctx, name: str) -> bool:
+    where = staging_dir(ctx.config, name)
+    if not mounts.current_mount(ctx.local, where):
+        return False
+    ctx.local.run(["sync", "-f", where], mutating=True)
+    ctx.local.run(["umount", where], mutating=True)
+    return True

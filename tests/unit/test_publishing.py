@@ -1,0 +1,240 @@
+"""fabric_core.publish: the export index (who has a version, which snapshots are exported, which restores
+exist, who is logged in) and the publishing service's storage and host sides, in dry runs against a live
+LIO state and scripted hosts: every change the service would make is planned, libzfs_core's and rtslib's
+included, and nothing runs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from fabric_core import lio, lzc, publish, zfs
+from fabric_core.errors import UserError
+from fabric_core.rules import Chap
+from fabric_core.runner import Runner
+
+BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
+GPU1, GPU2, GPU9 = (f"iqn.2026-11.io.fabric.lab:{h}" for h in ("gpu1", "gpu2", "gpu9"))
+SETTINGS = publish.Settings(iqn_base=BASE, backstore_prefix="fctl_", portal_ip="10.77.0.11", portal_port=3260,
+                            dataset_root="tank/datasets", mount_root="/datasets", checkpoint_root="tank/checkpoints",
+                            checkpoint_mount_root="/checkpoints", chap=Chap("fabricctl", "s3cret-s3cret"))
+
+
+class Host:
+    def __init__(self, name: str, initiator: str):
+        self.name, self.initiator = name, initiator
+
+
+HOSTS = [Host("gpu1", GPU1), Host("gpu2", GPU2)]
+
+
+def target(name: str, *initiators: str, lun: str = "") -> dict:
+    return {"wwn": f"{BASE}:{name}", "fabric": "iscsi", "tpgs": [{
+        "tag": 1, "enable": True, "attributes": {}, "portals": [{"ip_address": "10.77.0.11", "port": 3260}],
+        "luns": [{"index": 0, "storage_object": f"/backstores/block/fctl_{lun}"}] if lun else [],
+        "node_acls": [{"node_wwn": i, "mapped_luns": [{"index": 0, "tpg_lun": 0, "write_protect": True}]}
+                      for i in initiators]}]}
+
+
+def backstore(lun: str, dev: str, target_name: str, readonly: bool = True) -> dict:
+    return {"name": f"fctl_{lun}", "plugin": "block", "dev": dev, "readonly": readonly,
+            "wwn": lio.unit_serial(f"{BASE}:{target_name}", lun)}
+
+
+def live() -> dict:
+    return {"dump": {"storage_objects": [
+        backstore("imagenet.v1", "/dev/zvol/tank/datasets/imagenet@v1", "ds.imagenet.v1"),
+        backstore("imagenet.v2", "/dev/zvol/tank/datasets/imagenet@v2", "ds.imagenet.v2"),
+        backstore("llama.rw", "/dev/zvol/tank/checkpoints/llama", "ck.llama.rw", readonly=False),
+        {"name": "hand_made", "plugin": "block", "dev": "/dev/zvol/tank/other@snap", "readonly": True, "wwn": "w"}],
+        "targets": [target("ds.imagenet.v1", GPU1, GPU2, GPU9, lun="imagenet.v1"),
+                    target("ds.imagenet.v2", GPU1, lun="imagenet.v2"), target("ds.imagenet-1k.v3", GPU2),
+                    target("ck.llama.rw", GPU1, lun="llama.rw"), target("ck.llama.s100", GPU2),
+                    target("ck.llama.s200", GPU2)]},
+        "sessions": [{"target": f"{BASE}:ds.imagenet.v1", "tpg": 1, "initiator": GPU2},
+                     {"target": f"{BASE}:ds.imagenet.v2", "tpg": 1, "initiator": GPU1},
+                     {"target": f"{BASE}:ds.imagenet.v1", "tpg": 1, "initiator": GPU9}],
+        "devices": {}}
+
+
+V1, V2 = SETTINGS.dataset("imagenet", "v1", "ext4"), SETTINGS.dataset("imagenet", "v2", "ext4")
+
+
+# --- the export index ------------------------------------------------------------------------------
+
+def test_who_has_a_version():
+    index = publish.ExportIndex(live(), SETTINGS, HOSTS)
+    assert index.initiators(V1) == sorted([GPU1, GPU2, GPU9]) and index.exists(V1)
+    assert index.published_to(V1) == ["gpu1", "gpu2", GPU9]  # an initiator no host has is named by its IQN
+    known, foreign = index.hosts_of(V1)
+    assert [h.name for h in known] == ["gpu1", "gpu2"] and foreign == [GPU9]
+    v3 = SETTINGS.dataset("imagenet", "v3", "ext4")
+    assert index.initiators(v3) == [] and not index.exists(v3)
+
+
+def test_versions_of_a_dataset_and_the_restores_of_a_job():
+    index = publish.ExportIndex(live(), SETTINGS, HOSTS)
+    assert index.versions("ds", "imagenet") == ["v1", "v2"]  # not imagenet-1k's
+    assert index.versions_on(V1, GPU1) == ["v2"] and index.versions_on(V1, GPU2) == []
+    assert index.restores("llama") == ["s100", "s200"] and index.restores("other") == []
+
+
+def test_exported_snapshots_and_sessions():
+    index = publish.ExportIndex(live(), SETTINGS, HOSTS)
+    assert index.published_snapshots() == {"tank/datasets/imagenet@v1", "tank/datasets/imagenet@v2"}
+    assert index.sessions() == {"gpu2": [f"{BASE}:ds.imagenet.v1"], "gpu1": [f"{BASE}:ds.imagenet.v2"],
+                                GPU9: [f"{BASE}:ds.imagenet.v1"]}
+
+
+def test_exports_know_their_names_and_links():
+    assert V1.current_link == "/datasets/imagenet/current" and V1.is_snapshot
+    rw = SETTINGS.writable("llama", "xfs")
+    assert (rw.version, rw.writable, rw.is_snapshot, rw.current_link) == ("rw", True, False, None)
+    restore = SETTINGS.restore("llama", 100, "ext4")
+    assert restore.mountpoint == "/checkpoints/llama/restore/100" and SETTINGS.target_iqn(restore).endswith(
+        ":ck.llama.s100")
+    assert SETTINGS.portal == "10.77.0.11:3260"
+
+
+# --- the storage side, in a dry run ----------------------------------------------------------------
+
+class Node(Runner):
+    """A runner answering commands from a table of argv prefixes (first match); records every command."""
+
+    def __init__(self, answers: dict, dry_run: bool = True):
+        super().__init__(dry_run=dry_run)
+        self.answers = answers
+        self.seen: list = []
+
+    def _run(self, argv, data):
+        self.seen.append(argv)
+        for prefix, answer in self.answers.items():
+            if tuple(argv[: len(prefix)]) == prefix:
+                return answer
+        raise AssertionError(f"unexpected command {argv}")
+
+
+@pytest.fixture
+def lio_state(monkeypatch):
+    """LIO as `live()`, read through lio.read_live (rtslib is not there; nothing may be applied); libzfs_core's
+    holds as given; every zvol's snapdev hidden."""
+    state = {"live": live(), "holds": {}}
+
+    def read_live(desired=None, rts=None):
+        out = copy.deepcopy(state["live"])
+        out["devices"] = {d: {"exists": True, "block": True, "realpath": d} for d in (
+            "/dev/zvol/tank/datasets/imagenet@v1", "/dev/zvol/tank/datasets/imagenet@v2",
+            "/dev/zvol/tank/datasets/imagenet@v3", "/dev/zvol/tank/checkpoints/llama")}
+        return out
+
+    monkeypatch.setattr(lio, "read_live", read_live)
+    monkeypatch.setattr(lio, "_rtslib", lambda: object())  # read_live (patched) is given it
+    monkeypatch.setattr(lio, "apply", lambda *a, **k: pytest.fail("a dry run applied LIO changes"))
+    monkeypatch.setattr(lzc, "holds", lambda name: state["holds"].get(name, []))
+    monkeypatch.setattr(zfs, "get_props", lambda runner, name, props=None: {name: {"snapdev": ("hidden", "local")}})
+    return state
+
+
+def publisher(node: Runner, hosts: dict | None = None) -> publish.Publisher:
+    return publish.Publisher(SETTINGS, node, lambda host: (hosts or {})[host.name], HOSTS)
+
+
+def test_a_dry_run_publish_plans_every_change_of_the_storage_side(lio_state):
+    node = Node({})
+    v3 = SETTINGS.dataset("imagenet", "v3", "ext4")
+    out = publisher(node).export(v3, HOSTS)
+    assert out["held"] is True and out["snapdev"] is True and out["lio_changed"] is True
+    assert out["lio_actions"][0].startswith("create_backstore name=fctl_imagenet.v3")
+    planned = [" ".join(a) for a in node.planned]
+    assert planned[:2] == ["zfs set snapdev=visible tank/datasets/imagenet",
+                           "lzc_hold tank/datasets/imagenet@v3 fabric:published"]
+    assert [p for p in planned[2:] if not p.startswith("rtslib ")] == []
+    assert f"rtslib create_acl {BASE}:ds.imagenet.v3 initiator={GPU2}" in planned
+    assert node.executed == [] and "s3cret-s3cret" not in repr(planned) + repr(out)
+
+
+def test_publishing_again_to_more_hosts_keeps_the_acls_there_are(lio_state):
+    node = Node({})
+    lio_state["holds"]["tank/datasets/imagenet@v2"] = ["fabric:published"]
+    out = publisher(node).export(V2, [HOSTS[1]])
+    assert out["held"] is False
+    assert [a.split(" (")[0] for a in out["lio_actions"] if "create_acl" in a] == [
+        f"create_acl {BASE}:ds.imagenet.v2 initiator={GPU2}"]
+    assert not any("delete_acl" in a for a in out["lio_actions"])  # gpu1 keeps its ACL
+
+
+def test_withdrawing_the_last_host_plans_the_target_backstore_and_hold(lio_state):
+    node = Node({})
+    lio_state["holds"]["tank/datasets/imagenet@v2"] = ["fabric:published"]
+    # gpu1 is logged in to v2: its planned logout (detached) does not refuse the removal in a dry run
+    out = publisher(node).withdraw(V2, [], force=False, detached=frozenset({GPU1}))
+    assert out["released"] is True
+    assert [a.split(" ")[0] for a in out["lio_actions"]] == ["delete_target", "delete_backstore"]
+    assert ("lzc_release", "tank/datasets/imagenet@v2", "fabric:published") in node.planned
+    with pytest.raises(lio.Busy):  # without it, the session refuses
+        publisher(Node({})).withdraw(V2, [], force=False)
+
+
+def test_withdrawing_some_hosts_reconciles_without_purging(lio_state):
+    """With hosts left, the export is reconciled for them without purge: the ACLs of the hosts that left
+    stay (as before the service; a later unpublish of the rest removes the whole target), and nothing
+    else of the export changes."""
+    node = Node({})
+    out = publisher(node).withdraw(V1, [GPU1], force=False)
+    assert out["released"] is False
+    assert not [a for a in out["lio_actions"] if a.startswith(("delete_", "create_"))]
+    assert ("lzc_release", "tank/datasets/imagenet@v1", "fabric:published") not in node.planned
+
+
+# --- the host side, in a dry run -------------------------------------------------------------------
+
+PORTAL = "10.77.0.11:3260"
+
+
+def gpu(initiator: str = GPU1, link: str | None = None) -> Node:
+    """A GPU node with no session, no record and no mount, whose portal offers every imagenet version."""
+    offer = "".join(f"{PORTAL},1 {BASE}:ds.imagenet.{v}\n" for v in ("v1", "v2", "v3"))
+    return Node({
+        ("cat", "/etc/iscsi/initiatorname.iscsi"): (0, f"InitiatorName={initiator}\n", ""),
+        ("iscsiadm", "-m", "session"): (21, "", "iscsiadm: No active sessions.\n"),
+        ("iscsiadm", "-m", "discovery"): (0, offer, ""),
+        ("iscsiadm", "-m", "node"): (21, "", "iscsiadm: No records found\n"),
+        ("systemd-escape",): (0, "unit\n", ""),
+        ("cat",): (1, "", "No such file or directory\n"),
+        ("systemctl", "is-enabled"): (1, "disabled\n", ""),
+        ("findmnt",): (1, "", ""),
+        ("readlink",): (0, f"{link}\n", "") if link else (1, "", ""),
+        ("test",): (1, "", ""),
+    })
+
+
+def test_attach_plans_the_session_the_mount_and_current(lio_state):
+    host = gpu()
+    out = publisher(Node({}), {"gpu1": host}).attach(V2, HOSTS[0], created={"v1": 1, "v2": 2})
+    assert out["changed"] and out["current"] == "v2" and out["switched"] is True
+    assert out["device"] == f"/dev/disk/by-path/ip-{PORTAL}-iscsi-{BASE}:ds.imagenet.v2-lun-0"
+    assert out["commands"][-1] == "systemctl start unit" and any("--login" in c for c in out["commands"])
+    assert any("node.session.auth.password -v '********'" in c for c in out["commands"])
+    assert ("mv", "-T", "/datasets/imagenet/current.fabric-tmp", "/datasets/imagenet/current") in host.planned
+    assert host.executed == [] and "s3cret-s3cret" not in repr(out["commands"])
+
+
+def test_an_older_version_leaves_current_alone(lio_state):
+    out = publisher(Node({}), {"gpu1": gpu(link="v2")}).attach(V1, HOSTS[0], created={"v1": 1, "v2": 2})
+    assert out["current"] == "v2" and out["switched"] is False
+
+
+def test_attach_refuses_a_host_whose_initiator_name_differs(lio_state):
+    with pytest.raises(UserError, match="has initiator name"):
+        publisher(Node({}), {"gpu1": gpu(initiator=GPU2)}).attach(V1, HOSTS[0])
+
+
+def test_detach_moves_current_to_the_newest_version_the_host_still_has(lio_state):
+    host = gpu(link="v1")
+    pub = publisher(Node({}), {"gpu1": host})
+    out = pub.detach(V1, HOSTS[0], index=pub.index(), created={"v1": 1, "v2": 2})
+    assert out["current"] == "v2"  # gpu1 still has v2
+    assert ("ln", "-sfn", "v2", "/datasets/imagenet/current.fabric-tmp") in host.planned
+    other = gpu(initiator=GPU2, link="v1")
+    out = publisher(Node({}), {"gpu2": other}).detach(V1, HOSTS[1], index=pub.index(), created={"v1": 1, "v2": 2})
+    assert out["current"] is None and ("rm", "-f", "/datasets/imagenet/current") in other.planned
