@@ -423,7 +423,9 @@ def read_session(runner, spec: SessionSpec) -> SessionLive:
     live = SessionLive(session, read_node_record(runner, spec.target_iqn, spec.portal, secrets=bool(spec.chap)))
     if spec.state == "logged_out":
         live.mounted = _mounted_disks(runner, session) if session is not None else []
-    elif live.record is None:
+    elif live.record is None and not runner.dry_run:
+        # a dry run does not ask the portal: discovery starts iscsid (socket activation) and loads iscsi_tcp on
+        # a node that has neither yet, and check mode must change nothing (the plan says what it skipped)
         try:
             live.offered = sorted({n["target"] for n in discover(runner, spec.portal)})
         except PortalUnreachable as err:
@@ -486,7 +488,10 @@ def plan_session(spec: SessionSpec, live: SessionLive, *, dry_run: bool = False,
         return SessionPlan(steps, conflicts, warnings, before, {"logged_in": False, "record": False})
     if record is None:
         problem = live.discovery_error
-        if problem is None and spec.target_iqn not in (live.offered or []):
+        if dry_run and live.offered is None and problem is None:
+            warnings.append(f"check mode does not ask portal {spec.portal} whether it offers {spec.target_iqn} "
+                            "(discovery would start iscsid and load iscsi_tcp); a real run checks it before logging in")
+        elif problem is None and spec.target_iqn not in (live.offered or []):
             problem = NotFound(f"portal {spec.portal} does not offer target {spec.target_iqn} (it offers: "
                                f"{', '.join(live.offered or []) or 'nothing'})",
                                "check the target IQN, and that the storage node exports it on this portal")
