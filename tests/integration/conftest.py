@@ -69,9 +69,13 @@ def lab() -> LabInfo:
                     "Run `make test` as root.", pytrace=False)
     status = _status()
     if not (status["up"] and os.environ.get("FABRIC_LAB_REUSE")):
+        # a fresh lab of the release asked for (FABRIC_LAB_DEBIAN, `make test DEBIAN=12`), else of the release
+        # the lab that was up ran (`make lab-up DEBIAN=12 && make test`), else Debian 13
+        release = os.environ.get("FABRIC_LAB_DEBIAN") or (status.get("release") if status["netns_present"] else "")
         if status["netns_present"]:
             run([*LABCTL, "down"], check=True)
-        proc = run([*LABCTL, "up"])
+        env = dict(os.environ, FABRIC_LAB_DEBIAN=release) if release else None
+        proc = run([*LABCTL, "up"], env=env)
         if proc.returncode != 0:
             pytest.fail(f"`labctl up` failed (exit {proc.returncode}); see its output above", pytrace=False)
         status = _status()
