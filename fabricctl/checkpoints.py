@@ -15,19 +15,11 @@ def volume(cfg, job: str) -> str:
     return cfg.checkpoint(job)
 
 
-def all_volumes(ctx) -> dict:
-    """Job -> its checkpoint volume's row."""
-    return zvols.by_name(ctx, ctx.config.checkpoint_root, (KIND_CHECKPOINT_VOLUME,))
-
-
-def require(ctx, job: str) -> dict:
-    """The checkpoint volume's row of JOB; NotFound names the jobs there are."""
-    vols = all_volumes(ctx)
-    if job not in vols:
-        known = ", ".join(sorted(vols)) or "none yet"
-        raise NotFound(f"unknown job {job!r} (jobs with a checkpoint volume: {known})",
-                       f"create its volume with `fabricctl checkpoint volume create {job} --size SIZE --writer HOST`")
-    return vols[job]
+VOLUMES = zvols.Volumes("checkpoint_root", KIND_CHECKPOINT_VOLUME, lambda job, known: NotFound(
+    f"unknown job {job!r} (jobs with a checkpoint volume: {known})",
+    f"create its volume with `fabricctl checkpoint volume create {job} --size SIZE --writer HOST`"))
+all_volumes = VOLUMES.all  # job -> its checkpoint volume's row
+require = VOLUMES.require  # the checkpoint volume's row of JOB; NotFound names the jobs there are
 
 
 def metric_columns(cfg) -> tuple[str, ...]:

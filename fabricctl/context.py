@@ -86,6 +86,18 @@ class Context:
         """The result as JSON on stdout (output.print_json, fabricctl's one JSON writer)."""
         output.print_json(obj)
 
+    def report(self, out: dict, *lines: str) -> None:
+        """A command's result: ``out`` as JSON with --json, else the lines of text."""
+        if self.json:
+            self.emit(out)
+            return
+        for line in lines:
+            print(line)
+
+    def tense(self, planned: str, done: str) -> str:
+        """``planned`` in a dry run ("would publish"), ``done`` otherwise ("published")."""
+        return planned if self.dry_run else done
+
     def note(self, text: str) -> None:
         print(text, file=sys.stderr)
 

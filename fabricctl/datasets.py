@@ -21,19 +21,11 @@ def staging_dir(cfg, name: str) -> str:
     return os.path.join(cfg.staging_root, name)
 
 
-def all_volumes(ctx) -> dict:
-    """Dataset name -> its staging volume's row."""
-    return zvols.by_name(ctx, ctx.config.dataset_root, (KIND_DATASET,))
-
-
-def require(ctx, name: str) -> dict:
-    """The staging volume's row of dataset NAME; NotFound names the datasets there are."""
-    vols = all_volumes(ctx)
-    if name not in vols:
-        known = ", ".join(sorted(vols)) or "none yet"
-        raise NotFound(f"unknown dataset {name!r} (fabricctl datasets on this node: {known})",
-                       f"create it with `fabricctl dataset create {name} --size SIZE`, or check the name")
-    return vols[name]
+STAGING = zvols.Volumes("dataset_root", KIND_DATASET, lambda name, known: NotFound(
+    f"unknown dataset {name!r} (fabricctl datasets on this node: {known})",
+    f"create it with `fabricctl dataset create {name} --size SIZE`, or check the name"))
+all_volumes = STAGING.all  # dataset name -> its staging volume's row
+require = STAGING.require  # the staging volume's row of dataset NAME; NotFound names the datasets there are
 
 
 def sealed(ctx, name: str | None = None) -> list[dict]:

@@ -4,14 +4,33 @@ them by kind, waiting for a new one's device, giving it a file system, destroyin
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from fabric_core import blockfs, versions
-from fabric_core.errors import CommandError
+from fabric_core.errors import CommandError, NotFound
 
 
-def by_name(ctx, root: str, kinds: tuple[str, ...]) -> dict:
-    """The volumes of these kinds under root, by their last name component (the dataset or the job)."""
-    return {v["name"].rsplit("/", 1)[-1]: v for v in versions.list_volumes(ctx.local, root, kinds=kinds)}
+@dataclass(frozen=True)
+class Volumes:
+    """The volumes of one kind under one root of the configuration (``root``: the Config attribute),
+    by their last name component (the dataset or the job)."""
+
+    root: str
+    kind: str
+    unknown: Callable[[str, str], NotFound]  # (name, the names there are) -> the error of an unknown name
+
+    def all(self, ctx) -> dict:
+        """Name -> the volume's row (versions.list_volumes)."""
+        rows = versions.list_volumes(ctx.local, getattr(ctx.config, self.root), kinds=(self.kind,))
+        return {v["name"].rsplit("/", 1)[-1]: v for v in rows}
+
+    def require(self, ctx, name: str) -> dict:
+        """The row of volume NAME; the error names the volumes there are."""
+        vols = self.all(ctx)
+        if name not in vols:
+            raise self.unknown(name, ", ".join(sorted(vols)) or "none yet")
+        return vols[name]
 
 
 def settle(ctx, volume: str) -> None:

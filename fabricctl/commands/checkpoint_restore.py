@@ -48,12 +48,8 @@ def run(ctx, args) -> int:
                   quiet=args.json)
     out = {"job": job, "step": args.step, "target": pub.settings.target_iqn(export), "mountpoint": export.mountpoint,
            "storage": storage, "hosts": fan.to_dict(), "dry_run": ctx.dry_run}
-    if args.json:
-        ctx.emit(out)
-    else:
-        verb = "would restore" if ctx.dry_run else "restored"
-        print(f"{verb} {job} step {args.step} read-only at {export.mountpoint} on "
-              f"{', '.join(fan.ok_names) or 'no host'}")
+    ctx.report(out, f"{ctx.tense('would restore', 'restored')} {job} step {args.step} read-only at "
+               f"{export.mountpoint} on {', '.join(fan.ok_names) or 'no host'}")
     fan.raise_for_partial(f"restore {job} step {args.step}")
     return 0
 
@@ -68,10 +64,7 @@ def remove(ctx, args, export, hosts) -> int:
     released = pub.withdraw(export, remaining, force=args.force, index=index, detached=frozenset(gone))["released"]
     out = {"job": export.name, "step": args.step, "hosts": fan.to_dict(), "still_restored_to": remaining,
            "released": released, "dry_run": ctx.dry_run}
-    if args.json:
-        ctx.emit(out)
-    else:
-        print(f"removed {export.name} step {args.step} from {', '.join(fan.ok_names) or 'no host'}"
-              + ("; hold released" if released else ""))
+    ctx.report(out, f"removed {export.name} step {args.step} from {', '.join(fan.ok_names) or 'no host'}"
+               + ("; hold released" if released else ""))
     fan.raise_for_partial(f"remove restore {export.name} step {args.step}")
     return 0

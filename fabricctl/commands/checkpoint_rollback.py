@@ -77,11 +77,8 @@ def run(ctx, args) -> int:
     out = {"job": job, "step": args.step, "snapshot": snap, "discarded": [r["name"] for r in newer],
            "writer": writer.name, "dry_run": ctx.dry_run}
     if ctx.dry_run:
-        if args.json:
-            ctx.emit(out)
-        else:
-            print(f"would unmount on {writer.name}, destroy {', '.join(out['discarded']) or 'nothing'}, "
-                  f"roll back to {snap}, mount again")
+        ctx.report(out, f"would unmount on {writer.name}, destroy {', '.join(out['discarded']) or 'nothing'}, "
+                   f"roll back to {snap}, mount again")
         return 0
     pub.detach(export, writer, force=args.force)
     try:
@@ -90,9 +87,6 @@ def run(ctx, args) -> int:
         lzc.rollback_to(vol["name"], snap, runner=ctx.local)
     finally:
         pub.attach(export, writer)
-    if args.json:
-        ctx.emit(out)
-    else:
-        print(f"{job} rolled back to step {args.step} ({snap}); discarded {len(newer)} newer checkpoint(s); "
-              f"mounted again on {writer.name}")
+    ctx.report(out, f"{job} rolled back to step {args.step} ({snap}); discarded {len(newer)} newer checkpoint(s); "
+               f"mounted again on {writer.name}")
     return 0

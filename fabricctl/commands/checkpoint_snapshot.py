@@ -85,10 +85,7 @@ def run(ctx, args) -> int:
              "fabric:tags": ",".join(tags) or "-", **{f"fabric:metric.{k}": repr(v) for k, v in metrics.items()}}
     if ctx.dry_run:
         out = {"job": job, "snapshot": snap, "writer": writer.name, "properties": props, "dry_run": True}
-        if args.json:
-            ctx.emit(out)
-        else:
-            print(f"would freeze {mountpoint} on {writer.name}, snapshot {snap}, thaw")
+        ctx.report(out, f"would freeze {mountpoint} on {writer.name}, snapshot {snap}, thaw")
         return 0
     runner.run(["sync", "-f", mountpoint])
     frozen_at = time.monotonic()
@@ -109,8 +106,6 @@ def run(ctx, args) -> int:
         raise snapshot_error
     out = {"job": job, "step": args.step, "snapshot": snap, "writer": writer.name, "metrics": metrics, "tags": tags,
            "freeze_seconds": round(window, 3), "dry_run": False}
-    if args.json:
-        ctx.emit(out)
-    else:
-        print(f"checkpoint {job} step {args.step}: {snap} (writes frozen on {writer.name} for {window * 1000:.0f} ms)")
+    ctx.report(out, f"checkpoint {job} step {args.step}: {snap} (writes frozen on {writer.name} for "
+               f"{window * 1000:.0f} ms)")
     return 0

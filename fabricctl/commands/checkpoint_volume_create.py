@@ -74,10 +74,8 @@ def run(ctx, args) -> int:
     out = {"job": job, "volume": volume, "writer": writer.name, "mountpoint": export.mountpoint,
            "target": pub.settings.target_iqn(export), "storage": storage, "hosts": fan.to_dict(),
            "dry_run": ctx.dry_run, "planned": ctx.planned()}
-    if args.json:
-        ctx.emit(out)
-    elif fan.all_ok:
-        verb = "would create" if ctx.dry_run else "ready"
-        print(f"{verb}: {volume} ({fstype}) mounted read-write at {export.mountpoint} on {writer.name}")
+    ready = (f"{ctx.tense('would create', 'ready')}: {volume} ({fstype}) mounted read-write at {export.mountpoint} "
+             f"on {writer.name}")
+    ctx.report(out, *([ready] if fan.all_ok else []))  # a failed writer is reported by raise_for_partial
     fan.raise_for_partial(f"checkpoint volume {job}")
     return 0

@@ -63,9 +63,6 @@ def run(ctx, args) -> int:
     out = {"job": job, "writer": writer.name, "hosts": fan.to_dict(),
            "lio_actions": storage["lio_actions"], "destroyed" if not ctx.dry_run else "would_destroy": what,
            "dry_run": ctx.dry_run, "planned": ctx.planned()}
-    if args.json:
-        ctx.emit(out)
-    else:
-        verb = "would destroy" if ctx.dry_run else "destroyed"
-        print(f"{verb} {volume} and {len(snapshots)} checkpoint(s); unmounted from {writer.name}")
+    ctx.report(out, f"{ctx.tense('would destroy', 'destroyed')} {volume} and {len(snapshots)} checkpoint(s); "
+               f"unmounted from {writer.name}")
     return 0

@@ -64,8 +64,5 @@ def run(ctx, args) -> int:
             zvols.destroy(ctx, vol["name"])
             ctx.local.run(["rmdir", datasets.staging_dir(cfg, name)], check=False, mutating=True)
     out = {"destroyed" if not ctx.dry_run else "would_destroy": what, "dry_run": ctx.dry_run}
-    if args.json:
-        ctx.emit(out)
-    else:
-        print(("would destroy: " if ctx.dry_run else "destroyed: ") + ", ".join(what))
+    ctx.report(out, ctx.tense("would destroy: ", "destroyed: ") + ", ".join(what))
     return 0

@@ -112,9 +112,6 @@ def run(ctx, args) -> int:
             bar.close()
     out = {"dataset": name, "staging": root, "files": files, "bytes": total, "copied": copied,
            "copied_bytes": copied_bytes, "skipped": skipped, "dry_run": ctx.dry_run}
-    if args.json:
-        ctx.emit(out)
-    else:
-        verb = "would copy" if ctx.dry_run else "copied"
-        print(f"{name}: {verb} {copied} files ({copied_bytes} bytes), {skipped} already present, into {dest_root}")
+    ctx.report(out, f"{name}: {ctx.tense('would copy', 'copied')} {copied} files ({copied_bytes} bytes), {skipped} "
+               f"already present, into {dest_root}")
     return 0

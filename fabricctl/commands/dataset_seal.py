@@ -50,10 +50,7 @@ def run(ctx, args) -> int:
     if ctx.dry_run:
         out = {"dataset": name, "version": version, "snapshot": snap, "dry_run": True,
                "steps": [f"manifest of {root}", f"sync and unmount {root}", f"snapshot {snap}", f"mount {root}"]}
-        if args.json:
-            ctx.emit(out)
-        else:
-            print("would: " + "; ".join(out["steps"]))
+        ctx.report(out, "would: " + "; ".join(out["steps"]))
         return 0
     users = mounts.users(ctx.local, root)
     others = [u for u in users if not u.startswith(f"{os.getpid()} ")]
@@ -83,10 +80,7 @@ def run(ctx, args) -> int:
         datasets.mount_staging(ctx, name, fstype)
     out = {"dataset": name, "version": version, "snapshot": snap, "files": summary.files, "bytes": summary.bytes,
            "manifest_sha256": summary.manifest_sha256, "note": args.note, "dry_run": False}
-    if args.json:
-        ctx.emit(out)
-    else:
-        print(f"sealed {name}@{version}: {summary.files} files, {summary.bytes} bytes, "
-              f"manifest sha256 {summary.manifest_sha256[:16]}...")
-        print(f"next: `fabricctl publish {name}@{version} --to GROUP|HOST,...`")
+    ctx.report(out, f"sealed {name}@{version}: {summary.files} files, {summary.bytes} bytes, "
+               f"manifest sha256 {summary.manifest_sha256[:16]}...",
+               f"next: `fabricctl publish {name}@{version} --to GROUP|HOST,...`")
     return 0

@@ -42,12 +42,9 @@ def run(ctx, args) -> int:
                   f"publish {name}@{version}", quiet=args.json)
     out = {"ref": f"{name}@{version}", "target": pub.settings.target_iqn(export), "dry_run": ctx.dry_run,
            "storage": storage, "hosts": fan.to_dict(), "mountpoint": export.mountpoint, "planned": ctx.planned()}
-    if args.json:
-        ctx.emit(out)
-    else:
-        for w in storage["warnings"]:
-            ctx.note("warning: " + w)
-        verb = "would publish" if ctx.dry_run else "published"
-        print(f"{verb} {name}@{version} read-only at {export.mountpoint} on {', '.join(fan.ok_names) or 'no host'}")
+    for w in [] if args.json else storage["warnings"]:
+        ctx.note("warning: " + w)
+    ctx.report(out, f"{ctx.tense('would publish', 'published')} {name}@{version} read-only at {export.mountpoint} on "
+               f"{', '.join(fan.ok_names) or 'no host'}")
     fan.raise_for_partial(f"publish {name}@{version}")
     return 0

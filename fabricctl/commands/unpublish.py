@@ -58,11 +58,8 @@ def run(ctx, args) -> int:
     storage = {"acls_left": remaining, **pub.withdraw(export, keep, force=args.force, detached=frozenset(gone))}
     out = {"ref": f"{name}@{version}", "dry_run": ctx.dry_run, "hosts": fan.to_dict(), "storage": storage,
            "foreign_acls": foreign}
-    if args.json:
-        ctx.emit(out)
-    else:
-        verb = "would unpublish" if ctx.dry_run else "unpublished"
-        print(f"{verb} {name}@{version} from {', '.join(fan.ok_names) or 'no host'}"
-              + ("; target removed, hold released" if not remaining else f"; still published to {len(remaining)}"))
+    ctx.report(out, f"{ctx.tense('would unpublish', 'unpublished')} {name}@{version} from "
+               f"{', '.join(fan.ok_names) or 'no host'}"
+               + ("; target removed, hold released" if not remaining else f"; still published to {len(remaining)}"))
     fan.raise_for_partial(f"unpublish {name}@{version}")
     return 0

@@ -53,7 +53,7 @@ ROLE_TYPES = {
     "cache": ("disk",),
     "spare": ("disk",),
 }
-ROLE_ORDER = {role: i for i, role in enumerate(("data", "special", "log", "cache", "spare"))}
+ROLE_ORDER = {role: i for i, role in enumerate(VDEV_ROLES)}  # data, special, log, cache, spare
 
 _NONREDUNDANT = {
     "data": ("allow_nonredundant_data",

@@ -190,55 +190,34 @@ _LUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,47}$")
 _BACKSTORE_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
 
 
-def validate_target_name(name: str) -> str:
-    """The unique part of a target's IQN (BASE:NAME): a-z, 0-9, '.', '-' (at most 63)."""
-    if not isinstance(name, str) or not _TARGET_NAME.match(name):
-        raise InvalidName(f"invalid target name {name!r}: use a-z, 0-9, '.', '-' (at most 63, no '_')",
-                          "for example `datasets`")
-    return name
+def _rule(pattern: re.Pattern, problem: str, fix: str, doc: str):
+    """A validator: the value when it is a string the pattern matches, else InvalidName(problem, fix), where
+    ``{!r}`` in the problem is the value."""
+    def validate(value: str) -> str:
+        if not isinstance(value, str) or not pattern.match(value):
+            raise InvalidName(problem.format(value), fix)
+        return value
+
+    validate.__doc__ = doc
+    return validate
 
 
-def validate_lun_name(name: str) -> str:
-    """A LUN name (its backstore is PREFIX + NAME): letters, digits, '_', '.', '-' (at most 48)."""
-    if not isinstance(name, str) or not _LUN_NAME.match(name):
-        raise InvalidName(f"invalid LUN name {name!r}: letters, digits, '_', '.', '-' (at most 48, starting with a "
-                          "letter or digit)", "for example `imagenet_v1`")
-    return name
-
-
-def validate_backstore_prefix(prefix: str) -> str:
-    """The prefix of the fabric's block backstores: only backstores named PREFIX... are ever changed."""
-    if not isinstance(prefix, str) or not _BACKSTORE_PREFIX.match(prefix):
-        raise InvalidName(f"{prefix!r} is not a valid backstore prefix (letters, digits, '_', '-', '.', at most 32, "
-                          "starting with a letter or digit)", "for example fabric_")
-    return prefix
-
+validate_target_name = _rule(_TARGET_NAME, "invalid target name {!r}: use a-z, 0-9, '.', '-' (at most 63, no '_')",
+                             "for example `datasets`", "The unique part of a target's IQN (BASE:NAME).")
+validate_lun_name = _rule(_LUN_NAME, "invalid LUN name {!r}: letters, digits, '_', '.', '-' (at most 48, starting with "
+                          "a letter or digit)", "for example `imagenet_v1`",
+                          "A LUN name (its backstore is PREFIX + NAME).")
+validate_backstore_prefix = _rule(_BACKSTORE_PREFIX, "{!r} is not a valid backstore prefix (letters, digits, '_', '-', "
+                                  "'.', at most 32, starting with a letter or digit)", "for example fabric_",
+                                  "The prefix of the fabric's block backstores: only those are ever changed.")
 
 # --- names fabricctl's configuration and the roles give ----------------------------------------------
-_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
-_METRIC = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")  # becomes the ZFS user property fabric:metric.<name>
-_EXPORT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-
-
-def validate_user_name(name: str) -> str:
-    """A Unix user name (the one fabricctl logs in to GPU nodes as)."""
-    if not isinstance(name, str) or not _USER.match(name):
-        raise InvalidName(f"{name!r} is not a valid user name (a-z or '_' first, then a-z, 0-9, '_', '.', '-'; at "
-                          "most 32)", "for example root")
-    return name
-
-
-def validate_metric_name(name: str) -> str:
-    """A checkpoint metric: it becomes the ZFS user property fabric:metric.<name>."""
-    if not isinstance(name, str) or not _METRIC.match(name):
-        raise InvalidName(f"{name!r} is not a valid metric name (a-z first, then a-z, 0-9, '_', '.', '-'; at most "
-                          "64: it becomes the ZFS user property fabric:metric.<name>)", "for example loss")
-    return name
-
-
-def validate_export_name(name: str) -> str:
-    """The name of an export a GPU node mounts (the iscsi_initiator role: its default mount point and unit)."""
-    if not isinstance(name, str) or not _EXPORT.match(name):
-        raise InvalidName(f"invalid export name {name!r}: a-z, 0-9, '.', '_', '-' (at most 64, starting with a-z or "
-                          "0-9)", "for example welcome")
-    return name
+validate_user_name = _rule(re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$"), "{!r} is not a valid user name (a-z or '_' "
+                           "first, then a-z, 0-9, '_', '.', '-'; at most 32)", "for example root",
+                           "A Unix user name (the one fabricctl logs in to GPU nodes as).")
+validate_metric_name = _rule(re.compile(r"^[a-z][a-z0-9_.-]{0,63}$"), "{!r} is not a valid metric name (a-z first, "
+                             "then a-z, 0-9, '_', '.', '-'; at most 64: it becomes the ZFS user property "
+                             "fabric:metric.<name>)", "for example loss", "A checkpoint metric's name.")
+validate_export_name = _rule(re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$"), "invalid export name {!r}: a-z, 0-9, '.', "
+                             "'_', '-' (at most 64, starting with a-z or 0-9)", "for example welcome",
+                             "The name of an export a GPU node mounts (the iscsi_initiator role's).")

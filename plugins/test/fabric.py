@@ -32,57 +32,31 @@ def _passes(rule, value) -> bool:
     return True
 
 
-def fabric_iqn(value) -> bool:
-    """An iSCSI name (iqn. with a dotted naming authority, lower case, no '_', at most 223 bytes; or eui.)."""
-    return _passes(names.validate_iqn, value)
+def _test(rule):
+    return lambda value: _passes(rule, value)
 
 
-def fabric_iqn_base(value) -> bool:
-    """An IQN without its unique part: iqn.YYYY-MM.reversed.domain (no ':')."""
-    return _passes(names.validate_iqn_base, value)
-
-
-def fabric_pool_name(value) -> bool:
-    return _passes(names.validate_pool_name, value)
+# `value is fabric_X`: the rule of the core that the value follows
+RULES = {
+    "fabric_iqn": names.validate_iqn,  # iqn. with a dotted authority, lower case, no '_', at most 223 bytes; or eui.
+    "fabric_iqn_base": names.validate_iqn_base,  # iqn.YYYY-MM.reversed.domain (no ':')
+    "fabric_pool_name": names.validate_pool_name,
+    "fabric_hostname": names.validate_hostname,  # a DNS label, as fabricctl knows GPU nodes
+    "fabric_target_name": names.validate_target_name,  # the unique part of an LIO target's IQN
+    "fabric_backstore_prefix": names.validate_backstore_prefix,
+    "fabric_user_name": names.validate_user_name,
+    "fabric_metric_name": names.validate_metric_name,
+    "fabric_export_name": names.validate_export_name,  # an export a GPU node mounts
+    "fabric_portal": normalize_portal,  # an IP address, optionally :PORT (IPv6 as [ADDRESS]:PORT)
+    "fabric_path": rules.validate_path,  # absolute, normalised (no '..', '.', '//' or trailing '/')
+    "fabric_mount_root": lambda value: rules.validate_path(value, mount_root=True),  # ... and not a system directory
+    "fabric_filesystem": rules.validate_filesystem,  # ext4, xfs
+}
 
 
 def fabric_dataset_name(value, pool: str | None = None) -> bool:
     """A dataset name; with ``pool``, a dataset inside that pool (not the pool itself)."""
-    if not _passes(names.validate_dataset_name, value):
-        return False
-    return pool is None or value.startswith(f"{pool}/")
-
-
-def fabric_hostname(value) -> bool:
-    """A host name as fabricctl knows GPU nodes: a DNS label."""
-    return _passes(names.validate_hostname, value)
-
-
-def fabric_target_name(value) -> bool:
-    """The unique part of an LIO target's IQN."""
-    return _passes(names.validate_target_name, value)
-
-
-def fabric_backstore_prefix(value) -> bool:
-    return _passes(names.validate_backstore_prefix, value)
-
-
-def fabric_user_name(value) -> bool:
-    return _passes(names.validate_user_name, value)
-
-
-def fabric_metric_name(value) -> bool:
-    return _passes(names.validate_metric_name, value)
-
-
-def fabric_export_name(value) -> bool:
-    """The name of an export a GPU node mounts."""
-    return _passes(names.validate_export_name, value)
-
-
-def fabric_portal(value) -> bool:
-    """An iSCSI portal: an IP address, optionally with :PORT (IPv6 as [ADDRESS]:PORT)."""
-    return _passes(normalize_portal, value)
+    return _passes(names.validate_dataset_name, value) and (pool is None or value.startswith(f"{pool}/"))
 
 
 def fabric_chap(value, view: str = "lio") -> bool:
@@ -92,31 +66,9 @@ def fabric_chap(value, view: str = "lio") -> bool:
     return _passes(lambda v: rules.parse_chap(v, chap_view), value)
 
 
-def fabric_chap_secret(value) -> bool:
-    """A target-side CHAP secret: 12-16 printable ASCII characters without spaces."""
-    return rules.chap_secret_ok(value)
-
-
-def fabric_path(value) -> bool:
-    """An absolute, normalised path (no '..', '.', '//' or trailing '/')."""
-    return _passes(rules.validate_path, value)
-
-
-def fabric_mount_root(value) -> bool:
-    """An absolute, normalised path that is not a system directory (mounting there would hide it)."""
-    return _passes(lambda v: rules.validate_path(v, mount_root=True), value)
-
-
-def fabric_filesystem(value) -> bool:
-    """A file system the fabric formats and mounts (ext4, xfs)."""
-    return _passes(rules.validate_filesystem, value)
-
-
 class TestModule:
     """The fabric_* Jinja tests."""
 
     def tests(self) -> dict:
-        return {f.__name__: f for f in (
-            fabric_iqn, fabric_iqn_base, fabric_pool_name, fabric_dataset_name, fabric_hostname, fabric_target_name,
-            fabric_backstore_prefix, fabric_user_name, fabric_metric_name, fabric_export_name, fabric_portal,
-            fabric_chap, fabric_chap_secret, fabric_path, fabric_mount_root, fabric_filesystem)}
+        return {**{name: _test(rule) for name, rule in RULES.items()}, "fabric_dataset_name": fabric_dataset_name,
+                "fabric_chap": fabric_chap, "fabric_chap_secret": rules.chap_secret_ok}

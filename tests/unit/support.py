@@ -229,6 +229,26 @@ class ScriptedRunner(Runner):
         assert not self.script, f"commands expected but not run: {[s['command'] for s in self.script]}"
 
 
+class AnsweringRunner(Runner):
+    """A Runner answering commands from a table of argv prefixes (the first that matches; a callable answer
+    gets the argv), recording every command in ``seen``. A command no prefix matches gets ``default``
+    ((rc, stdout, stderr)), or fails the test when there is none."""
+
+    def __init__(self, answers: dict, dry_run: bool = False, default: tuple | None = (0, "", "")):
+        super().__init__(dry_run=dry_run)
+        self.answers = answers
+        self.default = default
+        self.seen: list = []
+
+    def _run(self, argv, data):
+        self.seen.append(argv)
+        for prefix, answer in self.answers.items():
+            if tuple(argv[: len(prefix)]) == prefix:
+                return answer(argv) if callable(answer) else answer
+        assert self.default is not None, f"unexpected command {list(argv)}"
+        return self.default
+
+
 class _Exit(Exception):
     def __init__(self, result: dict):
         self.result = result

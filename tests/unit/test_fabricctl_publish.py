@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from fabric_core import lio, mounts, names, publish, versions, zfs
 from fabric_core.errors import Busy, InvalidName, NotFound, UserError
-from fabric_core.runner import Runner
-from support import snapshot_listing
+from support import AnsweringRunner, snapshot_listing
 
 DATA = Path(__file__).parent / "data"
 BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
@@ -148,20 +147,7 @@ def test_removal_never_touches_a_foreign_target():
 
 # --- host side through a scripted runner --------------------------------------------------------
 
-class Scripted(Runner):
-    """Answers commands from a table of argv prefixes; records every command."""
-
-    def __init__(self, answers: dict, dry_run: bool = False):
-        super().__init__(dry_run=dry_run)
-        self.answers = answers
-        self.seen: list = []
-
-    def _run(self, argv, data):
-        self.seen.append(argv)
-        for prefix, answer in self.answers.items():
-            if tuple(argv[: len(prefix)]) == prefix:
-                return answer(argv) if callable(answer) else answer
-        return (0, "", "")
+Scripted = AnsweringRunner  # answers commands from a table of argv prefixes; records every command
 
 
 def test_switch_link_is_atomic_and_idempotent():

@@ -12,6 +12,7 @@ from fabric_core import lio, lzc, publish, zfs
 from fabric_core.errors import UserError
 from fabric_core.rules import Chap
 from fabric_core.runner import Runner
+from support import AnsweringRunner
 
 BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
 GPU1, GPU2, GPU9 = (f"iqn.2026-11.io.fabric.lab:{h}" for h in ("gpu1", "gpu2", "gpu9"))
@@ -98,20 +99,9 @@ def test_exports_know_their_names_and_links():
 
 # --- the storage side, in a dry run ----------------------------------------------------------------
 
-class Node(Runner):
-    """A runner answering commands from a table of argv prefixes (first match); records every command."""
-
-    def __init__(self, answers: dict, dry_run: bool = True):
-        super().__init__(dry_run=dry_run)
-        self.answers = answers
-        self.seen: list = []
-
-    def _run(self, argv, data):
-        self.seen.append(argv)
-        for prefix, answer in self.answers.items():
-            if tuple(argv[: len(prefix)]) == prefix:
-                return answer
-        raise AssertionError(f"unexpected command {argv}")
+def answering(answers: dict, dry_run: bool = True) -> AnsweringRunner:
+    """A node answering commands from a table of argv prefixes; any other command fails the test."""
+    return AnsweringRunner(answers, dry_run=dry_run, default=None)
 
 
 @pytest.fixture
@@ -140,7 +130,7 @@ def publisher(node: Runner, hosts: dict | None = None) -> publish.Publisher:
 
 
 def test_a_dry_run_publish_plans_every_change_of_the_storage_side(lio_state):
-    node = Node({})
+    node = answering({})
     v3 = SETTINGS.dataset("imagenet", "v3", "ext4")
     out = publisher(node).export(v3, HOSTS)
     assert out["held"] is True and out["snapdev"] is True and out["lio_changed"] is True
@@ -154,7 +144,7 @@ def test_a_dry_run_publish_plans_every_change_of_the_storage_side(lio_state):
 
 
 def test_publishing_again_to_more_hosts_keeps_the_acls_there_are(lio_state):
-    node = Node({})
+    node = answering({})
     lio_state["holds"]["tank/datasets/imagenet@v2"] = ["fabric:published"]
     out = publisher(node).export(V2, [HOSTS[1]])
     assert out["held"] is False
@@ -164,7 +154,7 @@ def test_publishing_again_to_more_hosts_keeps_the_acls_there_are(lio_state):
 
 
 def test_withdrawing_the_last_host_plans_the_target_backstore_and_hold(lio_state):
-    node = Node({})
+    node = answering({})
     lio_state["holds"]["tank/datasets/imagenet@v2"] = ["fabric:published"]
     # gpu1 is logged in to v2: its planned logout (detached) does not refuse the removal in a dry run
     out = publisher(node).withdraw(V2, [], force=False, detached=frozenset({GPU1}))
@@ -172,14 +162,14 @@ def test_withdrawing_the_last_host_plans_the_target_backstore_and_hold(lio_state
     assert [a.split(" ")[0] for a in out["lio_actions"]] == ["delete_target", "delete_backstore"]
     assert ("lzc_release", "tank/datasets/imagenet@v2", "fabric:published") in node.planned
     with pytest.raises(lio.Busy):  # without it, the session refuses
-        publisher(Node({})).withdraw(V2, [], force=False)
+        publisher(answering({})).withdraw(V2, [], force=False)
 
 
 def test_withdrawing_some_hosts_reconciles_without_purging(lio_state):
     """With hosts left, the export is reconciled for them without purge: the ACLs of the hosts that left
     stay (as before the service; a later unpublish of the rest removes the whole target), and nothing
     else of the export changes."""
-    node = Node({})
+    node = answering({})
     out = publisher(node).withdraw(V1, [GPU1], force=False)
     assert out["released"] is False
     assert not [a for a in out["lio_actions"] if a.startswith(("delete_", "create_"))]
@@ -191,10 +181,10 @@ def test_withdrawing_some_hosts_reconciles_without_purging(lio_state):
 PORTAL = "10.77.0.11:3260"
 
 
-def gpu(initiator: str = GPU1, link: str | None = None) -> Node:
+def gpu(initiator: str = GPU1, link: str | None = None) -> AnsweringRunner:
     """A GPU node with no session, no record and no mount, whose portal offers every imagenet version."""
     offer = "".join(f"{PORTAL},1 {BASE}:ds.imagenet.{v}\n" for v in ("v1", "v2", "v3"))
-    return Node({
+    return answering({
         ("cat", "/etc/iscsi/initiatorname.iscsi"): (0, f"InitiatorName={initiator}\n", ""),
         ("iscsiadm", "-m", "session"): (21, "", "iscsiadm: No active sessions.\n"),
         ("iscsiadm", "-m", "discovery"): (0, offer, ""),
@@ -210,7 +200,7 @@ def gpu(initiator: str = GPU1, link: str | None = None) -> Node:
 
 def test_attach_plans_the_session_the_mount_and_current(lio_state):
     host = gpu()
-    out = publisher(Node({}), {"gpu1": host}).attach(V2, HOSTS[0], created={"v1": 1, "v2": 2})
+    out = publisher(answering({}), {"gpu1": host}).attach(V2, HOSTS[0], created={"v1": 1, "v2": 2})
     assert out["changed"] and out["current"] == "v2" and out["switched"] is True
     assert out["device"] == f"/dev/disk/by-path/ip-{PORTAL}-iscsi-{BASE}:ds.imagenet.v2-lun-0"
     assert out["commands"][-1] == "systemctl start unit" and any("--login" in c for c in out["commands"])
@@ -220,21 +210,21 @@ def test_attach_plans_the_session_the_mount_and_current(lio_state):
 
 
 def test_an_older_version_leaves_current_alone(lio_state):
-    out = publisher(Node({}), {"gpu1": gpu(link="v2")}).attach(V1, HOSTS[0], created={"v1": 1, "v2": 2})
+    out = publisher(answering({}), {"gpu1": gpu(link="v2")}).attach(V1, HOSTS[0], created={"v1": 1, "v2": 2})
     assert out["current"] == "v2" and out["switched"] is False
 
 
 def test_attach_refuses_a_host_whose_initiator_name_differs(lio_state):
     with pytest.raises(UserError, match="has initiator name"):
-        publisher(Node({}), {"gpu1": gpu(initiator=GPU2)}).attach(V1, HOSTS[0])
+        publisher(answering({}), {"gpu1": gpu(initiator=GPU2)}).attach(V1, HOSTS[0])
 
 
 def test_detach_moves_current_to_the_newest_version_the_host_still_has(lio_state):
     host = gpu(link="v1")
-    pub = publisher(Node({}), {"gpu1": host})
+    pub = publisher(answering({}), {"gpu1": host})
     out = pub.detach(V1, HOSTS[0], index=pub.index(), created={"v1": 1, "v2": 2})
     assert out["current"] == "v2"  # gpu1 still has v2
     assert ("ln", "-sfn", "v2", "/datasets/imagenet/current.fabric-tmp") in host.planned
     other = gpu(initiator=GPU2, link="v1")
-    out = publisher(Node({}), {"gpu2": other}).detach(V1, HOSTS[1], index=pub.index(), created={"v1": 1, "v2": 2})
+    out = publisher(answering({}), {"gpu2": other}).detach(V1, HOSTS[1], index=pub.index(), created={"v1": 1, "v2": 2})
     assert out["current"] is None and ("rm", "-f", "/datasets/imagenet/current") in other.planned
