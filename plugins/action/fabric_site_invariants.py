@@ -50,6 +50,29 @@ def _role_default(role: str, name: str):
         return (yaml.safe_load(fh) or {}).get(name)
 
 
+class _HostVars:
+    """One host's variables as its own tasks would see them: the inventory's raw values, templated with that
+    host's variables plus hostvars and groups (a group variable may name another host's variable).
+
+    ansible-core templates only trusted text (what the inventory and playbooks hold); the roles' defaults
+    read here from their files are used as literal values."""
+
+    def __init__(self, templar, task_vars: dict, host: str):
+        self._raw = task_vars["hostvars"].raw_get(host)
+        context = dict(self._raw)
+        context.update(hostvars=task_vars["hostvars"], groups=task_vars["groups"], inventory_hostname=host)
+        self._templar = templar.copy_with_new_env(available_variables=context)
+
+    def get(self, key: str, default=None):
+        if key not in self._raw:
+            return default
+        value = self._templar.template(self._raw[key])
+        return default if value is None else value
+
+    def template(self, value):
+        return self._templar.template(value)
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset({"storage_group", "gpu_group"})
@@ -59,12 +82,12 @@ class ActionModule(ActionBase):
         args = self._task.args
         storage_group = args.get("storage_group", "storage_nodes")
         gpu_group = args.get("gpu_group", "gpu_nodes")
-        hostvars = task_vars["hostvars"]
         groups = task_vars["groups"]
         views = {}
         try:
             for name in groups.get("all", []):
-                views[name] = self._view(name, hostvars[name], groups, storage_group, gpu_group)
+                views[name] = self._view(name, _HostVars(self._templar, task_vars, name), groups, storage_group,
+                                         gpu_group)
             site.require(views, storage_group=storage_group, gpu_group=gpu_group)
         except FabricError as err:
             result.update(failed=True, msg=str(err))
@@ -74,9 +97,7 @@ class ActionModule(ActionBase):
         return result
 
     def _template(self, value, hv):
-        if isinstance(value, str) and "{{" in value:
-            return self._templar.copy_with_new_env(available_variables=hv).template(value)
-        return value
+        return hv.template(value)
 
     def _view(self, name, hv, groups, storage_group, gpu_group) -> site.HostView:
         member = sorted(g for g, hosts in groups.items() if name in hosts and g not in ("all", "ungrouped"))
