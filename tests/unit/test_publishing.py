@@ -6,13 +6,16 @@ included, and nothing runs."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 from fabric_core import lio, lzc, publish, zfs
 from fabric_core.errors import UserError
 from fabric_core.rules import Chap
 from fabric_core.runner import Runner
-from support import AnsweringRunner
+from support import AnsweringRunner, snapshot_listing
+
+from fabricctl import context, main
 
 BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
 GPU1, GPU2, GPU9 = (f"iqn.2026-11.io.fabric.lab:{h}" for h in ("gpu1", "gpu2", "gpu9"))
@@ -228,3 +231,100 @@ def test_detach_moves_current_to_the_newest_version_the_host_still_has(lio_state
     other = gpu(initiator=GPU2, link="v1")
     out = publisher(answering({}), {"gpu2": other}).detach(V1, HOSTS[1], index=pub.index(), created={"v1": 1, "v2": 2})
     assert out["current"] is None and ("rm", "-f", "/datasets/imagenet/current") in other.planned
+
+
+# --- whole commands, through fabricctl's entry point, in dry runs -----------------------------------
+
+CONFIG = f"""\
+pool: tank
+iqn_base: {BASE}
+portal: {{ip: 10.77.0.11}}
+hosts:
+  gpu1: {{address: 10.77.0.21, initiator: "{GPU1}"}}
+  gpu2: {{address: 10.77.0.22, initiator: "{GPU2}"}}
+groups:
+  gpu_nodes: [gpu1, gpu2]
+chap: {{userid: fabricctl, password: s3cret-s3cret}}
+"""
+
+
+def listing(rows: list[dict]) -> tuple:
+    """A `zfs list -j -p` answer (support.snapshot_listing's form) of fabricctl's volumes or versions."""
+    return 0, snapshot_listing(rows), ""
+
+
+VERSION_COLUMNS = {"fabric:managed": "true", "fabric:kind": "dataset-version", "fabric:fs": "ext4", "userrefs": "1",
+                   "used": "0", "referenced": "0"}
+
+
+@pytest.fixture
+def fabricctl_node(lio_state, monkeypatch, tmp_path):
+    """fabricctl's main() on a storage node with dataset imagenet (versions v1, v2: LIO as `live()`) and GPU
+    nodes gpu1, gpu2 that have nothing yet; returns main(args) -> (status, JSON output)."""
+    volumes = [{"name": "tank/datasets/imagenet", "createtxg": "1", "fabric:managed": "true", "fabric:kind": "dataset",
+                "fabric:fs": "ext4", "volsize": "1073741824"},
+               {"name": "tank/checkpoints/llama", "createtxg": "1", "fabric:managed": "true",
+                "fabric:kind": "checkpoint-volume", "fabric:fs": "ext4", "fabric:writer": "gpu1"}]
+    snapshots = [dict(VERSION_COLUMNS, name=f"tank/datasets/imagenet@{v}", createtxg=str(n), creation=str(1000 + n),
+                      **{"fabric:version": v}) for n, v in ((2, "v1"), (3, "v2"))]
+    snapshots += [dict(VERSION_COLUMNS, name=f"tank/checkpoints/llama@step-{n}", createtxg=str(n), creation=str(n),
+                       **{"fabric:kind": "checkpoint", "fabric:step": str(n)}) for n in (100, 200)]
+
+    def under(rows):  # `zfs list ... -r ROOT`: the rows under ROOT
+        return lambda argv: listing([r for r in rows if r["name"].startswith((argv[-1] + "/", argv[-1] + "@"))])
+
+    answers = {("zfs", "list", "-j", "-p", "-t", "volume"): under(volumes),
+               ("zfs", "list", "-j", "-p", "-t", "snapshot"): under(snapshots)}
+    monkeypatch.setattr(context, "LocalRunner", lambda dry_run: AnsweringRunner(answers, dry_run=dry_run,
+                                                                                default=None))
+    hosts = {"gpu1": gpu(GPU1), "gpu2": gpu(GPU2)}
+    monkeypatch.setattr(context.Context, "ssh", lambda self, host: (self.hosts.setdefault(host.name, "contacted"),
+                                                                    hosts[host.name])[1])
+    path = tmp_path / "config.yml"
+    path.write_text(CONFIG)
+
+    def run(*args):
+        status = main.main(["--config", str(path), *args, "--json"], sink=lambda fields: None)
+        return status, hosts
+
+    return run
+
+
+def test_a_dry_run_publish_from_the_command_line(fabricctl_node, capsys):
+    status, hosts = fabricctl_node("publish", "imagenet@v2", "--to", "gpu_nodes", "--dry-run")
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0 and set(out) == {"ref", "target", "dry_run", "storage", "hosts", "mountpoint", "planned"}
+    assert out["target"] == f"{BASE}:ds.imagenet.v2" and out["dry_run"] is True
+    assert set(out["storage"]) == {"held", "snapdev", "lio_changed", "lio_actions", "warnings"}
+    assert {h: r["status"] for h, r in out["hosts"].items()} == {"gpu1": "ok", "gpu2": "ok"}
+    assert set(out["hosts"]["gpu2"]["result"]) == {"changed", "device", "mountpoint", "commands", "current",
+                                                   "switched"}
+    assert out["planned"][:2] == ["zfs set snapdev=visible tank/datasets/imagenet",
+                                  "lzc_hold tank/datasets/imagenet@v2 fabric:published"]
+    assert f"rtslib create_acl {BASE}:ds.imagenet.v2 initiator={GPU2}" in out["planned"]
+    assert all(h.executed == [] for h in hosts.values())
+
+
+def test_a_dry_run_unpublish_from_the_command_line(fabricctl_node, capsys):
+    status, _ = fabricctl_node("unpublish", "imagenet@v1", "--dry-run")
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0 and set(out) == {"ref", "dry_run", "hosts", "storage", "foreign_acls"}
+    assert sorted(out["hosts"]) == ["gpu1", "gpu2"] and out["foreign_acls"] == [GPU9]
+    assert set(out["storage"]) == {"acls_left", "lio_actions", "released"} and out["storage"]["acls_left"] == [GPU9]
+
+
+def test_listing_versions_from_the_command_line(fabricctl_node, capsys):
+    assert fabricctl_node("list")[0] == 0
+    (dataset,) = json.loads(capsys.readouterr().out)["datasets"]
+    assert [(v["version"], v["published_to"]) for v in dataset["versions"]] == [
+        ("v1", ["gpu1", "gpu2", GPU9]), ("v2", ["gpu1"])]
+
+
+def test_a_job_with_restores_is_not_retired_and_a_restore_is_removed(fabricctl_node, capsys):
+    status, _ = fabricctl_node("checkpoint", "volume", "destroy", "llama", "--dry-run")
+    assert status == 1 and "restored: step 100, 200" in capsys.readouterr().err
+    status, _ = fabricctl_node("checkpoint", "restore", "llama", "--step", "100", "--to", "gpu2", "--remove",
+                               "--dry-run")
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0 and set(out) == {"job", "step", "hosts", "still_restored_to", "released", "dry_run"}
+    assert out["still_restored_to"] == [] and out["hosts"]["gpu2"]["status"] == "ok"
