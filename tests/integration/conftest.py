@@ -257,7 +257,7 @@ class Site:
     rerun: SiteRun
     check_converged: SiteRun
     molecule_output: str  # empty when the runs were not made by Molecule
-    fresh_check_before: dict | None = None  # side_effects() of every host before and after the fresh check
+    fresh_check_before: dict | None = None  # state.sh of every host before and after the fresh check
     fresh_check_after: dict | None = None
 
 
@@ -289,35 +289,27 @@ def _is_fresh(hosts) -> bool:
     return not probe.stdout.strip()
 
 
-# The scenario's actions (molecule/default/molecule.yml's test_sequence), run one by one so that the
-# fixture can read the lab between the fresh check and the converge.
-MOLECULE_ACTIONS = ("syntax", "check", "converge", "idempotence", "check", "verify")
-
-
-def _molecule(action: str, runlog: Path) -> tuple[int, str]:
+def _run_molecule(runlog: Path, statelog: Path) -> tuple[int, str, float]:
+    """`molecule test` of the default scenario: syntax, the hosts' state read (state.yml), check on the fresh
+    fabric, the state read again, converge, idempotence, check on the converged fabric, verify."""
     # molecule runs ansible-config and ansible-playbook by name: the virtualenv's bin goes first on PATH
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", PY_COLORS="0", FABRIC_RUNLOG=str(runlog),
-               PATH=f"{MOLECULE.parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    proc = run([str(MOLECULE), action, "-s", "default"], cwd=REPO, capture_output=True, text=True,
+               FABRIC_STATE_LOG=str(statelog), PATH=f"{MOLECULE.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    started = time.monotonic()
+    proc = run([str(MOLECULE), "test", "-s", "default"], cwd=REPO, capture_output=True, text=True,
                env=env, timeout=3600)
-    return proc.returncode, proc.stdout + proc.stderr
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
 
 
-# What check mode must leave as it found (issue 18): the kernel modules, configfs, open-iscsi's records,
-# and the state of the services the roles manage. Read on every host of the lab.
-SIDE_EFFECTS = r"""
-echo "== modules"; cut -d' ' -f1 /proc/modules | sort
-echo "== configfs"; find /sys/kernel/config -maxdepth 4 2>/dev/null | sort
-echo "== iscsi"; find /etc/iscsi -type f 2>/dev/null | sort | xargs -r md5sum
-echo "== services"; for u in iscsid.service iscsid.socket open-iscsi.service rtslib-fb-targetctl.service \
-    fabricctl-rotate.timer sys-kernel-config.mount multipathd.service; do
-    echo "$u $(systemctl is-active $u) $(systemctl is-enabled $u 2>/dev/null)"; done
-echo "== mounts"; findmnt -rn -o TARGET | grep -E '^/(datasets|checkpoints|srv/fabricctl)' | sort
-"""
-
-
-def side_effects(hosts) -> dict:
-    return {name: host.check_output(SIDE_EFFECTS) for name, host in sorted(hosts.items())}
+def read_statelog(path: Path) -> list[dict]:
+    """The state readings molecule/default/state.yml appended, one {host: state} per reading, in order."""
+    readings: list[dict] = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        rec = json.loads(line)
+        if not readings or rec["host"] in readings[-1]:
+            readings.append({})
+        readings[-1][rec["host"]] = rec["state"]
+    return readings
 
 
 @pytest.fixture(scope="session")
@@ -341,23 +333,20 @@ def converged(lab, hosts) -> Site:
     runlog = record.with_suffix(".jsonl")
     runlog.unlink(missing_ok=True)
     if _is_fresh(hosts):
-        step(f"molecule, scenario default: {', '.join(MOLECULE_ACTIONS)}")
-        started = time.monotonic()
-        output = ""
-        before = after = None
-        for n, action in enumerate(MOLECULE_ACTIONS):
-            if n == 1:
-                before = side_effects(hosts)
-            rc, out = _molecule(action, runlog)
-            output += f"\n==== molecule {action}\n{out}"
-            if n == 1:
-                after = side_effects(hosts)
-            assert rc == 0, f"molecule {action} failed (exit {rc}):\n{out[-8000:]}"
+        step("molecule test -s default (syntax, state, check, state, converge, idempotence, check, verify)")
+        statelog = record.with_name("site-state.jsonl")
+        statelog.unlink(missing_ok=True)
+        rc, output, seconds = _run_molecule(runlog, statelog)
         runs = read_runlog(runlog)
-        # check and converge run converge.yml, verify runs verify.yml (syntax runs no task)
+        # check and converge run converge.yml, verify runs verify.yml, the state readings state.yml
         site_runs = [r for r in runs if r[1]["playbook"] == "converge.yml"]
-        assert len(site_runs) == 4, f"expected 4 site runs from molecule, got {len(site_runs)}:\n{output[-8000:]}"
-        step(f"molecule sequence passed in {time.monotonic() - started:.0f} s")
+        tail = f"{output[-8000:]}"
+        assert rc == 0, f"molecule failed (exit {rc}) after {len(site_runs)} site runs:\n{tail}"
+        assert len(site_runs) == 4, f"expected 4 site runs from molecule, got {len(site_runs)}:\n{tail}"
+        readings = read_statelog(statelog)
+        assert len(readings) == 2, f"expected 2 state readings around the fresh check, got {len(readings)}"
+        before, after = readings
+        step(f"molecule sequence passed in {seconds:.0f} s")
         names = ["check_fresh", "converge", "rerun", "check_converged"]
     else:
         step("site: the lab is converged already; converge, re-run and check with ansible-playbook")
