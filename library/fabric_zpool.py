@@ -282,12 +282,8 @@ def _by_id(disks, names: list) -> list:
     """The by-id paths of the disks named in a spec's wipe list, which the planner accepts by by-id path or
     link name, kernel name or /dev/NAME; ensure_pool matches disks by path. A name that matches no disk stays
     as it is (the planner has refused it already)."""
-    index = {}
-    for disk in disks:
-        for path in (disk.by_id, *disk.ids):
-            index[path] = index[path.rsplit("/", 1)[-1]] = disk.by_id
-        index[disk.name] = index[f"/dev/{disk.name}"] = disk.by_id
-    return [index.get(name, name) for name in names]
+    index = fabric_disks.index_of(disks)
+    return [index[name].by_id if name in index else name for name in names]
 
 
 def main():

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import UserError
+from .iscsi import normalize_portal
 from .names import validate_iqn
 
 
@@ -67,8 +68,11 @@ class SiteInvariantError(UserError):
 
 
 def _portal_address(portal: str) -> str:
-    host = portal.rsplit(":", 1)[0] if portal.count(":") == 1 or portal.startswith("[") else portal
-    return host.strip("[]")
+    """The address of a portal (iscsi.normalize_portal's rule), or the text as given when it is invalid."""
+    try:
+        return normalize_portal(portal).rsplit(":", 1)[0].strip("[]")
+    except UserError:
+        return portal
 
 
 def _duplicates(values: dict) -> dict:

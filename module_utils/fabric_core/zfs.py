@@ -17,9 +17,8 @@ from . import zjson
 from .errors import UnsafeOperation, UserError
 from .model import Step, apply_steps
 from .names import validate_dataset_name
+from .rules import MANAGED_PROP
 from .runner import Runner
-
-MANAGED_PROP = "fabric:managed"
 
 SIZE_PROPS = {"quota", "refquota", "reservation", "refreservation", "recordsize", "volsize", "volblocksize",
               "special_small_blocks", "dnodesize_bytes"}

@@ -26,20 +26,18 @@ import re
 from dataclasses import dataclass, field
 
 from . import zfs, zjson
-from .disks import ACTIVE_USE_PREFIXES
+from .disks import ACTIVE_USE_PREFIXES, index_of
 from .errors import FabricError, NotFound, UnsafeOperation, UserError
 from .model import MIN_WIDTH, VDEV_ROLES, VDEV_TYPES, DiskInfo, PoolLayout, Step, Vdev, apply_steps
 from .names import validate_pool_name
+from .rules import MANAGED_PROP
 from .runner import Runner
-
-MANAGED_PROP = "fabric:managed"
 
 # the vdev classes of a pool object in `zpool status -j`, in the order zpool prints them -> vdev role;
 # "vdevs" holds the root vdev, whose children are the data vdevs
 _CLASSES = (("dedup", "dedup"), ("special", "special"), ("logs", "log"), ("l2cache", "cache"), ("spares", "spare"))
 # role -> keyword on the zpool create/add command line
 _ROLE_KEYWORD = {"special": "special", "log": "log", "cache": "cache", "spare": "spare"}
-_ROLE_ORDER = ("data", "special", "log", "cache", "spare")
 # vdev_type of a node that stands for one declared member while a pool heals: a hot spare standing in
 # (spare-N: the original member first, then the spare) or a replacement (replacing-N: old first, then new)
 _INNER_TYPES = ("spare", "replacing")
@@ -319,7 +317,7 @@ def _vdev_args(vdev: Vdev) -> list:
 def vdev_args(vdevs: list) -> list:
     """The vdev part of a zpool create/add command line, grouped by role in ZFS's order."""
     argv: list = []
-    for role in _ROLE_ORDER:
+    for role in VDEV_ROLES:
         group = [v for v in vdevs if v.role == role]
         if not group:
             continue
@@ -540,15 +538,6 @@ def get_props(runner: Runner, name: str) -> dict:
     return zjson.properties(obj)
 
 
-def _disk_index(disks: list) -> dict:
-    index: dict = {}
-    for disk in disks:
-        for path in [disk.by_id, *disk.ids, f"/dev/{disk.name}" if disk.name else ""]:
-            if path:
-                index[path] = disk
-    return index
-
-
 def _check_props(props: dict, what: str) -> None:
     for key in props:
         if not isinstance(key, str) or not key or "=" in key or " " in key:
@@ -615,7 +604,7 @@ def pool_spec(*, name: str, layout: PoolLayout, disks: list, ashift: int = 12, p
     _check_props(fs_properties, "filesystem property")
     if not isinstance(ashift, int) or not 9 <= ashift <= 16:
         raise UserError(f"ashift {ashift!r} is out of range", "use 12 (4 KiB sectors) or 13 (8 KiB); 9..16 allowed")
-    index = _disk_index(disks)
+    index = index_of(disks)
     by_disk: dict = {}
     for path in layout.disks():
         disk = index.get(path) or index.get(strip_part1(path))
