@@ -29,18 +29,19 @@ author: gpu-storage-fabric
 """
 
 import os
-import sys
 
+import ansible.module_utils
 import yaml
-from ansible import constants as C
+from ansible import constants
 from ansible.plugins.action import ActionBase
 
-for _path in C.DEFAULT_MODULE_UTILS_PATH:  # the core library is a plain package under module_utils
-    if os.path.isdir(os.path.join(_path, "fabric_core")) and _path not in sys.path:
-        sys.path.insert(0, _path)
+for _path in constants.DEFAULT_MODULE_UTILS_PATH or []:  # the controller does not add them itself
+    if _path not in ansible.module_utils.__path__:
+        ansible.module_utils.__path__.append(_path)
 
-from fabric_core import site  # noqa: E402
-from fabric_core.errors import FabricError  # noqa: E402
+# the core library, imported as the modules (and plugins/test/fabric.py) import it
+from ansible.module_utils.fabric_core import site  # noqa: E402
+from ansible.module_utils.fabric_core.errors import FabricError  # noqa: E402
 
 ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 
