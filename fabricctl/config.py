@@ -298,7 +298,7 @@ class _Checker:
     def string(self, value, where: str, pattern: re.Pattern | None = None, what: str = "") -> str:
         if not isinstance(value, str) or not value:
             raise self.fail(where, f"expected a non-empty string, got {_kind(value)}")
-        if pattern is not None and not pattern.match(value):
+        if pattern is not None and not pattern.fullmatch(value):
             raise self.fail(where, f"{value!r} is not a valid {what}")
         return value
 
@@ -336,7 +336,7 @@ class _Checker:
             return str(ipaddress.ip_address(value))
         except ValueError:
             pass
-        if _HOSTNAME.match(value) and not re.match(r"^[0-9.]+$", value):
+        if _HOSTNAME.fullmatch(value) and not re.fullmatch(r"[0-9.]+", value):
             return value
         raise self.fail(where, f"{value!r} is neither an IP address nor a host name",
                         "give the address fabricctl reaches the host at (its storage-network IP)")
@@ -480,7 +480,7 @@ def _groups(c: _Checker, raw, hosts: dict[str, Host]) -> dict[str, list[str]]:
         raise c.fail("groups", f"expected a mapping GROUP: [HOST, ...], got {_kind(raw)}")
     groups: dict[str, list[str]] = {}
     for name, members in raw.items():
-        if not isinstance(name, str) or not _GROUP.match(name):
+        if not isinstance(name, str) or not _GROUP.fullmatch(name):
             raise c.fail(f"groups.{name}", f"invalid group name {name!r}: letters, digits, '_', '-', '.', at most 64",
                          "use the inventory group name, for example gpu_nodes")
         if name in hosts:

@@ -105,10 +105,13 @@ def normalize_portal(portal: str) -> str:
     if not isinstance(portal, str) or not portal.strip():
         raise UserError("iSCSI portal is empty", "give the storage node's address, for example `10.77.0.11` "
                         "or `10.77.0.11:3260`")
-    text = portal.strip()
+    text = portal.strip(" ")
+    if not text.isprintable():
+        raise UserError(f"invalid iSCSI portal {portal!r}: it contains a control character (a newline?)",
+                        "give the address on one line, for example `10.77.0.11:3260`")
     host, port = text, str(DEFAULT_PORT)
     if text.startswith("["):
-        match = re.match(r"^\[([^\]]+)\](?::(\d+))?$", text)
+        match = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?", text)
         if not match:
             raise UserError(f"invalid iSCSI portal {portal!r}", "write an IPv6 portal as `[ADDRESS]:PORT`")
         host, port = match.group(1), match.group(2) or port
@@ -136,7 +139,7 @@ _BY_PATH = re.compile(r"^/dev/disk/by-path/ip-(?P<portal>\[[^\]]+\]:\d+|[0-9.]+:
 
 def parse_by_path(path: str) -> dict | None:
     """The inverse of ``by_path``: {portal, target_iqn, lun}, or None for any other device path."""
-    match = _BY_PATH.match(path or "")
+    match = _BY_PATH.fullmatch(path or "")
     if not match:
         return None
     return {"portal": match.group("portal"), "target_iqn": match.group("iqn"), "lun": int(match.group("lun"))}

@@ -198,7 +198,7 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
                                 "export each zvol or snapshot once; give several ACLs access to it instead")
             devices[device] = lname
             wwn = raw_lun.get("wwn") or unit_serial(iqn, lname)
-            if not _UNIT_SERIAL.match(wwn):
+            if not _UNIT_SERIAL.fullmatch(wwn):
                 raise UserError(f"{where}: LUN {lname!r} wwn {wwn!r} is not a T10 unit serial in UUID form",
                                 "leave wwn out (a stable one is derived) or give a UUID")
             index = raw_lun.get("lun")

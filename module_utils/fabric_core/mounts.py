@@ -34,7 +34,7 @@ def unit_name(runner, mountpoint: str) -> str:
 
 
 def check_owner(owner: str) -> str:
-    if not OWNER_RE.match(owner or ""):
+    if not OWNER_RE.fullmatch(owner or ""):
         raise UserError(f"invalid mount owner {owner!r}", "use a short lower-case word such as 'fabricctl'")
     return owner
 

@@ -27,7 +27,7 @@ ZFS_MAX_NAME = 255
 _IQN = re.compile(r"^iqn\.(\d{4})-(0[1-9]|1[0-2])\.([a-z0-9-]+(?:\.[a-z0-9-]+)+)(?::([a-z0-9.:-]+))?$")
 _EUI = re.compile(r"^eui\.[0-9A-F]{16}$")
 IQN_MAX = 223
-_HOST = re.compile(r"^(?=.{1,63}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+_HOST = re.compile(r"^(?=.{1,63}\Z)[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
 
 def validate_pool_name(name: str) -> str:
@@ -35,7 +35,7 @@ def validate_pool_name(name: str) -> str:
         raise InvalidName("pool name is empty", "give the pool a name such as `tank`")
     if len(name) > ZFS_MAX_NAME:
         raise InvalidName(f"invalid pool name {name!r}: longer than {ZFS_MAX_NAME} characters", "choose a shorter name")
-    if not _POOL.match(name):
+    if not _POOL.fullmatch(name):
         raise InvalidName(f"invalid pool name {name!r}: it must start with a letter and contain only "
                           "letters, digits, '_', '-', '.', ':'", "choose a name such as `tank` or `fast0`")
     lowered = name.lower()
@@ -58,7 +58,7 @@ def validate_dataset_name(name: str) -> str:
     pool, *rest = name.split("/")
     validate_pool_name(pool)
     for part in rest:
-        if not part or not _ZFS_COMPONENT.match(part):
+        if not part or not _ZFS_COMPONENT.fullmatch(part):
             raise InvalidName(f"invalid dataset name {name!r}: component {part!r} must be non-empty and contain only "
                               "letters, digits, '_', '-', '.', ':' (and not start with a punctuation character)",
                               "use names such as `tank/datasets/imagenet-2026`")
@@ -67,7 +67,7 @@ def validate_dataset_name(name: str) -> str:
 
 def validate_snapshot_component(version: str) -> str:
     """The part after '@' (a dataset version or a checkpoint step)."""
-    if not isinstance(version, str) or not version or not _ZFS_COMPONENT.match(version):
+    if not isinstance(version, str) or not version or not _ZFS_COMPONENT.fullmatch(version):
         raise InvalidName(f"invalid snapshot name {version!r}: it must contain only letters, digits, '_', '-', "
                           "'.', ':' and start with a letter or digit", "use a version such as `v1` or `2026-11-22`")
     return version
@@ -92,7 +92,7 @@ def validate_iqn(iqn: str) -> str:
         raise InvalidName("iSCSI name is empty", "use a name such as `iqn.2026-11.com.example:storage1`")
     if len(iqn.encode()) > IQN_MAX:
         raise InvalidName(f"invalid iSCSI name {iqn!r}: longer than {IQN_MAX} bytes (RFC 3720)")
-    if _EUI.match(iqn):
+    if _EUI.fullmatch(iqn):
         return iqn
     if iqn.lower().startswith("iqn.") and iqn != iqn.lower():
         raise InvalidName(f"invalid iSCSI name {iqn!r}: iqn names are lower case (RFC 3722 stringprep)",
@@ -100,7 +100,7 @@ def validate_iqn(iqn: str) -> str:
     if "_" in iqn:
         raise InvalidName(f"invalid iSCSI name {iqn!r}: '_' is not allowed in iSCSI names (RFC 3720; LIO refuses it)",
                           f"use '-' instead: {iqn.replace('_', '-')!r}")
-    if not _IQN.match(iqn):
+    if not _IQN.fullmatch(iqn):
         raise InvalidName(
             f"invalid iSCSI name {iqn!r}: expected iqn.YYYY-MM.reversed.domain[:unique], with a date the domain "
             "was owned and a dotted domain (LIO refuses a single-label one)",
@@ -118,7 +118,7 @@ def validate_iqn_base(base: str) -> str:
 
 
 def validate_hostname(name: str) -> str:
-    if not isinstance(name, str) or not _HOST.match(name):
+    if not isinstance(name, str) or not _HOST.fullmatch(name):
         raise InvalidName(f"invalid host name {name!r}: expected a DNS label (a-z, 0-9, '-', at most 63)",
                           "use the inventory hostname, for example `gpu1`")
     return name
@@ -133,7 +133,7 @@ def host_iqn(base: str, hostname: str) -> str:
     """
     validate_iqn_base(base)
     unique = hostname.lower()
-    if not re.match(r"^[a-z0-9.-]+$", unique):
+    if not re.fullmatch(r"[a-z0-9.-]+", unique):
         digest = hashlib.sha256(hostname.encode()).hexdigest()[:8]
         unique = re.sub(r"[^a-z0-9.-]+", "-", unique).strip("-") + "-" + digest
     return validate_iqn(f"{base}:{unique}")
@@ -147,12 +147,15 @@ def host_iqn(base: str, hostname: str) -> str:
 FABRIC_NAME_MAX, VERSION_MAX = 30, 16
 _FABRIC_NAME = re.compile(rf"^[a-z0-9][a-z0-9-]{{0,{FABRIC_NAME_MAX - 1}}}$")
 _VERSION = re.compile(rf"^[a-z0-9][a-z0-9.-]{{0,{VERSION_MAX - 1}}}$")
-RESERVED_VERSIONS = {"current", "restore"}
+RESERVED_VERSIONS = {"current", "restore"}  # the mount layout: MOUNT_ROOT/NAME/current, .../JOB/restore/STEP
+# The versions of a checkpoint job's exports: "rw" (its writable volume) and "s<STEP>" (a restore). A dataset
+# version never takes them, so a dataset and a job of one name never share an LIO backstore (NAME.VERSION).
+CHECKPOINT_VERSIONS = re.compile(r"rw|s[0-9]+")
 
 
 def validate_fabric_name(name: str, what: str = "dataset") -> str:
     """A dataset or job name as fabricctl uses it: a-z, 0-9, '-', at most 30, starting alphanumeric."""
-    if not isinstance(name, str) or not _FABRIC_NAME.match(name):
+    if not isinstance(name, str) or not _FABRIC_NAME.fullmatch(name):
         raise InvalidName(f"invalid {what} name {name!r}: use lower-case letters, digits and '-' (at most "
                           f"{FABRIC_NAME_MAX}, starting with a letter or digit; no '_' or '.', which iSCSI target "
                           "names or ZFS paths would not keep)", "for example `imagenet-2026`")
@@ -161,13 +164,17 @@ def validate_fabric_name(name: str, what: str = "dataset") -> str:
 
 def validate_version(version: str) -> str:
     """A dataset version: a-z, 0-9, '.', '-' (at most 16, starting alphanumeric); not a reserved word."""
-    if not isinstance(version, str) or not _VERSION.match(version) or ".." in version:
+    if not isinstance(version, str) or not _VERSION.fullmatch(version) or ".." in version:
         raise InvalidName(f"invalid version {version!r}: use lower-case letters, digits, '.' and '-' (at most "
                           f"{VERSION_MAX}, starting with a letter or digit)",
                           "for example `v1`, `v1.2` or `2026-11-22`")
     if version in RESERVED_VERSIONS:
         raise InvalidName(f"invalid version {version!r}: the word is reserved for the mount layout "
                           f"({', '.join(sorted(RESERVED_VERSIONS))})", "choose another version, for example `v1`")
+    if CHECKPOINT_VERSIONS.fullmatch(version):
+        raise InvalidName(f"invalid version {version!r}: 'rw' and 's<digits>' name a checkpoint job's writable "
+                          "volume and its restores (a dataset and a job may share a name, their exports may not)",
+                          "choose another version, for example `v1`")
     return version
 
 
@@ -194,7 +201,7 @@ def _rule(pattern: re.Pattern, problem: str, fix: str, doc: str):
     """A validator: the value when it is a string the pattern matches, else InvalidName(problem, fix), where
     ``{!r}`` in the problem is the value."""
     def validate(value: str) -> str:
-        if not isinstance(value, str) or not pattern.match(value):
+        if not isinstance(value, str) or not pattern.fullmatch(value):
             raise InvalidName(problem.format(value), fix)
         return value
 

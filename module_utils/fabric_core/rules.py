@@ -146,20 +146,20 @@ def parse_chap(raw, view: ChapView = LIO, *, where: str = "", prefix: str = "cha
         raise refuse(mp if values[mu] else mu, f"mutual CHAP needs both {mu} and {mp} (the target's credentials)",
                      "set both, or neither for one-way CHAP")
     for name in (u, mu):
-        if values[name] and not _CHAP_TEXT.match(values[name]):
+        if values[name] and not _CHAP_TEXT.fullmatch(values[name]):
             raise refuse(name, f"invalid CHAP {name}: it must be 1-{CHAP_TEXT_MAX} printable characters without "
                          "white space")
     for name in (p, mp):
         secret = values[name]
         if not secret:
             continue
-        if view.target_side and not _CHAP_TEXT.match(secret):
+        if view.target_side and not _CHAP_TEXT.fullmatch(secret):
             raise refuse(name, f"must be {CHAP_SECRET_MIN}-{CHAP_SECRET_MAX} printable ASCII characters without "
                          "spaces")
         if view.target_side and not CHAP_SECRET_MIN <= len(secret) <= CHAP_SECRET_MAX:
             raise refuse(name, f"must be {CHAP_SECRET_MIN}-{CHAP_SECRET_MAX} characters (got {len(secret)}); "
                          "shorter secrets are weak (RFC 3720 8.2.1), longer ones are refused by some initiators")
-        if not _CHAP_TEXT.match(secret):
+        if not _CHAP_TEXT.fullmatch(secret):
             raise refuse(name, f"invalid CHAP {name}: it must be 1-{CHAP_TEXT_MAX} printable characters without "
                          "white space")
     if view.target_side and values[mp] and values[mp] == values[p]:
@@ -178,13 +178,14 @@ def _chap_fix(view: ChapView) -> str:
 
 def chap_secret_ok(secret) -> bool:
     """A target-side CHAP secret: 12-16 printable ASCII characters without spaces."""
-    return (isinstance(secret, str) and bool(_CHAP_TEXT.match(secret))
+    return (isinstance(secret, str) and bool(_CHAP_TEXT.fullmatch(secret))
             and CHAP_SECRET_MIN <= len(secret) <= CHAP_SECRET_MAX)
 
 
 # --------------------------------------------------------------------------------------------
 # file systems and mount points
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # no path, name or value of the fabric holds one
 FILESYSTEMS = ("ext4", "xfs")  # of volumes the fabric formats, exports and mounts
 
 # Directories a mount or staging root must never be (mounting over them hides the system).
@@ -203,6 +204,9 @@ def validate_path(value, *, mount_root: bool = False) -> str:
     if not isinstance(value, str) or not value.startswith("/") or posixpath.normpath(value) != value \
             or "//" in value:
         raise UserError(f"{value!r} must be an absolute, normalised path (no '..', '.', '//' or trailing '/')")
+    if _CONTROL.search(value):
+        raise UserError(f"{value!r} contains a control character (a newline, a tab, ...)",
+                        "write the path on one line, without control characters")
     if mount_root and value in SYSTEM_DIRECTORIES:
         raise UserError(f"{value!r} is a system directory; mounting there would hide it",
                         "choose a directory of its own, such as /datasets")

@@ -212,3 +212,48 @@ def test_iqn_refuses_underscore_as_rtslib_does():
     with pytest.raises(InvalidName):
         names.validate_iqn("iqn.2026-11.io.fabric.lab:hc_x")
     assert names.host_iqn("iqn.2026-11.io.fabric.lab", "gpu_7").startswith("iqn.2026-11.io.fabric.lab:gpu-7-")
+
+
+# --- no trailing newline anywhere (validators match the whole value) --------------------------------
+
+@pytest.mark.parametrize("func, value", [
+    (names.validate_pool_name, "tank\n"),
+    (names.validate_dataset_name, "tank/datasets\n"),
+    (names.validate_snapshot_component, "v1\n"),
+    (names.validate_iqn, "iqn.2026-11.io.fabric.lab:gpu1\n"),
+    (names.validate_iqn_base, "iqn.2026-11.io.fabric.lab\n"),
+    (names.validate_hostname, "gpu1\n"),
+    (names.validate_fabric_name, "imagenet\n"),
+    (names.validate_version, "v1\n"),
+    (names.validate_target_name, "datasets\n"),
+    (names.validate_lun_name, "welcome\n"),
+    (names.validate_backstore_prefix, "fctl_\n"),
+    (names.validate_user_name, "root\n"),
+    (names.validate_metric_name, "loss\n"),
+    (names.validate_export_name, "welcome\n"),
+])
+def test_a_trailing_newline_is_refused(func, value):
+    refused(func, value)
+    assert func(value[:-1]) == value[:-1]  # the same value without it is fine
+
+
+def test_host_iqn_of_a_hostname_with_a_newline_is_one_line_and_not_the_plain_name():
+    iqn = names.host_iqn("iqn.2026-11.io.fabric.lab", "gpu1\n")
+    assert "\n" not in iqn and iqn != names.host_iqn("iqn.2026-11.io.fabric.lab", "gpu1")
+
+
+# --- versions a checkpoint job's exports use: a dataset never takes them -----------------------------
+
+@pytest.mark.parametrize("version", ["rw", "s0", "s12000"])
+def test_checkpoint_export_versions_are_reserved(version):
+    text = refused(names.validate_version, version)
+    assert "checkpoint" in text and "fix:" in text
+
+
+@pytest.mark.parametrize("version", ["rw2", "s1a", "sx", "v1", "s", "release-rw"])
+def test_versions_near_the_reserved_ones_are_fine(version):
+    assert names.validate_version(version) == version
+
+
+def test_a_reserved_version_is_refused_in_a_reference_too():
+    refused(names.parse_ref, "x@rw")

@@ -134,3 +134,20 @@ def test_every_name_of_a_disk_finds_it():
                                      (200 * 2**30, "200 GiB"), (-2048, "-2.0 KiB")])
 def test_human_bytes(n, text):
     assert human_bytes(n) == text
+
+
+@pytest.mark.parametrize("raw", [{"userid": "gpu1\n", "password": "s3cret-s3cret"},
+                                 {"userid": "gpu1", "password": "s3cret-s3cret\n"},
+                                 {"userid": "gpu1", "password": "s3cret-s3cret", "mutual_userid": "t\n",
+                                  "mutual_password": "other-s3cret1"}])
+def test_chap_refuses_a_trailing_newline(raw):
+    with pytest.raises(rules.ChapError):
+        rules.parse_chap(raw, rules.LIO)
+    assert not rules.chap_secret_ok("s3cret-s3cret\n")
+
+
+@pytest.mark.parametrize("value", ["/datasets\n", "/data\tsets", "/a/\x7fb"])
+def test_paths_refuse_control_characters(value):
+    with pytest.raises(UserError) as err:
+        rules.validate_path(value)
+    assert "control character" in err.value.problem
