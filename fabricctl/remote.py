@@ -20,7 +20,7 @@ import socket
 import threading
 from typing import Any
 
-from fabric_core.errors import EXIT_UNEXPECTED, EXIT_USER, FabricError
+from fabric_core.errors import EXIT_UNEXPECTED, EXIT_USER, FabricError, redact_argv
 from fabric_core.runner import Runner
 
 REMOTE_ENV = ("env", "LC_ALL=C", "LANG=C", "LANGUAGE=C")
@@ -309,7 +309,7 @@ class SSHRunner(Runner):
         return rc, b"".join(stdout_chunks).decode(errors="replace"), b"".join(stderr_chunks).decode(errors="replace")
 
     def _lost(self, argv, exc: BaseException, *, started: bool) -> ConnectionLost:
-        cmd = " ".join(str(a) for a in argv)
+        cmd = " ".join(redact_argv(argv))  # the message may be shown anywhere: never a secret
         if isinstance(exc, (socket.timeout, TimeoutError)):
             why = f"no output for {self.command_timeout:g}s"
         else:

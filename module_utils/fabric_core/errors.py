@@ -74,8 +74,30 @@ class LockHeld(FabricError):
     exit_code = EXIT_LOCKED
 
 
+MASK = "********"
+# Settings whose value is a secret when a command line sets it (`iscsiadm ... -n NAME -v VALUE`). The fabric
+# never puts a secret on a command line (secrets go through files and stdin); every error message built from a
+# command line masks these anyway, so that a mistake cannot print one.
+SECRET_SETTINGS = frozenset({"node.session.auth.password", "node.session.auth.password_in",
+                             "discovery.sendtargets.auth.password", "discovery.sendtargets.auth.password_in"})
+
+
+def redact_argv(argv) -> list[str]:
+    """A copy of an argv with the value of every secret setting (``-n NAME -v VALUE``, ``NAME=VALUE``)
+    replaced by ``MASK``."""
+    out = [str(a) for a in argv]
+    for i, word in enumerate(out):
+        if word in SECRET_SETTINGS and i + 2 < len(out) and out[i + 1] in ("-v", "--value"):
+            out[i + 2] = MASK
+        name, sep, _value = word.partition("=")
+        if sep and name.lstrip("-") in SECRET_SETTINGS | {"password", "mutual_password"}:
+            out[i] = f"{name}={MASK}"
+    return out
+
+
 class CommandError(FabricError):
-    """An external command failed unexpectedly."""
+    """An external command failed unexpectedly. Its message shows the command line with secrets masked
+    (``redact_argv``); ``argv`` keeps it as it ran."""
 
     def __init__(self, argv, rc: int, stdout: str = "", stderr: str = "", fix: str = ""):
         self.argv = list(argv)
@@ -83,4 +105,5 @@ class CommandError(FabricError):
         self.stdout = stdout
         self.stderr = stderr
         detail = (stderr or stdout).strip()
-        super().__init__(f"`{' '.join(self.argv)}` failed with exit {rc}" + (f": {detail}" if detail else ""), fix)
+        super().__init__(f"`{' '.join(redact_argv(self.argv))}` failed with exit {rc}" + (f": {detail}" if detail
+                                                                                            else ""), fix)

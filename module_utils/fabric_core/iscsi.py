@@ -31,13 +31,12 @@ import shlex
 import time
 from dataclasses import dataclass, field
 
-from .errors import EXIT_USER, Busy, CommandError, FabricError, NotFound, UserError
+from .errors import EXIT_USER, MASK, Busy, CommandError, FabricError, NotFound, UserError, redact_argv
 from .names import host_iqn, validate_iqn
 from .rules import OPEN_ISCSI, parse_chap
 
 ISCSIADM = "iscsiadm"
 DEFAULT_PORT = 3260
-MASK = "********"
 
 RC_NO_OBJECTS = 21  # "No active sessions." / "No records found"
 RC_SESSION_EXISTS = 15
@@ -146,12 +145,9 @@ def parse_by_path(path: str) -> dict | None:
 
 
 def redact(argv) -> list:
-    """A copy of an argv with the value of every CHAP password setting replaced by ``MASK``."""
-    out = [str(a) for a in argv]
-    for i in range(len(out) - 3):
-        if out[i] == "-n" and out[i + 1] in SECRET_KEYS and out[i + 2] == "-v":
-            out[i + 3] = MASK
-    return out
+    """A copy of an argv with the value of every CHAP password setting replaced by ``MASK``
+    (``errors.redact_argv``)."""
+    return redact_argv(argv)
 
 
 def _cmdline(argv) -> str:

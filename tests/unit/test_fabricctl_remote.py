@@ -382,3 +382,21 @@ def test_put_file_in_a_dry_run_is_only_planned(server, tmp_path, client_key_file
     local.write_text("x")
     r.put_file(local, str(tmp_path / "g"))
     assert not (tmp_path / "g").exists() and r.planned == [("sftp-put", str(local), str(tmp_path / "g"), "0644")]
+
+
+def test_a_lost_command_is_named_without_its_secrets(server, tmp_path, client_key_file):
+    """An SSH error while a command that sets a secret runs names the command with the secret masked (the
+    fabric never puts one on a command line; this is the net under that rule)."""
+    r = _runner(server, tmp_path, client_key_file[0], command_timeout=0.5)
+    try:
+        with pytest.raises(Exception) as err:
+            r.run(["sh", "-c", "sleep 3", "sh", "-n", "node.session.auth.password", "-v", "s3cret-s3cret"])
+    finally:
+        r.close()
+    assert "s3cret-s3cret" not in str(err.value) and "********" in str(err.value)
+
+
+def test_a_failed_command_error_masks_secrets():
+    err = CommandError(["iscsiadm", "-m", "node", "-o", "update", "-n", "node.session.auth.password_in", "-v",
+                        "s3cret-s3cret"], 1, "", "iscsiadm: boom")
+    assert "s3cret-s3cret" not in str(err) and "********" in str(err) and err.argv[-1] == "s3cret-s3cret"
