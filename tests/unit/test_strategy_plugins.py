@@ -54,3 +54,28 @@ def test_scanner_sends_the_project_package_whole():
     before = finder.scan
     load("fabric_linear")._send_project_packages_whole(finder)
     assert finder.scan is before
+
+
+def test_project_modules_run_in_the_hosts_interpreter_and_others_still_fork(monkeypatch):
+    """Mitogen forks for every module with module_utils outside ansible-core; the project's own run in place
+    (unless mitogen_task_isolation=fork, or FABRIC_MITOGEN_FORK=1); a third party's still fork."""
+    import ansible_mitogen.planner as planner
+
+    module = load("fabric_linear")
+    monkeypatch.setattr(planner.NewStylePlanner, "should_fork", planner.NewStylePlanner.should_fork)
+    monkeypatch.delattr(planner.NewStylePlanner, "_fabric_in_place", raising=False)
+    module._run_project_modules_in_place(planner)
+
+    def plan(custom, task_vars=None, wrap_async=False, name="fabric_zpool"):
+        p = planner.NewStylePlanner.__new__(planner.NewStylePlanner)
+        p._inv = types.SimpleNamespace(task_vars=task_vars or {}, wrap_async=wrap_async, module_name=name)
+        p.get_module_map = lambda: {"custom": custom, "builtin": []}
+        return p.should_fork()
+
+    ours = [("ansible.module_utils.fabric_core", "/r/__init__.py", True),
+            ("ansible.module_utils.fabric_core.zpool", "/r/zpool.py", False)]
+    assert plan(ours) is False
+    assert plan(ours, task_vars={"mitogen_task_isolation": "fork"}) is True
+    assert plan(ours, wrap_async=True) is True
+    assert plan([("ansible.module_utils.vendor_x", "/v/x.py", False)]) is True
+    assert plan([]) is False  # ansible-core's own modules: Mitogen's rule, unchanged
