@@ -32,7 +32,7 @@ from fabric_core.names import (
     validate_user_name,
 )
 from fabric_core.publish import Settings
-from fabric_core.rules import LIO, OPEN_ISCSI, ChapError, parse_chap
+from fabric_core.rules import LIO, ChapError, parse_chap
 
 DEFAULT_PATH = "/etc/fabricctl/config.yml"
 ENV_PATH = "FABRICCTL_CONFIG"
@@ -63,11 +63,13 @@ class SSHConfig:
 
 @dataclass(frozen=True)
 class Host:
-    """A GPU node: its inventory name, the address fabricctl reaches it at, its initiator IQN."""
+    """A GPU node: its inventory name, the address fabricctl reaches it at, its initiator IQN and its own CHAP
+    credentials (None only with insecure_no_chap)."""
 
     name: str
     address: str
     initiator: str
+    chap: rules.Chap | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class Defaults:
     fs: str = "ext4"
     manifest_workers: int = 4
     parallel_hosts: int = 16
+    thaw_after_seconds: int = 30  # a checkpoint's writer is thawed by a timer after this long, whatever happens
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ class Config:
     ssh: SSHConfig = field(default_factory=SSHConfig)
     hosts: dict[str, Host] = field(default_factory=dict)
     groups: dict[str, list[str]] = field(default_factory=dict)
-    chap: dict[str, str] | None = None  # {userid, password, mutual_userid, mutual_password} (LIO's names)
+    insecure_no_chap: bool = False  # exports without CHAP allowed (an isolated lab only; status warns)
     defaults: Defaults = field(default_factory=Defaults)
     metrics: list[str] = field(default_factory=list)
     retention: dict = field(default_factory=dict)  # raw: fabric_core.retention.parse_policies validates it
@@ -146,18 +149,8 @@ class Config:
         return Settings(iqn_base=self.iqn_base, backstore_prefix=self.backstore_prefix, portal_ip=self.portal.ip,
                         portal_port=self.portal.port, dataset_root=self.dataset_root, mount_root=self.mount_root,
                         checkpoint_root=self.checkpoint_root, checkpoint_mount_root=self.checkpoint_mount_root,
-                        chap=self.credentials())
-
-    # ---- CHAP
-
-    def credentials(self) -> rules.Chap | None:
-        """The CHAP credentials (fabric_core.rules.Chap: both views of them), or None."""
-        return parse_chap(self.chap, LIO) if self.chap else None
-
-    def initiator_chap(self) -> dict[str, str] | None:
-        """The CHAP credentials in open-iscsi's names (for fabric_core.iscsi.ensure_session), or None."""
-        chap = self.credentials()
-        return chap.fields(OPEN_ISCSI, compact=True) if chap else None
+                        chap={h.initiator: h.chap for h in self.hosts.values() if h.chap},
+                        insecure_no_chap=self.insecure_no_chap)
 
     # ---- hosts
 
@@ -349,12 +342,12 @@ def _kind(value) -> str:
 
 
 TOP_KEYS = ("pool", "dataset_root", "checkpoint_root", "iqn_base", "portal", "backstore_prefix", "mount_root",
-            "checkpoint_mount_root", "staging_root", "state_dir", "ssh", "hosts", "groups", "chap", "defaults",
-            "metrics", "retention", "rotation", "lock")
+            "checkpoint_mount_root", "staging_root", "state_dir", "ssh", "hosts", "groups", "chap", "insecure_no_chap",
+            "defaults", "metrics", "retention", "rotation", "lock")
 SSH_KEYS = ("user", "key_file", "known_hosts", "connect_timeout", "port")
 PORTAL_KEYS = ("ip", "port")
-HOST_KEYS = ("address", "initiator")
-DEFAULTS_KEYS = ("fs", "manifest_workers", "parallel_hosts")
+HOST_KEYS = ("address", "initiator", "chap")
+DEFAULTS_KEYS = ("fs", "manifest_workers", "parallel_hosts", "thaw_after_seconds")
 ROTATION_KEYS = ("metrics_file", "lock_file")  # lock_file: obsolete, see OBSOLETE_LOCK_FILE
 LOCK_KEYS = ("wait_seconds",)
 
@@ -399,9 +392,16 @@ def from_dict(raw: Any, source: str = "<dict>") -> Config:
     state_dir = c.path(raw.get("state_dir", "/var/lib/fabricctl"), "state_dir")
 
     ssh = _ssh(c, raw.get("ssh", {}))
-    hosts = _hosts(c, raw.get("hosts", {}))
+    if raw.get("chap") not in (None, {}):
+        raise c.fail("chap", "one CHAP secret shared by every GPU node is refused: any of them could log in as "
+                     "another (and to another's writable checkpoint volume)",
+                     "give each host its own secret under hosts.NAME.chap (the fabricctl role writes them from the "
+                     "per-host secrets: re-run playbooks/fabricctl.yml)")
+    insecure = raw.get("insecure_no_chap", False)
+    if not isinstance(insecure, bool):
+        raise c.fail("insecure_no_chap", f"expected true or false, got {_kind(insecure)}")
+    hosts = _hosts(c, raw.get("hosts", {}), insecure)
     groups = _groups(c, raw.get("groups", {}), hosts)
-    chap = _chap(c, raw.get("chap"))
     defaults = _defaults(c, raw.get("defaults", {}))
     metrics = _metrics(c, raw.get("metrics", []))
 
@@ -419,7 +419,8 @@ def from_dict(raw: Any, source: str = "<dict>") -> Config:
     lock = _lock(c, raw.get("lock"))
 
     return Config(pool=pool, dataset_root=d, checkpoint_root=k, iqn_base=iqn_base, portal=portal,
-                  backstore_prefix=prefix, state_dir=state_dir, ssh=ssh, hosts=hosts, groups=groups, chap=chap,
+                  backstore_prefix=prefix, state_dir=state_dir, ssh=ssh, hosts=hosts, groups=groups,
+                  insecure_no_chap=insecure,
                   defaults=defaults, metrics=metrics, retention=retention, rotation=rotation, lock=lock,
                   source=source, deprecations=deprecations, **paths)
 
@@ -446,18 +447,19 @@ def _ssh(c: _Checker, raw) -> SSHConfig:
         port=c.integer(raw.get("port", d.port), "ssh.port", 1, 65535))
 
 
-def _hosts(c: _Checker, raw) -> dict[str, Host]:
+def _hosts(c: _Checker, raw, insecure: bool = False) -> dict[str, Host]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise c.fail("hosts", f"expected a mapping NAME: {{address, initiator}}, got {_kind(raw)}")
+        raise c.fail("hosts", f"expected a mapping NAME: {{address, initiator, chap}}, got {_kind(raw)}")
     hosts: dict[str, Host] = {}
     by_address: dict[str, str] = {}
     by_initiator: dict[str, str] = {}
+    by_secret: dict[str, str] = {}
     for name, entry in raw.items():
         name = c.name(validate_hostname, name, f"hosts.{name}")
         where = f"hosts.{name}"
-        entry = c.mapping(entry, where, HOST_KEYS, required=HOST_KEYS)
+        entry = c.mapping(entry, where, HOST_KEYS, required=("address", "initiator"))
         address = c.address(entry["address"], f"{where}.address")
         initiator = c.name(validate_iqn, c.string(entry["initiator"], f"{where}.initiator"), f"{where}.initiator")
         if address in by_address:
@@ -469,7 +471,21 @@ def _hosts(c: _Checker, raw) -> dict[str, Host]:
                          "give each host its own initiator name (see /etc/iscsi/initiatorname.iscsi on it)")
         by_address[address] = name
         by_initiator[initiator] = name
-        hosts[name] = Host(name=name, address=address, initiator=initiator)
+        chap = _chap(c, entry.get("chap"), f"{where}.chap")
+        if chap is None and not insecure:
+            raise c.fail(f"{where}.chap", "is missing: without its own CHAP secret, any host that sets this host's "
+                         "initiator name could log in to its exports",
+                         "re-run playbooks/fabricctl.yml (the role writes each GPU node's own secret); only on an "
+                         "isolated lab, set insecure_no_chap: true")
+        for secret in (chap.password, chap.mutual_password) if chap else ():
+            if secret and by_secret.setdefault(secret, name) != name:
+                raise c.fail(f"{where}.chap", f"shares a CHAP secret (not shown) with host {by_secret[secret]!r}: "
+                             "either could log in as the other", "give every host its own secrets")
+        hosts[name] = Host(name=name, address=address, initiator=initiator, chap=chap)
+    with_chap = sorted(n for n, h in hosts.items() if h.chap)
+    if with_chap and len(with_chap) != len(hosts):
+        raise c.fail("hosts", f"CHAP is set for {', '.join(with_chap)} but not for the other hosts",
+                     "give every host its own chap (or, on an isolated lab with insecure_no_chap, none)")
     return hosts
 
 
@@ -504,19 +520,18 @@ def _groups(c: _Checker, raw, hosts: dict[str, Host]) -> dict[str, list[str]]:
     return groups
 
 
-def _chap(c: _Checker, raw) -> dict[str, str] | None:
-    """CHAP in LIO's names (fabric_core.rules.parse_chap), without the mutual pair when there is none."""
+def _chap(c: _Checker, raw, where: str) -> rules.Chap | None:
+    """A host's CHAP credentials in LIO's names (fabric_core.rules.parse_chap); errors never show a secret."""
     if raw in (None, {}):
         return None
-    raw = c.mapping(raw, "chap", CHAP_KEYS, required=("userid", "password"))
+    raw = c.mapping(raw, where, CHAP_KEYS, required=("userid", "password"))
     for key in CHAP_KEYS:
         if raw.get(key) is not None and not isinstance(raw[key], str):
-            raise c.fail(f"chap.{key}", f"expected a string, got {type(raw[key]).__name__}")  # never show a secret
+            raise c.fail(f"{where}.{key}", f"expected a string, got {type(raw[key]).__name__}")  # never the value
     try:
-        chap = parse_chap(raw, LIO, where=f"{c.source}: ")
+        return parse_chap(raw, LIO, where=f"{c.source}: ", prefix=f"{where}.")
     except ChapError as exc:
         raise UserError(exc.problem, exc.fix) from None
-    return chap.fields(LIO, compact=True) if chap else None
 
 
 def _defaults(c: _Checker, raw) -> Defaults:
@@ -529,7 +544,9 @@ def _defaults(c: _Checker, raw) -> Defaults:
                     manifest_workers=c.integer(raw.get("manifest_workers", d.manifest_workers),
                                                "defaults.manifest_workers", 1, 256),
                     parallel_hosts=c.integer(raw.get("parallel_hosts", d.parallel_hosts),
-                                             "defaults.parallel_hosts", 1, 1024))
+                                             "defaults.parallel_hosts", 1, 1024),
+                    thaw_after_seconds=c.integer(raw.get("thaw_after_seconds", d.thaw_after_seconds),
+                                                 "defaults.thaw_after_seconds", 5, 3600))
 
 
 def _metrics(c: _Checker, raw) -> list[str]:

@@ -10,15 +10,16 @@ module: fabric_iscsi_session
 short_description: Log a GPU node in to (or out of) iSCSI targets of a storage node
 description:
   - Converges open-iscsi node records and sessions for a list of targets on one portal.
-  - A missing node record is created after a SendTargets discovery (nonpersistent, so the portal's
-    other targets get no records) shows the portal offers the target.
+  - A missing node record is created from the target name given (C(iscsiadm -o new)); the portal is never
+    asked for a SendTargets discovery (the fabric's storage nodes refuse it, so that a host learns only the
+    target names it is given). A target the portal does not have fails at the login.
   - Node record settings (C(node.startup), CHAP, extra C(settings)) are read first and updated only
     where they differ; a target with a session is not logged in again, so a second run changes nothing.
   - After a login the module waits for C(/dev/disk/by-path/ip-PORTAL-iscsi-IQN-lun-N) and returns it.
   - C(state=logged_out) logs out (refused while the disk is mounted) and deletes the node record.
   - A refused login (iscsiadm exit 24) fails with an authorization error naming the ACL and CHAP as
-    causes; an unreachable portal fails with its own message. CHAP secrets never appear in messages
-    or in the returned commands.
+    causes; an unreachable portal fails with its own message. CHAP secrets never appear on a command
+    line, in messages or in the returned commands.
 version_added: "0.1.0"
 author: gpu-storage-fabric
 options:
@@ -79,13 +80,14 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Every read runs (sessions, node records, discovery); changes are planned and reported, not made.
+    details: Every read runs (sessions, node records); changes are planned and reported, not made.
   diff_mode:
     support: full
     details: Per target, whether it is logged in, whether its record exists, and its settings (secrets masked).
 notes:
-  - CHAP secrets are passed to iscsiadm as arguments (it has no other way), so they are briefly visible
-    in the process list of the GPU node.
+  - CHAP secrets never reach a command line (C(iscsiadm -o update -v) would show them to every user in the
+    process list); they are written into the node record file (/etc/iscsi/nodes/IQN/PORTAL..., mode 0600)
+    by a small python3 program that reads them on stdin; iscsiadm reads them from there at each login.
   - Changed settings of a target that is logged in take effect at its next login; a warning says so.
 """
 

@@ -18,6 +18,12 @@ description:
     O(backstore_prefix)LUN); everything else is left alone and listed in RV(kept).
   - Objects removed only with O(purge=true); a LUN, ACL or target with a logged-in initiator is
     removed only with O(force=true).
+  - Every ACL authenticates its initiator with CHAP (its host's own credentials; two initiators may not share
+    a secret); an ACL without CHAP is refused unless O(require_chap=false) (an isolated lab only).
+  - SendTargets discovery is closed on the node (discovery authentication enforced, no discovery credentials),
+    so no initiator learns a target name it was not given. Sessions are made from the target names given.
+  - CHAP secrets are declared C(no_log) in the argument spec, so Ansible masks them before it logs the
+    module's arguments (the journal of the node) and in every result.
   - After changes the configuration is saved to /etc/rtslib-fb-target/saveconfig.json, which
     rtslib-fb-targetctl.service restores at boot.
   - Mounts configfs and loads C(iscsi_target_mod) when they are not there. Check mode loads nothing
@@ -54,6 +60,15 @@ options:
         type: list
         elements: dict
         required: true
+        suboptions:
+          ip:
+            description: The portal's IP address (one of the node's).
+            type: str
+            required: true
+          port:
+            description: The TCP port.
+            type: int
+            default: 3260
       luns:
         description: >-
           LUNs, each C({name, device, readonly=true, wwn, lun}); C(wwn) (T10 unit serial) defaults
@@ -62,20 +77,70 @@ options:
         type: list
         elements: dict
         default: []
+        suboptions:
+          name:
+            description: LUN name (its backstore is O(backstore_prefix)NAME).
+            type: str
+            required: true
+          device:
+            description: The block device (a zvol or a snapshot's device).
+            type: str
+            required: true
+          readonly:
+            description: Read-only (false only on a writable target, for its one ACL).
+            type: bool
+            default: true
+          wwn:
+            description: T10 unit serial (UUID form).
+            type: str
+          lun:
+            description: TPG LUN index.
+            type: int
       acls:
         description: >-
           Initiators allowed in, each C({initiator, luns, chap}); C(luns) (LUN names) defaults to all
           LUNs; C(chap) is C({userid, password, mutual_userid, mutual_password}) with secrets of 12-16
-          printable characters. CHAP is all ACLs of a target or none.
+          printable characters, the host's own. CHAP is all ACLs of a target or none.
         type: list
         elements: dict
         default: []
+        suboptions:
+          initiator:
+            description: The initiator's IQN.
+            type: str
+            required: true
+          luns:
+            description: The LUN names it sees (default all).
+            type: list
+            elements: str
+          chap:
+            description: Its host's CHAP credentials (secrets no_log).
+            type: dict
+            suboptions:
+              userid:
+                description: The initiator's CHAP user name.
+                type: str
+              password:
+                description: The initiator's CHAP secret (12-16 characters).
+                type: str
+              mutual_userid:
+                description: The target's user name for mutual CHAP.
+                type: str
+              mutual_password:
+                description: The target's secret for mutual CHAP (12-16 characters, not the password).
+                type: str
   purge:
     description: >-
       Remove project-owned targets, backstores, portals, LUNs, ACLs and mapped LUNs that are not
       in O(targets).
     type: bool
     default: false
+  require_chap:
+    description: >-
+      Refuse an ACL without CHAP (any host that sets its initiator name would be let in). False only for an
+      isolated lab (the roles set it from C(fabric_insecure_no_chap)).
+    type: bool
+    default: true
   force:
     description: Remove objects even when initiators are logged in (their I/O fails).
     type: bool
@@ -137,7 +202,8 @@ changed:
   sample: true
 actions:
   description:
-    - The planned changes in order, readable, CHAP secrets redacted.
+    - The planned changes in order, readable, CHAP secrets redacted (C(close_discovery) when SendTargets discovery
+      was open).
     - When LIO's kernel side was not ready, led by what was done (or, in check mode, would be done) first,
       C(mount configfs at /sys/kernel/config) and C(load iscsi_target_mod (and target_core_mod)).
   returned: always
@@ -184,21 +250,38 @@ from ansible.module_utils.fabric_core.lio import reconcile  # noqa: E402
 from ansible.module_utils.fabric_core.lock import node_lock  # noqa: E402
 from ansible.module_utils.fabric_core.runner import ModuleRunner  # noqa: E402
 
-ACL_CHAP_KEYS = ("password", "mutual_password")
+# The whole shape of a target, so that Ansible knows the CHAP secrets are secrets (no_log) before it logs the
+# module's arguments: AnsibleModule logs its invocation to the node's journal while it starts, and a value
+# registered as secret afterwards (no_log_values) is masked in the result but not in that log line.
+CHAP_SPEC = dict(userid=dict(type="str"), password=dict(type="str", no_log=True),
+                 mutual_userid=dict(type="str"), mutual_password=dict(type="str", no_log=True))
+TARGET_SPEC = dict(
+    name=dict(type="str", required=True),
+    iqn=dict(type="str"),
+    writable=dict(type="bool", default=False),
+    portals=dict(type="list", elements="dict", required=True,
+                 options=dict(ip=dict(type="str", required=True), port=dict(type="int", default=3260))),
+    luns=dict(type="list", elements="dict", default=[],
+              options=dict(name=dict(type="str", required=True), device=dict(type="str", required=True),
+                           readonly=dict(type="bool", default=True), wwn=dict(type="str"), lun=dict(type="int"))),
+    acls=dict(type="list", elements="dict", default=[],
+              options=dict(initiator=dict(type="str", required=True), luns=dict(type="list", elements="str"),
+                           chap=dict(type="dict", options=CHAP_SPEC))),
+)
+
+
+def _given(value):
+    """The arguments without the keys Ansible filled with None (not given: the core's defaults apply)."""
+    if isinstance(value, dict):
+        return {k: _given(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_given(v) for v in value]
+    return value
 
 
 def _desired(params: dict) -> dict:
     return {"base_iqn": params["base_iqn"], "backstore_prefix": params["backstore_prefix"],
-            "targets": params["targets"] or []}
-
-
-def _secrets(targets) -> list:
-    out = []
-    for t in targets or []:
-        for acl in (t or {}).get("acls") or []:
-            chap = (acl or {}).get("chap") or {}
-            out += [str(chap[k]) for k in ACL_CHAP_KEYS if chap.get(k)]
-    return out
+            "require_chap": params["require_chap"], "targets": _given(params["targets"] or [])}
 
 
 def main():
@@ -206,15 +289,14 @@ def main():
         argument_spec=dict(
             base_iqn=dict(type="str", required=True),
             backstore_prefix=dict(type="str", default="fabric_"),
-            targets=dict(type="list", elements="dict", default=[]),
+            targets=dict(type="list", elements="dict", default=[], options=TARGET_SPEC),
             purge=dict(type="bool", default=False),
             force=dict(type="bool", default=False),
             save_config=dict(type="bool", default=True),
+            require_chap=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
-    # CHAP secrets sit inside a free-form list of dicts: register them so Ansible masks them in output.
-    module.no_log_values.update(_secrets(module.params["targets"]))
     result: dict = {"changed": False, "actions": [], "kept": [], "targets": {}}
     try:
         # the node lock (shared with fabricctl) around a change; check mode changes nothing

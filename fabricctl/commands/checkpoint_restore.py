@@ -3,7 +3,9 @@
 The same machinery as dataset publishing: the snapshot JOB@step-N is held while exported,
 an LIO target exports it read-only with one ACL per host, and every host logs in and mounts it
 read-only at CHECKPOINT_MOUNT_ROOT/JOB/restore/N, in parallel. Re-running finishes an
-interrupted restore; `--remove` takes it off the hosts again (and releases the hold).
+interrupted restore; `--remove` takes it off the hosts again: each host that let go loses its
+ACL on this node in the same command (it cannot log in again; an unreachable one keeps it unless
+--force), and with no host left the target goes and the hold is released.
 
 Examples:
   fabricctl checkpoint restore llama-7b --step 12000 --to gpu_nodes
@@ -12,6 +14,7 @@ Examples:
 
 from __future__ import annotations
 
+from fabric_core import publish
 from fabric_core.errors import NotFound
 from fabric_core.names import validate_fabric_name
 
@@ -58,13 +61,17 @@ def remove(ctx, args, export, hosts) -> int:
     pub = ctx.publisher
     fan = ctx.fan(hosts, lambda host, step: pub.detach(export, host, step, force=args.force),
                   f"remove restore {export.name} step {args.step}", quiet=args.json)
-    gone = {h.initiator for h in hosts if h.name in fan.ok_names}
+    gone = frozenset(h.initiator for h in hosts if h.name in fan.ok_names)
     index = pub.index()
-    remaining = [i for i in index.initiators(export) if i not in gone]
-    released = pub.withdraw(export, remaining, force=args.force, index=index, detached=frozenset(gone))["released"]
-    out = {"job": export.name, "step": args.step, "hosts": fan.to_dict(), "still_restored_to": remaining,
-           "released": released, "dry_run": ctx.dry_run}
-    ctx.report(out, f"removed {export.name} step {args.step} from {', '.join(fan.ok_names) or 'no host'}"
-               + ("; hold released" if released else ""))
+    remaining = publish.staying(index.initiators(export), hosts, fan.ok_names, force=args.force)
+    storage = pub.withdraw(export, remaining, force=args.force, index=index, detached=gone)
+    out = {"job": export.name, "step": args.step, "hosts": fan.to_dict(),
+           "still_restored_to": [index.name_of(i) for i in remaining if i not in pub.unknown(export, index)],
+           "revoked": storage["revoked"], "lio_actions": storage["lio_actions"], "released": storage["released"],
+           "dry_run": ctx.dry_run}
+    ctx.report(out, f"{ctx.tense('would remove', 'removed')} {export.name} step {args.step} from "
+               f"{', '.join(fan.ok_names) or 'no host'}"
+               + (f"; revoked {', '.join(storage['revoked'])}" if storage["revoked"] else "")
+               + ("; hold released" if storage["released"] else ""))
     fan.raise_for_partial(f"remove restore {export.name} step {args.step}")
     return 0

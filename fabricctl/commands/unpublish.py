@@ -1,11 +1,14 @@
-"""Take a published version off GPU nodes: unmount, log out, remove ACLs; then target and hold.
+"""Take a published version off GPU nodes: unmount, log out, remove their ACLs; then target and hold.
 
 By default from every host it is published to, or only --from the given hosts. Before anything
 changes, every host is asked whether a process still uses the mount: if one does, nothing is
 changed and the host and process are named (`--force` unmounts anyway, lazily; the process then
-gets I/O errors). When the last host is gone, the LIO target and its backstore are removed and
-the snapshot's hold is released. If /datasets/NAME/current pointed at this version, it moves to
-the newest version still published to that host (or is removed).
+gets I/O errors). Each host that let go loses its ACL (and mapped LUN) on this node in the same
+command, so it cannot log in again; a host that could not be reached keeps its ACL (run again),
+unless --force, which cuts it off. ACLs of hosts no longer in the configuration are removed too.
+The JSON result names what was revoked. When the last host is gone, the LIO target and its
+backstore are removed and the snapshot's hold is released. If /datasets/NAME/current pointed at
+this version, it moves to the newest version still published to that host (or is removed).
 
 Examples:
   fabricctl unpublish imagenet@v1
@@ -14,6 +17,7 @@ Examples:
 
 from __future__ import annotations
 
+from fabric_core import publish
 from fabric_core.errors import Busy
 from fabric_core.names import parse_ref
 
@@ -51,15 +55,16 @@ def run(ctx, args) -> int:
     fan = ctx.fan(hosts, lambda host, step: pub.detach(export, host, step, force=args.force, index=index,
                                                        created=created),
                   f"unpublish {name}@{version}", quiet=args.json)
-    gone = {h.initiator for h in hosts if h.name in fan.ok_names}
-    remaining = [i for i in acl_inits if i not in gone]
-    # --force also drops the ACLs of initiators that are not in the config (they cannot be logged out)
-    keep = [] if set(remaining) <= set(foreign) and args.force else remaining
-    storage = {"acls_left": remaining, **pub.withdraw(export, keep, force=args.force, detached=frozenset(gone))}
+    gone = frozenset(h.initiator for h in hosts if h.name in fan.ok_names)
+    # the hosts that let go lose their ACLs (a failed one too with --force); those no longer configured always
+    remaining = [i for i in publish.staying(acl_inits, hosts, fan.ok_names, force=args.force) if i not in foreign]
+    storage = {"acls_left": [index.name_of(i) for i in remaining],
+               **pub.withdraw(export, remaining, force=args.force, detached=gone)}
     out = {"ref": f"{name}@{version}", "dry_run": ctx.dry_run, "hosts": fan.to_dict(), "storage": storage,
            "foreign_acls": foreign}
+    revoked = f"; {ctx.tense('would revoke', 'revoked')} {', '.join(storage['revoked'])}" if storage["revoked"] else ""
     ctx.report(out, f"{ctx.tense('would unpublish', 'unpublished')} {name}@{version} from "
-               f"{', '.join(fan.ok_names) or 'no host'}"
+               f"{', '.join(fan.ok_names) or 'no host'}" + revoked
                + ("; target removed, hold released" if not remaining else f"; still published to {len(remaining)}"))
     fan.raise_for_partial(f"unpublish {name}@{version}")
     return 0

@@ -12,11 +12,10 @@ reader should not have to know that).
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
+from . import atomic
 from .errors import UserError
 
 MARKER = "# Set by the gpu-storage-fabric roles (keys edited in place; the rest is the package's)."
@@ -87,17 +86,7 @@ def ensure(path: Path, settings: dict, *, dry_run: bool = False, separator: str 
     changed = after != before
     if changed and not dry_run:
         st = path.stat()
-        fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(after)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, mode if mode is not None else st.st_mode & 0o7777)
-            os.chown(tmp, st.st_uid, st.st_gid)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic.write_file(path, after, mode=mode if mode is not None else st.st_mode & 0o7777,
+                          owner=(st.st_uid, st.st_gid))
     return {"changed": changed, "changes": {k: {"before": b, "after": a} for k, (b, a) in changes.items()},
             "before": before, "after": after}

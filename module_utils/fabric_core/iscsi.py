@@ -11,27 +11,34 @@ Facts of iscsiadm this module relies on (checked in the lab):
   initiator is not in the target's ACL, or CHAP is wrong); exit 8 (transport timeout) or 4/11 is
   a portal that cannot be reached;
 * `iscsiadm -m node -T IQN -p PORTAL` prints the record as `key = value` with CHAP passwords
-  masked as `********`; `-S` shows them, which is the only way to compare them;
-* `iscsiadm -m discovery -t sendtargets -p PORTAL -o nonpersistent` lists the targets without
-  creating a node record for each of them (a plain discovery would create records for every
-  target of the portal, which `node.startup = automatic` would then log in at boot).
+  masked as `********`; `-S` shows them (on stdout), which is the only way to compare them;
+* `iscsiadm -m node -T IQN -p PORTAL -o new` makes a record without asking the portal. The fabric's
+  storage nodes refuse SendTargets discovery (a host learns only the target names it is given), so
+  records are made from the names the fabric gives, never from a discovery;
+* a node record is a file, `/etc/iscsi/nodes/IQN/ADDRESS,PORT[,TPGT][/IFACE]` (`/var/lib/iscsi/nodes`
+  on some distributions), `key = value` lines, mode 0600 (iscsiadm runs with umask 077); iscsiadm
+  reads it at every login, and open-iscsi.service at boot. `iscsiadm -o update` takes the value on
+  its command line, where every user sees it (`ps`, /proc/PID/cmdline): CHAP secrets are written into
+  the record file instead (``RECORD_WRITER``: the values on stdin, a temporary file of mode 0600 in
+  the record's directory, fsync, rename), and every other setting goes through `-o update`.
 
 Sessions converge as plan, then apply: ``session_spec`` validates the declared state, ``read_session``
 does every read, ``plan_session`` (pure) turns both into steps, conflicts, warnings and the predicted
 after-state, and ``apply_session`` runs the plan; ``ensure_session`` is the three in a row.
 
-CHAP secrets never appear in returned commands or error messages (see ``redact``).
+CHAP secrets never appear on a command line, in returned commands or in error messages.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import shlex
 import time
 from dataclasses import dataclass, field
 
-from .errors import EXIT_USER, MASK, Busy, CommandError, FabricError, NotFound, UserError, redact_argv
+from .errors import EXIT_USER, MASK, Busy, CommandError, FabricError, UserError, redact_argv
 from .names import host_iqn, validate_iqn
 from .rules import OPEN_ISCSI, parse_chap
 
@@ -53,6 +60,61 @@ AUTH_KEYS = {
     "password_in": "node.session.auth.password_in",
 }
 SECRET_KEYS = ("node.session.auth.password", "node.session.auth.password_in")
+NODE_RECORD_ROOTS = ("/etc/iscsi/nodes", "/var/lib/iscsi/nodes")  # Debian's, and where other builds keep them
+
+# Writes secret settings into the node records of one target and portal: argv IQN ADDRESS PORT ROOT...,
+# stdin a JSON object {key: value} (an empty value removes the key). Every record of the target at that
+# portal (any TPGT, any iface) is rewritten through a temporary file of mode 0600 in its directory, fsync
+# and rename; exit 2 when there is none. Run by ``apply_session`` with the host's python3 (through the runner,
+# so over SSH too): the secrets travel on stdin, never on a command line.
+RECORD_WRITER = r"""
+import json, os, sys
+iqn, address, port, *roots = sys.argv[1:]
+values = json.load(sys.stdin)
+if any(not isinstance(v, str) or not v.isprintable() or " " in v for v in values.values()):
+    sys.exit("refused: a value with white space or a control character")
+found = []
+for root in roots:
+    base = os.path.join(root, iqn)
+    if not os.path.isdir(base) or os.path.islink(base):
+        continue
+    for entry in sorted(os.listdir(base)):
+        if entry.split(",")[:2] != [address, port]:
+            continue
+        path = os.path.join(base, entry)
+        if os.path.islink(path):
+            continue
+        if os.path.isdir(path):
+            found += [os.path.join(path, f) for f in sorted(os.listdir(path))
+                      if os.path.isfile(os.path.join(path, f)) and not os.path.islink(os.path.join(path, f))]
+        elif os.path.isfile(path):
+            found.append(path)
+if not found:
+    print("no node record of %s at %s:%s in %s" % (iqn, address, port, " or ".join(roots)), file=sys.stderr)
+    sys.exit(2)
+for path in found:
+    with open(path) as fh:
+        lines = fh.read().splitlines()
+    kept = [line for line in lines if line.split("=", 1)[0].strip() not in values]
+    end = next((i for i, line in enumerate(kept) if line.startswith("# END RECORD")), len(kept))
+    added = ["%s = %s" % (k, v) for k, v in values.items() if v]
+    tmp = "%s.fabric-%d" % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write("\n".join(kept[:end] + added + kept[end:]) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(os.path.dirname(path), os.O_RDONLY)
+    os.fsync(dfd)
+    os.close(dfd)
+print(len(found))
+"""
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,7 +332,8 @@ def read_node_record(runner, target_iqn: str, portal: str, *, secrets: bool = Fa
 
 
 def discover(runner, portal: str) -> list[dict]:
-    """SendTargets discovery without creating node records; raises PortalUnreachable."""
+    """SendTargets discovery without creating node records; raises PortalUnreachable. The fabric's own storage
+    nodes refuse it (no session needs it); it serves other portals and diagnosis."""
     argv = [ISCSIADM, "-m", "discovery", "-t", "sendtargets", "-p", portal, "-o", "nonpersistent"]
     res = runner.run(argv, check=False)
     if res.rc != 0:
@@ -406,42 +469,57 @@ def session_spec(*, portal: str, target_iqn: str, chap: dict | None = None, star
 
 @dataclass
 class SessionLive:
-    """What this host has for the target: its session, its node record, and what answers the plan needs
-    (the portal's offer when there is no record; the mount points of the session's disks for a logout)."""
+    """What this host has for the target: its session, its node record, and the mount points of the session's
+    disks (read for a logout)."""
 
     session: dict | None
     record: dict | None
-    offered: list | None = None  # targets the portal offers (SendTargets), read only when the record is missing
-    discovery_error: FabricError | None = None
     mounted: list = field(default_factory=list)  # "/dev/sdX on /mount/point"
 
 
 def read_session(runner, spec: SessionSpec) -> SessionLive:
-    """Every read the plan needs (each runs in a dry run too)."""
+    """Every read the plan needs (each runs in a dry run too). The portal is never asked what it offers: a
+    record is made from the target name given (SendTargets discovery is refused by the fabric's targets)."""
     session = find_session(read_sessions(runner), spec.target_iqn, spec.portal)
     live = SessionLive(session, read_node_record(runner, spec.target_iqn, spec.portal, secrets=bool(spec.chap)))
     if spec.state == "logged_out":
         live.mounted = _mounted_disks(runner, session) if session is not None else []
-    elif live.record is None and not runner.dry_run:
-        # a dry run does not ask the portal: discovery starts iscsid (socket activation) and loads iscsi_tcp on
-        # a node that has neither yet, and check mode must change nothing (the plan says what it skipped)
-        try:
-            live.offered = sorted({n["target"] for n in discover(runner, spec.portal)})
-        except PortalUnreachable as err:
-            live.discovery_error = err
     return live
+
+
+def record_writer_argv(target_iqn: str, portal: str) -> tuple:
+    """The command that writes secret settings (on its stdin) into the node records of a target at a portal."""
+    address, port = normalize_portal(portal).rsplit(":", 1)
+    return ("python3", "-c", RECORD_WRITER, target_iqn, address.strip("[]"), port, *NODE_RECORD_ROOTS)
 
 
 @dataclass(frozen=True)
 class SessionStep:
-    """One iscsiadm change: ``op`` is create_record, update, login, logout or delete_record."""
+    """One change: ``op`` is create_record, update (``iscsiadm -o update``, one non-secret setting),
+    write_secrets (the CHAP secrets, written into the record file from stdin), login, logout or
+    delete_record."""
 
     op: str
     argv: tuple
     key: str = ""  # the setting an update sets
+    secrets: tuple = ()  # write_secrets: ((key, value), ...), sent on stdin (never shown)
+
+    @property
+    def keys(self) -> list[str]:
+        """The settings this step changes."""
+        return [self.key] if self.op == "update" else [k for k, _ in self.secrets]
+
+    @property
+    def data(self) -> str | None:
+        """What the step's command reads on stdin."""
+        return json.dumps(dict(self.secrets)) if self.secrets else None
 
     @property
     def command(self) -> str:
+        if self.op == "write_secrets":
+            target, address, port = self.argv[3:6]
+            return (f"write {', '.join(self.keys)} into the node record of {target} at {address}:{port} "
+                    "(mode 0600, from stdin)")
         return _cmdline(self.argv)
 
 
@@ -455,7 +533,7 @@ class SessionPlan:
 
     @property
     def updated(self) -> list[str]:
-        return [step.key for step in self.steps if step.op == "update"]
+        return [key for step in self.steps for key in step.keys]
 
     @property
     def creates_record(self) -> bool:
@@ -464,9 +542,9 @@ class SessionPlan:
 
 def plan_session(spec: SessionSpec, live: SessionLive, *, dry_run: bool = False, unmounting: tuple = ()) -> SessionPlan:
     """The steps from ``live`` to ``spec`` (pure). A missing record is planned as created with none of the
-    wanted settings (the applier plans again from the record ``-o new`` made). In a dry run, mount points
-    in ``unmounting`` (the caller's own planned unmounts) do not count as mounted, and a portal that
-    does not offer the target (the storage side's export was only simulated) is a warning."""
+    wanted settings (the applier plans again from the record ``-o new`` made); the CHAP secrets are one
+    ``write_secrets`` step (into the record file, from stdin). In a dry run, mount points in ``unmounting``
+    (the caller's own planned unmounts) do not count as mounted."""
     wanted = spec.wanted()
     record = live.record
     before = {"logged_in": live.session is not None, "record": record is not None,
@@ -486,25 +564,20 @@ def plan_session(spec: SessionSpec, live: SessionLive, *, dry_run: bool = False,
             steps.append(SessionStep("delete_record", tuple(spec.node_argv("-o", "delete"))))
         return SessionPlan(steps, conflicts, warnings, before, {"logged_in": False, "record": False})
     if record is None:
-        problem = live.discovery_error
-        if dry_run and live.offered is None and problem is None:
-            warnings.append(f"check mode does not ask portal {spec.portal} whether it offers {spec.target_iqn} "
-                            "(discovery would start iscsid and load iscsi_tcp); a real run checks it before logging in")
-        elif problem is None and spec.target_iqn not in (live.offered or []):
-            problem = NotFound(f"portal {spec.portal} does not offer target {spec.target_iqn} (it offers: "
-                               f"{', '.join(live.offered or []) or 'nothing'})",
-                               "check the target IQN, and that the storage node exports it on this portal")
-        if problem is not None and dry_run:  # check mode of a whole site run: the export was only simulated
-            warnings.append(f"{problem.problem.splitlines()[0]}; check mode assumes the storage nodes export it "
-                            "earlier in the run (a real run refuses this)")
-        elif problem is not None:
-            conflicts.append(problem)
         steps.append(SessionStep("create_record", tuple(spec.node_argv("-o", "new"))))
         record = {}
+    secrets = []
     for key, value in wanted.items():
-        if record.get(key) != value:
+        if record.get(key) == value:
+            continue
+        if key in SECRET_KEYS:
+            secrets.append((key, value))  # never on a command line: into the record file, from stdin
+        else:
             steps.append(SessionStep("update", tuple(spec.node_argv("-o", "update", "-n", key, "-v", value)), key))
-    updated = [step.key for step in steps if step.op == "update"]
+    if secrets:
+        steps.append(SessionStep("write_secrets", record_writer_argv(spec.target_iqn, spec.portal),
+                                 secrets=tuple(secrets)))
+    updated = [key for step in steps for key in step.keys]
     if live.session is not None and updated and live.record is not None:
         warnings.append(f"{spec.target_iqn}: changed node settings ({', '.join(updated)}) take effect at the "
                         "next login; the current session keeps its old ones")
@@ -538,9 +611,11 @@ def apply_session(runner, spec: SessionSpec, live: SessionLive, plan: SessionPla
             continue
         ok_rcs = (0, RC_NO_OBJECTS) if step.op in ("logout", "delete_record") else (0,)
         try:
-            runner.run(step.argv, mutating=True, ok_rcs=ok_rcs)
-        except CommandError as err:  # the argv may carry a secret: rebuild the error from the redacted one
-            raise CommandError(redact(err.argv), err.rc, err.stdout, err.stderr, err.fix) from None
+            runner.run(step.argv, mutating=True, ok_rcs=ok_rcs, data=step.data)
+        except CommandError as err:  # shown by its summary: the writer's argv is a whole program
+            raise CommandError([step.command], err.rc, err.stdout, err.stderr,
+                               "see `journalctl -u iscsid` on this host; a node record is a file under "
+                               "/etc/iscsi/nodes") from None
         if step.op == "create_record" and not runner.dry_run:  # what `-o new` made: plan the rest from it
             made = read_node_record(runner, spec.target_iqn, spec.portal, secrets=bool(spec.chap)) or {}
             replan = plan_session(spec, SessionLive(live.session, made))
@@ -567,9 +642,11 @@ def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = 
                    device_timeout: float = 60.0, sleep=time.sleep, unmounting: tuple = ()) -> dict:
     """Converge one target's node record and session on this host: read, plan, apply.
 
-    logged_in: make the node record if it is missing (after a nonpersistent SendTargets discovery
-    proves the portal offers the target), set node.startup, CHAP and ``settings`` where they
-    differ, log in if there is no session, then wait for /dev/disk/by-path/...-lun-LUN.
+    logged_in: make the node record if it is missing (from the target name given: the portal is not
+    asked), set node.startup, CHAP and ``settings`` where they differ (the secrets into the record
+    file, from stdin), log in if there is no session, then wait for /dev/disk/by-path/...-lun-LUN.
+    A login refused by the target (exit 24: not in its ACL, or wrong CHAP) is ``AuthorizationFailed``;
+    an unreachable portal or unknown target is ``PortalUnreachable``.
     logged_out: log out (refused while the disk is mounted) and delete the node record. In a dry
     run, mount points in ``unmounting`` (the caller's own planned unmounts, still mounted because
     nothing ran) do not count as mounted.

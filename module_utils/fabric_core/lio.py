@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+import json
 import os
 import re
 import stat
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from . import atomic
 from .errors import Busy, FabricError, InvalidName, UnsafeOperation, UserError
 from .names import validate_backstore_prefix, validate_iqn, validate_iqn_base, validate_lun_name, validate_target_name
 from .rules import LIO, Chap, check_keys, parse_chap
@@ -47,11 +49,13 @@ CONFIGFS = "/sys/kernel/config/target"
 SERIAL_NAMESPACE = uuid.UUID("6f0d7a52-3c0e-5b8e-9f43-2d1a7c9e0b15")
 MAX_LUN = 255
 REDACTED = "********"
+# LIO's SendTargets discovery credentials (one set for the whole node, rtslib's FabricModule.discovery_*)
+DISCOVERY_CREDENTIALS = ("userid", "password", "mutual_userid", "mutual_password")
 
 _UNIT_SERIAL = re.compile(r"^[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")  # rtslib's unit_serial form
 AUTH_FIELDS = LIO.names  # CHAP as LIO names it (rules.Chap, in the LIO view)
 # the keys of the desired state's mappings (anything else is refused, with the closest valid key)
-STATE_KEYS = ("base_iqn", "backstore_prefix", "targets")
+STATE_KEYS = ("base_iqn", "backstore_prefix", "targets", "require_chap")
 TARGET_KEYS = ("name", "iqn", "portals", "luns", "acls", "writable")
 PORTAL_KEYS = ("ip", "port")
 LUN_KEYS = ("name", "device", "readonly", "wwn", "lun")
@@ -107,6 +111,7 @@ class DesiredState:
     base_iqn: str
     targets: list = field(default_factory=list)
     backstore_prefix: str = DEFAULT_BACKSTORE_PREFIX
+    require_chap: bool = True  # every ACL authenticates its initiator (False: only for an isolated lab)
 
     def owns_target(self, iqn: str) -> bool:
         return iqn.startswith(self.base_iqn + ":")
@@ -139,7 +144,9 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
     check_keys(raw, STATE_KEYS, "desired LIO state")
     base = validate_iqn_base(raw.get("base_iqn") or "")
     prefix = validate_backstore_prefix(raw.get("backstore_prefix") or DEFAULT_BACKSTORE_PREFIX)
-    state = DesiredState(base_iqn=base, backstore_prefix=prefix)
+    state = DesiredState(base_iqn=base, backstore_prefix=prefix,
+                         require_chap=_bool(raw.get("require_chap", True), "require_chap"))
+    secret_owner: dict = {}  # CHAP secret -> the one initiator it belongs to
     targets = raw.get("targets") or []
     if not isinstance(targets, list):
         raise UserError("targets must be a list")
@@ -224,6 +231,15 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
                                     f"use one of {all_luns}")
             spec.acls.append(AclSpec(initiator=initiator, luns=luns,
                                      chap=parse_chap(raw_acl.get("chap"), LIO, where=f"{where}: ACL {initiator}: ")))
+        without = [a.initiator for a in spec.acls if not a.chap]
+        if without and state.require_chap:
+            raise UserError(f"{where}: ACL {without[0]} has no CHAP: a host that sets this initiator name (anyone on "
+                            "the storage network can) would be let in",
+                            "give every ACL the CHAP credentials of its own host (the roles and fabricctl do it from "
+                            "the per-host secrets); only on an isolated lab, allow exports without CHAP "
+                            "(fabric_insecure_no_chap: true)")
+        for acl in spec.acls:
+            _claim_secrets(acl, secret_owner, where)
         with_chap = [a.initiator for a in spec.acls if a.chap]
         if with_chap and len(with_chap) != len(spec.acls):
             raise UserError(f"{where}: CHAP is set for {with_chap} but not for the other ACLs",
@@ -242,6 +258,15 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
                     "give the writable LUN exactly one ACL, or make it readonly: true")
         state.targets.append(spec)
     return state
+
+
+def _claim_secrets(acl: AclSpec, owner: dict, where: str) -> None:
+    """Each CHAP secret belongs to one initiator: another initiator with it could log in as the first."""
+    for secret in (acl.chap.password, acl.chap.mutual_password) if acl.chap else ():
+        if secret and owner.setdefault(secret, acl.initiator) != acl.initiator:
+            raise UserError(f"{where}: ACLs {owner[secret]} and {acl.initiator} share a CHAP secret (not shown): "
+                            "either host could log in as the other",
+                            "give every host its own CHAP secrets (the per-host secrets of the roles are)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,6 +337,11 @@ class _Dump:
     def drop(items: list, unwanted) -> None:
         items[:] = [x for x in items if not unwanted(x)]
 
+    def close_discovery(self) -> None:
+        modules = self.dump.setdefault("fabric_modules", [])
+        self.drop(modules, lambda fm: fm.get("name") == "iscsi")
+        modules.append({"name": "iscsi", "discovery_enable_auth": True})
+
 
 class _Rtslib:
     """rtslib-fb objects of the project's targets (``apply``)."""
@@ -349,6 +379,13 @@ class _Rtslib:
                 if "in use" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+
+    def close_discovery(self) -> None:
+        """Discovery authentication enforced (first), then every discovery credential cleared: nobody can
+        authenticate, so no initiator gets a SendTargets answer."""
+        self.fm.discovery_enable_auth = True
+        for attr in DISCOVERY_CREDENTIALS:
+            setattr(self.fm, f"discovery_{attr}", "")
 
     def create_target(self, iqn: str):
         try:
@@ -396,6 +433,7 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     Operation("delete_backstore",
               lambda d, a: d.drop(d.dump["storage_objects"], lambda so: so["name"] == a.params["name"]),
               lambda x, a: x.rts.BlockStorageObject(a.params["name"]).delete()),
+    Operation("close_discovery", lambda d, a: d.close_discovery(), lambda x, a: x.close_discovery()),
     Operation("create_backstore",
               lambda d, a: d.dump["storage_objects"].append({
                   "name": a.params["name"], "plugin": "block", "dev": a.params["device"],
@@ -721,8 +759,18 @@ class _Planner:
                 why = f"still exported by {', '.join(users)}" if users else "purge: true removes it"
                 self.keep("backstore", name, f"project-owned but not in desired state; {why}")
 
+    def plan_discovery(self) -> None:
+        """SendTargets discovery is closed: LIO's discovery authentication is enforced with no credentials, so
+        no initiator learns a target name it was not given (LIO's discovery CHAP is one secret for every
+        host, which would let any host that has it list the targets another host's initiator name may see).
+        Sessions are made from node records written by the fabric itself."""
+        if not discovery_closed(self.dump):
+            self.add("close_discovery", "", "SendTargets discovery lists target names; the fabric's hosts get them "
+                     "from the fabric")
+
     def run(self) -> list[Action]:
         self.validate()
+        self.plan_discovery()
         self.plan_unwanted()
         fresh = self.plan_backstores()
         for spec in self.state.targets:
@@ -736,6 +784,15 @@ class _Planner:
             for item in self.busy:
                 self.keep("session", item, "force: true, removed anyway")
         return sorted(self.actions, key=lambda a: RANK[a.op])
+
+
+def discovery_closed(dump: dict) -> bool:
+    """Whether a dump (``RTSRoot().dump()``, or a live state's) shows SendTargets discovery closed: discovery
+    authentication enforced for iSCSI and no discovery credential set (nobody can authenticate)."""
+    dump = dump.get("dump", dump)
+    iscsi = next((fm for fm in dump.get("fabric_modules", []) if fm.get("name") == "iscsi"), {})
+    return bool(iscsi.get("discovery_enable_auth")) and not any(iscsi.get(f"discovery_{attr}")
+                                                               for attr in DISCOVERY_CREDENTIALS)
 
 
 def plan(desired: dict | DesiredState, live: dict, *, purge: bool = False, force: bool = False) -> list[Action]:
@@ -774,6 +831,45 @@ def plan_removal(live: dict, *, iqn_base: str, backstore_prefix: str, target_iqn
     return sorted(planner.actions, key=lambda a: RANK[a.op])
 
 
+def plan_access(live: dict, *, target_iqn: str, keep: Mapping[str, Chap | None], force: bool = False,
+                planned_logouts: frozenset = frozenset(), cut_off: frozenset = frozenset()) -> list[Action]:
+    """Actions bringing one existing target's ACLs to ``keep`` (initiator -> its CHAP credentials, or None)
+    (pure): the ACLs (and mapped LUNs) of every other initiator are removed, so a host whose access is withdrawn
+    can no longer log in; a kept ACL gets its CHAP credentials where they differ (a rotated secret; sessions
+    stay, the new secret counts at the next login). Removing the ACL of an initiator still logged in is refused
+    (unless ``force``, which cuts it off), except for those in ``planned_logouts`` (a dry run's own logouts) and
+    those in ``cut_off`` (cut off whatever they do: hosts no longer trusted)."""
+    planner = _Planner(DesiredState(base_iqn=target_iqn.split(":", 1)[0]), live, purge=True, force=force)
+    tpg = _tpg(planner.targets.get(target_iqn)) or {}
+    for acl in sorted(tpg.get("node_acls", []), key=lambda a: a["node_wwn"]):
+        initiator = acl["node_wwn"]
+        if initiator in keep:
+            chap = keep[initiator]
+            want = chap.fields() if chap else dict.fromkeys(AUTH_FIELDS, "")
+            for name, value in want.items():
+                if acl.get("chap_" + name, "") != value:
+                    planner.add("set_auth", target_iqn, "CHAP of this host", initiator=initiator, field=name,
+                                value=value)
+            continue
+        if initiator not in planned_logouts | cut_off:
+            planner.check_busy(f"ACL {initiator}", target_iqn, [initiator])
+        for m in sorted(acl.get("mapped_luns", []), key=lambda m: m["index"]):
+            planner.delete_map(target_iqn, initiator, m["index"], "access withdrawn")
+        planner.add("delete_acl", target_iqn, "access withdrawn", initiator=initiator)
+    want_auth = 1 if any(keep.values()) else 0
+    if tpg and keep and tpg.get("attributes", {}).get("authentication") != want_auth:
+        planner.add("set_tpg_attribute", target_iqn, name="authentication", value=want_auth)
+    if planner.busy and not force:
+        raise Busy("refused, initiators are logged in: " + "; ".join(planner.busy),
+                   "log them out first (unpublish from those hosts), or pass --force to cut them off")
+    return sorted(planner.actions, key=lambda a: RANK[a.op])
+
+
+def revoked(actions: list[Action]) -> list[str]:
+    """The initiators whose ACL a plan removes."""
+    return [a.params["initiator"] for a in actions if a.op == "delete_acl"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Simulation and summaries (pure): the predicted "after" of a dry run, and readable diffs
 
@@ -795,7 +891,7 @@ def summarize(live: dict, state: DesiredState | None = None) -> dict:
     dump = live.get("dump", live)
     owns_t = state.owns_target if state else (lambda iqn: True)
     owns_b = state.owns_backstore if state else (lambda name: True)
-    out: dict = {"backstores": {}, "targets": {}}
+    out: dict = {"backstores": {}, "targets": {}, "discovery": "closed" if discovery_closed(dump) else "open"}
     for so in dump.get("storage_objects", []):
         if owns_b(so["name"]):
             out["backstores"][so["name"]] = {"device": so.get("dev"), "readonly": so.get("readonly"),
@@ -922,9 +1018,18 @@ def apply(actions: list[Action], *, rts=None, save_config: bool = True, save_fil
         if step is not None:
             undo.append((a.describe(), step))
     if save_config:
-        os.makedirs(os.path.dirname(save_file), exist_ok=True)
-        rts.RTSRoot().save_to_file(save_file)
+        save(rts, save_file)
     return done
+
+
+def save(rts, save_file: str = SAVE_FILE) -> None:
+    """The whole LIO configuration (``RTSRoot().dump()``, what rtslib's save_to_file writes and targetctl
+    restores at boot) written atomically, mode 0600 (it holds CHAP secrets): a temporary file of its own in
+    the same directory, fsync, rename (``atomic.write_file``). rtslib's own save uses one fixed temporary
+    name for every writer, and a crash may leave a truncated file that the boot-time restore refuses."""
+    os.makedirs(os.path.dirname(save_file), mode=0o700, exist_ok=True)
+    text = json.dumps(rts.RTSRoot().dump(), sort_keys=True, indent=2) + "\n"
+    atomic.write_file(save_file, text, mode=0o600)
 
 
 CONFIGFS_ROOT = "/sys/kernel/config"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from . import blockfs, iscsi, lio, lzc, mounts, zfs
 from .errors import UserError
@@ -107,21 +107,20 @@ def dataset_export(dataset_root: str, mount_root: str, name: str, version: str, 
 
 
 def desired_state(export: Export, *, iqn_base: str, backstore_prefix: str, portal_ip: str, portal_port: int,
-                  initiators: list[str], chap: dict | None) -> dict:
-    """The LIO desired state of one export (a dict for ``lio.reconcile``; other targets are left alone).
-
-    ``chap`` uses LIO's field names (userid, password, mutual_userid, mutual_password).
-    """
-    lio_chap = dict(chap) if chap else None
+                  chaps: Mapping[str, dict | None], require_chap: bool = True) -> dict:
+    """The LIO desired state of one export (a dict for ``lio.reconcile``; other targets are left alone): one
+    ACL per initiator of ``chaps`` (initiator -> its own CHAP credentials in LIO's field names: userid,
+    password, mutual_userid, mutual_password; None: none, refused unless ``require_chap`` is False)."""
     return {
         "base_iqn": iqn_base,
         "backstore_prefix": backstore_prefix,
+        "require_chap": require_chap,
         "targets": [{
             "name": export.target_name,
             "portals": [{"ip": portal_ip, "port": portal_port}],
             "writable": export.writable,
             "luns": [{"name": export.lun_name, "device": export.device, "readonly": not export.writable, "lun": 0}],
-            "acls": [{"initiator": i, "chap": lio_chap} for i in sorted(set(initiators))],
+            "acls": [{"initiator": i, "chap": dict(chaps[i]) if chaps[i] else None} for i in sorted(chaps)],
         }],
     }
 
@@ -132,13 +131,6 @@ def acl_initiators(live: dict, target_iqn: str) -> list[str]:
         if t["wwn"] == target_iqn:
             return sorted(a["node_wwn"] for tpg in t.get("tpgs", []) for a in tpg.get("node_acls", []))
     return []
-
-
-def plan_removal(live: dict, *, iqn_base: str, backstore_prefix: str, target_iqns: list[str],
-                 force: bool = False, planned_logouts: frozenset = frozenset()) -> list[lio.Action]:
-    """The withdrawal of whole exports (``lio.plan_removal``)."""
-    return lio.plan_removal(live, iqn_base=iqn_base, backstore_prefix=backstore_prefix, target_iqns=target_iqns,
-                            force=force, planned_logouts=planned_logouts)
 
 
 def read_link(runner, link: str) -> str | None:
@@ -159,6 +151,15 @@ def switch_link(runner, link: str, target: str | None) -> bool:
     return True
 
 
+def staying(initiators: Iterable[str], hosts: Iterable, detached: Iterable[str], *, force: bool) -> list[str]:
+    """The initiators whose ACLs stay on an export after ``hosts`` were detached from it: a host that detached
+    (``detached``: host names) loses its ACL, so it cannot log in again; one that could not be reached keeps it
+    (its session may still be there), unless ``force``: then it is cut off too."""
+    detached = set(detached)
+    withdrawn = {h.initiator for h in hosts if force or h.name in detached}
+    return [i for i in initiators if i not in withdrawn]
+
+
 # --------------------------------------------------------------------------------------------
 # What the service needs of a storage node's configuration
 
@@ -175,7 +176,8 @@ class Settings:
     mount_root: str
     checkpoint_root: str
     checkpoint_mount_root: str
-    chap: Chap | None = None
+    chap: Mapping[str, Chap] = field(default_factory=dict)  # initiator -> its host's own CHAP credentials
+    insecure_no_chap: bool = False  # exports without CHAP allowed (an isolated lab only)
 
     @property
     def portal(self) -> str:
@@ -195,11 +197,31 @@ class Settings:
     def writable(self, job: str, fstype: str) -> Export:
         return checkpoint_volume_export(self.checkpoint_root, self.checkpoint_mount_root, job, fstype)
 
+    def chap_of(self, initiator: str) -> Chap | None:
+        """The CHAP credentials of the host with this initiator name; refused when it has none (unless exports
+        without CHAP are allowed)."""
+        chap = self.chap.get(initiator)
+        if chap is None and not self.insecure_no_chap:
+            raise UserError(f"no CHAP credentials for initiator {initiator}: an export without CHAP lets any host "
+                            "that sets this initiator name log in",
+                            "give the host its own CHAP secret (the fabricctl role writes every GPU node's into "
+                            "hosts.NAME.chap of the configuration); only on an isolated lab, set "
+                            "insecure_no_chap: true")
+        return chap
+
     def desired(self, export: Export, initiators: Iterable[str]) -> dict:
-        """The export's LIO desired state, with an ACL for each initiator."""
+        """The export's LIO desired state, with an ACL for each initiator (with its own CHAP credentials)."""
+        chaps = {}
+        for initiator in sorted(set(initiators)):
+            chap = self.chap_of(initiator)
+            chaps[initiator] = chap.fields() if chap else None
         return desired_state(export, iqn_base=self.iqn_base, backstore_prefix=self.backstore_prefix,
-                             portal_ip=self.portal_ip, portal_port=self.portal_port, initiators=sorted(initiators),
-                             chap=self.chap.fields() if self.chap else None)
+                             portal_ip=self.portal_ip, portal_port=self.portal_port, chaps=chaps,
+                             require_chap=not self.insecure_no_chap)
+
+    def access(self, initiators: Iterable[str]) -> dict[str, Chap | None]:
+        """Initiator -> its CHAP credentials, for ``lio.plan_access`` (which removes every other ACL)."""
+        return {initiator: self.chap_of(initiator) for initiator in initiators}
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,6 +240,22 @@ class ExportIndex:
 
     def _targets(self) -> list[str]:
         return [t["wwn"] for t in self.live["dump"].get("targets", [])]
+
+    def targets(self) -> list[str]:
+        """The IQNs of the fabric's targets (under the IQN base), sorted."""
+        return sorted(t for t in self._targets() if self._ownership.owns_target(t))
+
+    def target_initiators(self, target_iqn: str) -> list[str]:
+        """The initiators with an ACL on a target."""
+        return acl_initiators(self.live, target_iqn)
+
+    def name_of(self, initiator: str) -> str:
+        """The host name of an initiator (its IQN when no known host has it)."""
+        return self._name(initiator)
+
+    def unknown_initiators(self, export: Export) -> list[str]:
+        """Initiators with an ACL on the export that no host of the configuration has (a host taken out of it)."""
+        return [i for i in self.initiators(export) if i not in self.hosts]
 
     def _name(self, initiator: str) -> str:
         host = self.hosts.get(initiator)
@@ -312,29 +350,89 @@ class Publisher:
         held = lzc.hold(export.snapshot, runner=self.local) if hold else False
         if not self.dry_run:
             blockfs.require(export.device, runner=self.local)
-        initiators = set(self.index().initiators(export)) | {h.initiator for h in hosts}
+        index = self.index()
+        # hosts taken out of the configuration lose their access first (they are no longer trusted)
+        revoke = self.revoke_unknown(export, index)
+        initiators = set(index.initiators(export)) - set(revoke["revoked_initiators"]) | {h.initiator for h in hosts}
         result = self._lio(lio.reconcile(self.settings.desired(export, initiators), dry_run=self.dry_run))
-        return {"held": held, "snapdev": changed_snapdev, "lio_changed": result["changed"],
-                "lio_actions": result["actions"], "warnings": result.get("warnings", [])}
+        return {"held": held, "snapdev": changed_snapdev, "lio_changed": result["changed"] or bool(revoke["revoked"]),
+                "lio_actions": revoke["lio_actions"] + result["actions"], "revoked": revoke["revoked"],
+                "warnings": result.get("warnings", [])}
+
+    def revoke_unknown(self, export: Export, index: ExportIndex) -> dict:
+        """Remove the ACLs of the export's initiators that no configured host has (cut off if logged in: a host
+        taken out of the configuration is no longer trusted). Returns {revoked, revoked_initiators,
+        lio_actions}."""
+        unknown = self.unknown(export, index)
+        if not unknown:
+            return {"revoked": [], "revoked_initiators": [], "lio_actions": []}
+        keep = [i for i in index.initiators(export) if i not in unknown]
+        return self._access(export, keep, index, force=False)
+
+    def unknown(self, export: Export, index: ExportIndex) -> frozenset:
+        """The export's initiators no configured host has (none when this publisher knows no hosts: it cannot
+        tell)."""
+        return frozenset(index.unknown_initiators(export)) if self.hosts else frozenset()
+
+    def _access(self, export: Export, keep: list[str], index: ExportIndex, *, force: bool,
+                detached: frozenset = frozenset()) -> dict:
+        """One target's ACLs brought to ``keep`` (``lio.plan_access``): the others are removed; those of hosts
+        no longer configured are cut off even while logged in."""
+        target = self.settings.target_iqn(export)
+        actions = lio.plan_access(index.live, target_iqn=target, keep=self.settings.access(keep), force=force,
+                                  planned_logouts=detached if self.dry_run else frozenset(),
+                                  cut_off=self.unknown(export, index))
+        gone = lio.revoked(actions)
+        result = self._lio(lio.converge(self._state(), index.live, actions, dry_run=self.dry_run))
+        return {"revoked": [index.name_of(i) for i in gone], "revoked_initiators": gone,
+                "lio_actions": result["actions"]}
+
+    def _state(self) -> lio.DesiredState:
+        return lio.DesiredState(base_iqn=self.settings.iqn_base, backstore_prefix=self.settings.backstore_prefix,
+                                require_chap=not self.settings.insecure_no_chap)
 
     def withdraw(self, export: Export, remaining: list[str], *, force: bool, index: ExportIndex | None = None,
                  detached: frozenset = frozenset()) -> dict:
-        """After hosts detached: keep the ACLs of ``remaining``; with none left, remove the target, its
-        backstore and the hold. ``detached``: the initiators the caller detached in this run; in a dry
-        run their logouts were only planned, so their sessions do not make the plan refuse. ``index``:
-        LIO as read after the detaches (read now when not given)."""
+        """After hosts detached: only the ACLs of ``remaining`` stay (every other ACL and its mapped LUNs go, so a
+        withdrawn host can no longer log in); with none left, the target, its backstore and the hold go.
+        ``detached``: the initiators the caller detached in this run; in a dry run their logouts were only
+        planned, so their sessions do not make the plan refuse. ``index``: LIO as read after the detaches (read
+        now when not given). Returns {revoked (host names), lio_actions, released}."""
+        index = index or self.index()
+        unknown = self.unknown(export, index)
+        remaining = [i for i in remaining if i not in unknown]  # hosts no longer configured keep nothing
         if remaining:
-            result = self._lio(lio.reconcile(self.settings.desired(export, remaining), dry_run=self.dry_run))
-            return {"lio_actions": result["actions"], "released": False}
-        live = (index or self.index()).live
-        actions = lio.plan_removal(live, iqn_base=self.settings.iqn_base,
+            out = self._access(export, remaining, index, force=force, detached=detached)
+            return {"revoked": out["revoked"], "lio_actions": out["lio_actions"], "released": False}
+        actions = lio.plan_removal(index.live, iqn_base=self.settings.iqn_base,
                                    backstore_prefix=self.settings.backstore_prefix,
                                    target_iqns=[self.settings.target_iqn(export)], force=force,
-                                   planned_logouts=detached if self.dry_run else frozenset())
-        state = lio.DesiredState(base_iqn=self.settings.iqn_base, backstore_prefix=self.settings.backstore_prefix)
-        result = self._lio(lio.converge(state, live, actions, dry_run=self.dry_run))
-        return {"lio_actions": result["actions"],
+                                   planned_logouts=(detached if self.dry_run else frozenset()) | unknown)
+        result = self._lio(lio.converge(self._state(), index.live, actions, dry_run=self.dry_run))
+        gone = index.initiators(export) if any(a.op == "delete_target" for a in actions) else []
+        return {"revoked": [index.name_of(i) for i in gone], "lio_actions": result["actions"],
                 "released": lzc.release(export.snapshot, runner=self.local) if export.is_snapshot else False}
+
+    def sync_access(self, force: bool = True) -> dict:
+        """Every target of the fabric brought in line with the configuration: the ACLs of initiators no configured
+        host has are removed (cut off: a host taken out of the configuration is no longer trusted; ``force``
+        False refuses instead while it is logged in), and every other ACL gets its host's current CHAP
+        credentials (a rotated secret; sessions stay). Returns {target IQN: {revoked, lio_actions}} of the
+        targets that changed, and the hosts with sessions to the fabric's targets ({host name: [IQN]})."""
+        index = self.index()
+        known = {h.initiator for h in self.hosts}
+        changed: dict = {}
+        for target in index.targets():
+            keep = [i for i in index.target_initiators(target) if i in known]
+            actions = lio.plan_access(index.live, target_iqn=target, keep=self.settings.access(keep), force=force)
+            if not lio.changes(actions):
+                continue
+            gone = lio.revoked(actions)
+            result = self._lio(lio.converge(self._state(), index.live, actions, dry_run=self.dry_run))
+            changed[target] = {"revoked": [index.name_of(i) for i in gone], "lio_actions": result["actions"]}
+        sessions = {h.name: [t for t in index.sessions().get(h.name, []) if t in index.targets()]
+                    for h in self.hosts}
+        return {"targets": changed, "sessions": {h: t for h, t in sessions.items() if t}}
 
     def _lio(self, result: dict) -> dict:
         """Record LIO's changes (planned, or made) with this node's commands."""
@@ -357,9 +455,7 @@ class Publisher:
                             "run playbooks/site.yml (it sets both from the inventory) or fix hosts in the fabricctl "
                             "config")
         step("login")
-        chap = self.settings.chap.fields(OPEN_ISCSI, compact=True) if self.settings.chap else None
-        session = iscsi.ensure_session(runner, portal=self.settings.portal, target_iqn=self.settings.target_iqn(export),
-                                       chap=chap, startup="automatic")
+        session = self.login(runner, host, self.settings.target_iqn(export))
         step("mount")
         mount = mounts.ensure_mount(runner, device=session["device"], mountpoint=export.mountpoint,
                                     fstype=export.fstype, readonly=not export.writable,
@@ -374,6 +470,26 @@ class Publisher:
             res.update(current=export.version if newer else now, switched=switched)
             res["changed"] = res["changed"] or switched
         return res
+
+    def login(self, runner: Runner, host, target_iqn: str) -> dict:
+        """The host's session to a target, with its own CHAP credentials written to the node record (never on a
+        command line); a session already there stays, its record gets the current secrets
+        (``iscsi.ensure_session``)."""
+        chap = self.settings.chap_of(host.initiator)
+        return iscsi.ensure_session(runner, portal=self.settings.portal, target_iqn=target_iqn,
+                                    chap=chap.fields(OPEN_ISCSI, compact=True) if chap else None, startup="automatic")
+
+    def refresh(self, host, targets: Iterable[str], step: Callable[[str], None] = _quiet) -> dict:
+        """On a host: the node records of its sessions to ``targets`` get its current CHAP credentials (a rotated
+        secret counts at the next login; no session is dropped). Returns {changed, commands}."""
+        runner = self.connect(host)
+        out: dict = {"changed": False, "commands": []}
+        for target in targets:
+            step(f"record {target.rsplit(':', 1)[-1]}")
+            res = self.login(runner, host, target)
+            out["changed"] = out["changed"] or res["changed"]
+            out["commands"] += res["commands"]
+        return out
 
     def in_use(self, export: Export, host, step: Callable[[str], None] = _quiet) -> list[str]:
         """The processes using the export's mount on a host ("PID COMMAND")."""

@@ -216,13 +216,17 @@ class ScriptedRunner(Runner):
         super().__init__(dry_run=dry_run)
         self.script = list(script)
         self.calls: list[list[str]] = []
+        self.stdin: list = []  # what each command got on stdin (None: nothing), in the order of calls
 
     def _run(self, argv, data):
         self.calls.append(list(argv))
+        self.stdin.append(data)
         assert self.script, f"unexpected command (script exhausted): {list(argv)}"
         step = self.script.pop(0)
         assert list(argv) == [str(a) for a in step["command"]], \
             f"command mismatch:\n  expected {step['command']}\n  got      {list(argv)}"
+        if "data" in step:
+            assert data == step["data"], f"stdin of {list(argv)[:3]}: expected {step['data']!r}, got {data!r}"
         return step.get("rc", 0), step.get("stdout", ""), step.get("stderr", "")
 
     def assert_done(self) -> None:

@@ -8,6 +8,7 @@ import copy
 import pytest
 import yaml
 from fabric_core.errors import InvalidName, NotFound, UserError
+from fabric_core.rules import OPEN_ISCSI, Chap
 
 from fabricctl import config
 from fabricctl.config import Host, Portal, from_dict, load
@@ -27,11 +28,12 @@ state_dir: /var/lib/fabricctl
 ssh: {user: root, key_file: /etc/fabricctl/id_ed25519, known_hosts: /etc/fabricctl/known_hosts,
       connect_timeout: 10, port: 22}
 hosts:
-  gpu1: {address: 10.77.0.21, initiator: "iqn.2026-11.io.fabric.lab:gpu1"}
-  gpu2: {address: 10.77.0.22, initiator: "iqn.2026-11.io.fabric.lab:gpu2"}
+  gpu1: {address: 10.77.0.21, initiator: "iqn.2026-11.io.fabric.lab:gpu1",
+         chap: {userid: gpu1, password: s3cret-s3cret, mutual_userid: storage1, mutual_password: other-s3cret}}
+  gpu2: {address: 10.77.0.22, initiator: "iqn.2026-11.io.fabric.lab:gpu2",
+         chap: {userid: gpu2, password: gpu2-s3cret-1, mutual_userid: storage1, mutual_password: gpu2-mutual-1}}
 groups:
   gpu_nodes: [gpu1, gpu2]
-chap: {userid: fabricctl, password: s3cret-s3cret, mutual_userid: storage1, mutual_password: other-s3cret}
 defaults: {fs: ext4, manifest_workers: 4, parallel_hosts: 16}
 metrics: [loss, accuracy]
 retention:
@@ -84,12 +86,14 @@ def test_the_example_of_the_brief_loads_whole(tmp_path):
     assert cfg.iqn_base == "iqn.2026-11.io.fabric.lab.fabricctl"
     assert cfg.portal == Portal("10.77.0.11", 3260) and cfg.portal.address == "10.77.0.11:3260"
     assert cfg.ssh.connect_timeout == 10.0 and cfg.ssh.port == 22 and cfg.ssh.key_file == "/etc/fabricctl/id_ed25519"
-    assert cfg.hosts["gpu2"] == Host("gpu2", "10.77.0.22", "iqn.2026-11.io.fabric.lab:gpu2")
+    assert cfg.hosts["gpu2"] == Host("gpu2", "10.77.0.22", "iqn.2026-11.io.fabric.lab:gpu2",
+                                     Chap("gpu2", "gpu2-s3cret-1", "storage1", "gpu2-mutual-1"))
     assert cfg.groups == {"gpu_nodes": ["gpu1", "gpu2"]}
-    assert cfg.chap == {"userid": "fabricctl", "password": "s3cret-s3cret", "mutual_userid": "storage1",
-                        "mutual_password": "other-s3cret"}
-    assert cfg.initiator_chap() == {"username": "fabricctl", "password": "s3cret-s3cret",
-                                    "username_in": "storage1", "password_in": "other-s3cret"}
+    assert cfg.hosts["gpu1"].chap.fields(OPEN_ISCSI) == {"username": "gpu1", "password": "s3cret-s3cret",
+                                                          "username_in": "storage1", "password_in": "other-s3cret"}
+    settings = cfg.publishing()
+    assert settings.chap_of("iqn.2026-11.io.fabric.lab:gpu1") == cfg.hosts["gpu1"].chap
+    assert not cfg.insecure_no_chap and not settings.insecure_no_chap
     assert cfg.defaults.parallel_hosts == 16 and cfg.defaults.fs == "ext4"
     assert cfg.metrics == ["loss", "accuracy"]
     assert cfg.retention == example()["retention"]  # kept raw for fabric_core.retention.parse_policies
@@ -107,8 +111,8 @@ def test_missing_optional_keys_get_defaults():
     assert (cfg.staging_root, cfg.state_dir) == ("/srv/fabricctl/staging", "/var/lib/fabricctl")
     assert cfg.portal.port == 3260
     assert cfg.ssh == config.SSHConfig("root", "/etc/fabricctl/id_ed25519", "/etc/fabricctl/known_hosts", 10.0, 22)
-    assert cfg.hosts == {} and cfg.groups == {} and cfg.chap is None and cfg.initiator_chap() is None
-    assert cfg.defaults == config.Defaults("ext4", 4, 16)
+    assert cfg.hosts == {} and cfg.groups == {} and not cfg.insecure_no_chap
+    assert cfg.defaults == config.Defaults("ext4", 4, 16, 30)
     assert cfg.metrics == [] and cfg.retention == {}
     assert cfg.rotation == config.Rotation("/var/lib/prometheus/node-exporter/fabricctl.prom")
     assert cfg.lock == config.Lock(60.0) and cfg.deprecations == []
@@ -129,11 +133,11 @@ def test_lock_wait_zero_means_try_once():
 
 
 def test_one_way_chap_and_no_metrics_file():
-    raw = with_("chap", {"userid": "fabricctl", "password": "s3cret-s3cret"})
+    raw = with_("hosts.gpu1.chap", {"userid": "gpu1", "password": "s3cret-s3cret"})
     raw["rotation"]["metrics_file"] = None
     cfg = from_dict(raw)
-    assert cfg.chap == {"userid": "fabricctl", "password": "s3cret-s3cret"}
-    assert cfg.initiator_chap() == {"username": "fabricctl", "password": "s3cret-s3cret"}
+    assert cfg.hosts["gpu1"].chap == Chap("gpu1", "s3cret-s3cret")
+    assert cfg.hosts["gpu1"].chap.fields(OPEN_ISCSI, compact=True) == {"username": "gpu1", "password": "s3cret-s3cret"}
     assert cfg.rotation.metrics_file is None
 
 
@@ -157,7 +161,7 @@ def test_ipv6_portal_and_host_names_as_addresses():
     ("retention", "polices", "policies"),
     ("rotation", "metricsfile", "metrics_file"),
     ("lock", "wait_secs", "wait_seconds"),
-    ("chap", "mutual_user", "mutual_userid"),
+    ("hosts.gpu1.chap", "mutual_user", "mutual_userid"),
 ])
 def test_unknown_keys_name_the_key_the_place_the_file_and_the_closest_valid_key(path, wrong, right):
     raw = example()
@@ -249,23 +253,53 @@ SECRET = "s3cret-s3cret"
 
 
 @pytest.mark.parametrize("chap, expected", [
-    ({"userid": "fabricctl"}, "chap.password: is required"),
-    ({"password": SECRET}, "chap.userid: is required"),
-    ({"userid": "fabricctl", "password": "tiny5"}, "chap.password: must be 12-16 characters (got 5)"),
-    ({"userid": "fabricctl", "password": "x" * 17}, "chap.password: must be 12-16 characters (got 17)"),
-    ({"userid": "fabricctl", "password": SECRET, "mutual_userid": "storage1"},
+    ({"userid": "gpu1"}, "hosts.gpu1.chap.password: is required"),
+    ({"password": SECRET}, "hosts.gpu1.chap.userid: is required"),
+    ({"userid": "gpu1", "password": "tiny5"}, "hosts.gpu1.chap.password: must be 12-16 characters (got 5)"),
+    ({"userid": "gpu1", "password": "x" * 17}, "hosts.gpu1.chap.password: must be 12-16 characters (got 17)"),
+    ({"userid": "gpu1", "password": SECRET, "mutual_userid": "storage1"},
      "mutual CHAP needs both mutual_userid and mutual_password"),
-    ({"userid": "fabricctl", "password": SECRET, "mutual_userid": "storage1", "mutual_password": SECRET},
-     "chap.mutual_password: equals chap.password"),
-    ({"userid": "fabric ctl", "password": SECRET}, "invalid CHAP userid"),
-    ({"userid": "fabricctl", "password": 123456789012}, "chap.password: expected a string, got int"),
+    ({"userid": "gpu1", "password": SECRET, "mutual_userid": "storage1", "mutual_password": SECRET},
+     "hosts.gpu1.chap.mutual_password: equals hosts.gpu1.chap.password"),
+    ({"userid": "gpu 1", "password": SECRET}, "invalid CHAP userid"),
+    ({"userid": "gpu1", "password": 123456789012}, "hosts.gpu1.chap.password: expected a string, got int"),
+    ({"userid": "gpu1", "password": "gpu2-s3cret-1"},
+     "hosts.gpu2.chap: shares a CHAP secret (not shown) with host 'gpu1'"),
+    ({"userid": "gpu1", "password": SECRET, "mutual_userid": "s", "mutual_password": "gpu2-mutual-1"},
+     "hosts.gpu2.chap: shares a CHAP secret (not shown) with host 'gpu1'"),
+    (..., "hosts.gpu1.chap: is missing"),
 ])
 def test_chap_is_validated_without_showing_secrets(chap, expected):
-    err = error_of(with_("chap", chap))
+    err = error_of(with_("hosts.gpu1.chap", chap))
     assert expected in err.problem
     text = str(err)
-    for secret in (SECRET, "tiny5", "123456789012", "x" * 17):
+    for secret in (SECRET, "tiny5", "123456789012", "x" * 17, "gpu2-s3cret-1", "gpu2-mutual-1"):
         assert secret not in text
+
+
+def test_one_shared_secret_for_every_host_is_refused():
+    err = error_of(with_("chap", {"userid": "fabricctl", "password": SECRET}))
+    assert "shared by every GPU node is refused" in err.problem and "hosts.NAME.chap" in err.fix
+    assert SECRET not in str(err)
+
+
+def test_hosts_without_chap_need_the_loud_switch_and_then_all_go_without():
+    raw = example()
+    for host in raw["hosts"].values():
+        del host["chap"]
+    assert "hosts.gpu1.chap: is missing" in error_of(raw).problem
+    cfg = from_dict(dict(raw, insecure_no_chap=True))
+    assert cfg.insecure_no_chap and cfg.publishing().insecure_no_chap
+    assert cfg.publishing().chap_of("iqn.2026-11.io.fabric.lab:gpu1") is None
+    raw["hosts"]["gpu1"]["chap"] = {"userid": "gpu1", "password": SECRET}
+    assert "CHAP is set for gpu1 but not for the other hosts" in error_of(dict(raw, insecure_no_chap=True)).problem
+    assert "expected true or false" in error_of(with_("insecure_no_chap", "yes")).problem
+
+
+def test_a_host_without_chap_is_refused_by_the_publishing_settings_too():
+    settings = from_dict(example()).publishing()
+    with pytest.raises(UserError, match="no CHAP credentials for initiator iqn.2026-11.io.fabric.lab:gpu9"):
+        settings.chap_of("iqn.2026-11.io.fabric.lab:gpu9")
 
 
 def test_retention_content_is_left_to_the_retention_parser():
@@ -320,7 +354,8 @@ def test_bad_files(tmp_path, text, expected):
 @pytest.fixture
 def cfg():
     raw = example()
-    raw["hosts"]["gpu3"] = {"address": "10.77.0.23", "initiator": "iqn.2026-11.io.fabric.lab:gpu3"}
+    raw["hosts"]["gpu3"] = {"address": "10.77.0.23", "initiator": "iqn.2026-11.io.fabric.lab:gpu3",
+                            "chap": {"userid": "gpu3", "password": "gpu3-s3cret-1"}}
     raw["groups"]["rack2"] = ["gpu3", "gpu2"]
     return from_dict(raw)
 

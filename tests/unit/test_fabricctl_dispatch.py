@@ -48,11 +48,12 @@ pool: tank
 iqn_base: iqn.2026-11.io.fabric.lab.fabricctl
 portal: {{ip: 10.77.0.11}}
 hosts:
-  gpu1: {{address: 10.77.0.21, initiator: "iqn.2026-11.io.fabric.lab:gpu1"}}
-  gpu2: {{address: 10.77.0.22, initiator: "iqn.2026-11.io.fabric.lab:gpu2"}}
+  gpu1: {{address: 10.77.0.21, initiator: "iqn.2026-11.io.fabric.lab:gpu1",
+         chap: {{userid: gpu1, password: {SECRET}, mutual_userid: storage1, mutual_password: {MUTUAL}}}}}
+  gpu2: {{address: 10.77.0.22, initiator: "iqn.2026-11.io.fabric.lab:gpu2",
+         chap: {{userid: gpu2, password: gpu2-s3cret-1, mutual_userid: storage1, mutual_password: gpu2-mutual-1}}}}
 groups:
   gpu_nodes: [gpu1, gpu2]
-chap: {{userid: fabricctl, password: {SECRET}, mutual_userid: storage1, mutual_password: {MUTUAL}}}
 lock: {{wait_seconds: 0}}
 """
 
@@ -304,9 +305,10 @@ def test_no_chap_secret_ever_reaches_the_record_or_the_lock(fab, records, monkey
 
     def leaky(ctx, args):
         held.append(Path(node_lock_in_tmp).read_text())
-        assert ctx.config.chap["password"] == SECRET  # the command has the secrets at hand
+        chap = ctx.config.hosts["gpu1"].chap
+        assert chap.password == SECRET  # the command has the secrets at hand
         raise CommandError(["iscsiadm", "-m", "node", "-o", "update", "-n", "node.session.auth.password", "-v",
-                            ctx.config.chap["password"]], 1, stderr=f"bad value {ctx.config.chap['mutual_password']}")
+                            chap.password], 1, stderr=f"bad value {chap.mutual_password}")
 
     replace_run(monkeypatch, publish, leaky)
     replace_run(monkeypatch, dataset_seal, lambda ctx, args: (held.append(Path(node_lock_in_tmp).read_text()), 0)[1])

@@ -16,6 +16,8 @@ from support import AnsweringRunner, snapshot_listing
 DATA = Path(__file__).parent / "data"
 BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
 GPU1, GPU2 = "iqn.2026-11.io.fabric.lab:gpu1", "iqn.2026-11.io.fabric.lab:gpu2"
+CHAP1 = {"userid": "gpu1", "password": "gpu1-s3cret-1", "mutual_userid": "st1", "mutual_password": "gpu1-mutual-1"}
+CHAP2 = {"userid": "gpu2", "password": "gpu2-s3cret-1", "mutual_userid": "st1", "mutual_password": "gpu2-mutual-1"}
 
 
 # --- names -----------------------------------------------------------------------------------------
@@ -57,8 +59,8 @@ def test_longest_names_still_fit_lio_limits():
     export = publish.dataset_export("tank/datasets", "/datasets", "n" * names.FABRIC_NAME_MAX, "v" * names.VERSION_MAX,
                                     "ext4")
     state = lio.parse_desired(publish.desired_state(export, iqn_base=BASE, backstore_prefix="fctl_",
-                                                    portal_ip="10.77.0.11", portal_port=3260, initiators=[GPU1],
-                                                    chap=None))
+                                                    portal_ip="10.77.0.11", portal_port=3260,
+                                                    chaps={GPU1: CHAP1}))
     assert state.targets[0].iqn == f"{BASE}:ds.{'n' * 30}.{'v' * 16}"
     assert state.targets[0].luns[0].backstore == f"fctl_{'n' * 30}.{'v' * 16}"
 
@@ -77,14 +79,17 @@ def test_export_names_and_paths():
     assert e.target_iqn(BASE) == f"{BASE}:ds.imagenet.v1"
 
 
-def test_desired_state_is_read_only_with_one_acl_per_host_and_chap():
-    chap = {"userid": "fabric", "password": "s3cret-s3cret", "mutual_userid": "", "mutual_password": ""}
+def test_desired_state_is_read_only_with_one_acl_per_host_and_its_own_chap():
     raw = publish.desired_state(export(), iqn_base=BASE, backstore_prefix="fctl_", portal_ip="10.77.0.11",
-                                portal_port=3260, initiators=[GPU2, GPU1, GPU2], chap=chap)
+                                portal_port=3260, chaps={GPU2: CHAP2, GPU1: CHAP1})
     state = lio.parse_desired(raw)
     (t,) = state.targets
-    assert [a.initiator for a in t.acls] == [GPU1, GPU2]  # sorted, duplicates collapsed
-    assert all(a.chap and a.chap.userid == "fabric" for a in t.acls)
+    assert [a.initiator for a in t.acls] == [GPU1, GPU2]  # sorted
+    assert [(a.chap.userid, a.chap.password) for a in t.acls] == [("gpu1", "gpu1-s3cret-1"), ("gpu2", "gpu2-s3cret-1")]
+    assert state.require_chap is True
+    with pytest.raises(UserError, match="has no CHAP"):
+        lio.parse_desired(publish.desired_state(export(), iqn_base=BASE, backstore_prefix="fctl_",
+                                                portal_ip="10.77.0.11", portal_port=3260, chaps={GPU1: None}))
     assert t.luns[0].readonly is True and t.writable is False
     assert t.luns[0].device == "/dev/zvol/tank/datasets/imagenet@v1"
 
@@ -94,12 +99,12 @@ def test_plan_for_a_new_export_creates_it_and_leaves_other_targets_alone():
     live["devices"] = {"/dev/zvol/tank/datasets/imagenet@v1": {"exists": True, "block": True,
                                                                "realpath": "/dev/zd32"}}
     raw = publish.desired_state(export(), iqn_base=BASE, backstore_prefix="fctl_", portal_ip="10.77.0.11",
-                                portal_port=3260, initiators=[GPU1], chap=None)
+                                portal_port=3260, chaps={GPU1: CHAP1})
     actions = lio.plan(raw, live)
     ops = [a.op for a in lio.changes(actions)]
-    assert ops[:2] == ["create_backstore", "create_target"]
+    assert ops[:3] == ["close_discovery", "create_backstore", "create_target"]  # recorded with discovery open
     assert "create_acl" in ops and "create_mapped_lun" in ops and ops[-1] == "enable_tpg"
-    touched = {a.target for a in lio.changes(actions) if a.target}
+    touched = {a.target for a in lio.changes(actions) if a.target}  # close_discovery is node-wide (no target)
     assert touched == {f"{BASE}:ds.imagenet.v1"}  # the recorded hc-rec and foreign targets are untouched
 
 
@@ -113,10 +118,10 @@ def test_removal_is_refused_while_an_initiator_is_logged_in_and_allowed_with_for
     live = json.loads((DATA / "lio" / "rec_dump_with_session.json").read_text())
     iqn = "iqn.2026-11.io.fabric.lab:hc-rec"
     with pytest.raises(Busy) as err:
-        publish.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_",
+        lio.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_",
                              target_iqns=[iqn])
     assert "cfea9e9490c1" in str(err.value)
-    actions = lio.changes(publish.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab",
+    actions = lio.changes(lio.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab",
                                                backstore_prefix="fabric_", target_iqns=[iqn], force=True))
     assert [a.op for a in actions] == ["delete_target", "delete_backstore", "delete_backstore"]
     assert {a.params.get("name") for a in actions if a.op == "delete_backstore"} == {"fabric_hc_rec_a",
@@ -126,12 +131,12 @@ def test_removal_is_refused_while_an_initiator_is_logged_in_and_allowed_with_for
 def test_a_dry_runs_planned_logout_does_not_block_the_removal_plan():
     live = json.loads((DATA / "lio" / "rec_dump_with_session.json").read_text())
     iqn = "iqn.2026-11.io.fabric.lab:hc-rec"
-    actions = lio.changes(publish.plan_removal(
+    actions = lio.changes(lio.plan_removal(
         live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_", target_iqns=[iqn],
         planned_logouts=frozenset({"iqn.2004-10.com.debian:cfea9e9490c1"})))
     assert [a.op for a in actions] == ["delete_target", "delete_backstore", "delete_backstore"]
     with pytest.raises(Busy):  # another initiator's planned logout does not excuse this one
-        publish.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_",
+        lio.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_",
                              target_iqns=[iqn], planned_logouts=frozenset({"iqn.2004-10.com.debian:other"}))
 
 
@@ -140,7 +145,7 @@ def test_removal_never_touches_a_foreign_target():
     live = copy.deepcopy(live)
     live["sessions"] = []
     with pytest.raises(UserError) as err:
-        publish.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_",
+        lio.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_",
                              target_iqns=["iqn.2026-11.io.other.lab:hc-foreign"])
     assert "not fabricctl's" in str(err.value)
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 # isort: off
 from support import ScriptedRunner, data  # first: it puts module_utils on sys.path
-from fabric_core.errors import Busy, CommandError, InvalidName, NotFound, UserError
+from fabric_core.errors import Busy, CommandError, InvalidName, UserError
 from fabric_core.iscsi import (
     AuthorizationFailed,
     DeviceTimeout,
@@ -20,6 +25,7 @@ from fabric_core.iscsi import (
     parse_node_record,
     parse_nodes,
     parse_sessions,
+    record_writer_argv,
     redact,
 )
 # isort: on
@@ -51,7 +57,6 @@ def node(iqn, *extra):
 
 
 SESSIONS = ["iscsiadm", "-m", "session", "-P", "3"]
-DISCOVERY = ["iscsiadm", "-m", "discovery", "-t", "sendtargets", "-p", PORTAL, "-o", "nonpersistent"]
 
 
 def device_steps(iqn, kernel="sda"):
@@ -61,6 +66,13 @@ def device_steps(iqn, kernel="sda"):
 
 def update(iqn, key, value):
     return node(iqn, "-o", "update", "-n", key, "-v", value)
+
+
+def secrets(iqn, **values):
+    """The write of CHAP secrets into the node record: the writer's argv (no secret), the values on stdin."""
+    keys = {"password": "node.session.auth.password", "password_in": "node.session.auth.password_in"}
+    return step(list(record_writer_argv(iqn, PORTAL)), stdout="1\n") | {
+        "data": json.dumps({keys[k]: v for k, v in values.items()})}
 
 
 # ------------------------------------------------------------------------------------- parsers
@@ -155,7 +167,6 @@ def fresh_login_script(iqn=XFS):
     return [
         step(SESSIONS, "session_none.txt"),
         step(node(iqn), "node_show_missing.txt"),
-        step(DISCOVERY, "discovery.txt"),
         step(node(iqn, "-o", "new"), stdout=data("iscsi", "node_new.txt")),
         step(node(iqn), stdout=data("iscsi", "node_default.txt")),
         step(update(iqn, "node.startup", "automatic")),
@@ -184,7 +195,7 @@ def test_fresh_login():
 
 
 def test_fresh_login_dry_run_plans_changes_and_does_the_local_reads():
-    script = fresh_login_script()[:2]  # reads only: sessions, record (no discovery: it would start iscsid)
+    script = fresh_login_script()[:2]  # reads only: sessions, record (the portal is never asked)
     runner = ScriptedRunner(script, dry_run=True)
     res = ensure_session(runner, portal=PORTAL, target_iqn=XFS)
     runner.assert_done()
@@ -215,15 +226,16 @@ def test_chap_update_sets_only_differences_and_redacts():
     runner = ScriptedRunner([
         step(SESSIONS, stdout=chap_session),
         step(node(CHAPT, "-S"), stdout=data("iscsi", "node_chap_show.txt")),
-        step(update(CHAPT, "node.session.auth.password", "anothersecret1")),
+        secrets(CHAPT, password="anothersecret1"),
         *device_steps(CHAPT),
     ])
     res = ensure_session(runner, portal=PORTAL, target_iqn=CHAPT, chap=new)
     runner.assert_done()
     assert res["changed"] and res["updated"] == ["node.session.auth.password"]
     assert res["commands"] == [
-        f"iscsiadm -m node -T {CHAPT} -p {PORTAL} -o update -n node.session.auth.password -v '********'"]
+        f"write node.session.auth.password into the node record of {CHAPT} at {PORTAL} (mode 0600, from stdin)"]
     assert "anothersecret1" not in repr(res) and "hdsecret12345" not in repr(res)
+    assert not any("anothersecret1" in " ".join(argv) for argv in runner.calls)  # never on a command line
     assert res["warnings"] and "next login" in res["warnings"][0]
     assert res["after"]["node.session.auth.password"] == "******** (changed)"
     assert res["before"]["node.session.auth.password"] == "********"
@@ -245,7 +257,7 @@ def test_one_way_chap_clears_mutual_credentials():
         step(SESSIONS, stdout=data("iscsi", "session_p1.txt")),
         step(node(CHAPT, "-S"), stdout=data("iscsi", "node_chap_show.txt")),
         step(update(CHAPT, "node.session.auth.username_in", "")),
-        step(update(CHAPT, "node.session.auth.password_in", "")),
+        secrets(CHAPT, password_in=""),
         *device_steps(CHAPT),
     ])
     res = ensure_session(runner, portal=PORTAL, target_iqn=CHAPT,
@@ -315,7 +327,7 @@ def login_failure_script(name, chap=None):
     return [
         step(SESSIONS, "session_none.txt"),
         step(node(iqn, *(["-S"] if chap else [])), stdout=record),
-        *([step(update(iqn, "node.session.auth.password", chap["password"]))] if chap else []),
+        *([secrets(iqn, password=chap["password"])] if chap else []),
         step(node(iqn, "--login"), rc=rc, stdout="", stderr=text),
         step(["cat", "/etc/iscsi/initiatorname.iscsi"], stdout="InitiatorName=iqn.2026-11.io.fabric.lab:gpu1\n"),
     ]
@@ -349,31 +361,6 @@ def test_unreachable_portal_on_login():
     assert exc.value.rc == 8 and "cannot be reached" in str(exc.value) and "firewall" in str(exc.value)
 
 
-def test_unreachable_portal_on_discovery():
-    text, rc = rec("discovery_unreachable.txt")
-    portal = "10.77.0.99:3260"
-    runner = ScriptedRunner([
-        step(SESSIONS, "session_none.txt"),
-        step(["iscsiadm", "-m", "node", "-T", EXT4, "-p", portal], "node_show_missing.txt"),
-        step(["iscsiadm", "-m", "discovery", "-t", "sendtargets", "-p", portal, "-o", "nonpersistent"],
-             rc=rc, stdout="", stderr=text),
-    ])
-    with pytest.raises(PortalUnreachable, match="discovery on portal 10.77.0.99:3260 failed") as exc:
-        ensure_session(runner, portal="10.77.0.99", target_iqn=EXT4)
-    runner.assert_done()
-    assert exc.value.rc == 11 and "PDU timed out" in str(exc.value)
-
-
-def test_target_not_offered():
-    runner = ScriptedRunner([
-        step(SESSIONS, "session_none.txt"),
-        step(node("iqn.2026-11.io.fabric.lab:other"), "node_show_missing.txt"),
-        step(DISCOVERY, "discovery.txt"),
-    ])
-    with pytest.raises(NotFound, match="does not offer target iqn.2026-11.io.fabric.lab:other"):
-        ensure_session(runner, portal=PORTAL, target_iqn="iqn.2026-11.io.fabric.lab:other")
-
-
 def test_failed_update_error_is_redacted():
     runner = ScriptedRunner([
         step(SESSIONS, "session_none.txt"),
@@ -381,11 +368,14 @@ def test_failed_update_error_is_redacted():
         step(update(CHAPT, "node.startup", "automatic")),
         step(update(CHAPT, "node.session.auth.authmethod", "CHAP")),
         step(update(CHAPT, "node.session.auth.username", "hduser")),
-        step(update(CHAPT, "node.session.auth.password", "hdsecret12345"), rc=6, stderr="iscsiadm: idbm error"),
+        step(update(CHAPT, "node.session.auth.username_in", "hdtarget")),
+        secrets(CHAPT, password="hdsecret12345", password_in="hdmutual12345") | {"rc": 2,
+                                                                               "stderr": "no node record"},
     ])
     with pytest.raises(CommandError) as exc:
         ensure_session(runner, portal=PORTAL, target_iqn=CHAPT, chap=CHAP)
-    assert "hdsecret12345" not in str(exc.value) and "********" in str(exc.value)
+    assert "hdsecret12345" not in str(exc.value) and "no node record" in str(exc.value)
+    assert "write node.session.auth.password, node.session.auth.password_in" in str(exc.value)
 
 
 def test_device_that_never_appears_times_out():
@@ -400,16 +390,98 @@ def test_device_that_never_appears_times_out():
     runner.assert_done()
 
 
-def test_check_mode_asks_no_portal_and_plans_the_login():
-    """Issue 18: check mode on a fresh GPU node ran a SendTargets discovery, which starts iscsid (socket
-    activation) and loads iscsi_tcp. Now a dry run reads only the node's own state (sessions, the node
-    record), plans record, settings and login, and says the portal was not asked; a real run checks the
-    offer first (test_target_not_offered, test_unreachable_portal_on_discovery)."""
+def test_no_discovery_a_record_is_made_from_the_target_name_given():
+    """The fabric's storage nodes refuse SendTargets discovery (a host learns only the target names it is
+    given): a real run and a dry run make the record from the name, the portal is never asked; a target the
+    portal does not have fails at the login (PortalUnreachable, test_unreachable_portal_on_login)."""
     other = "iqn.2026-11.io.fabric.lab:other"
-    runner = ScriptedRunner([step(SESSIONS, "session_none.txt"), step(node(other), "node_show_missing.txt")],
-                            dry_run=True)
-    res = ensure_session(runner, portal=PORTAL, target_iqn=other)
-    runner.assert_done()  # no discovery command
-    assert res["changed"] and runner.executed == []
-    assert [list(a) for a in runner.planned][-1] == node(other, "--login")
-    assert any("check mode does not ask portal" in w and "iscsi_tcp" in w for w in res["warnings"])
+    for dry_run in (True, False):
+        script = [step(SESSIONS, "session_none.txt"), step(node(other), "node_show_missing.txt")]
+        if not dry_run:
+            script += [step(node(other, "-o", "new")), step(node(other), stdout=data("iscsi", "node_default.txt")),
+                       step(update(other, "node.startup", "automatic")), step(node(other, "--login")),
+                       *device_steps(other), step(SESSIONS, stdout=data("iscsi", "session_p3.txt"))]
+        runner = ScriptedRunner(script, dry_run=dry_run)
+        res = ensure_session(runner, portal=PORTAL, target_iqn=other, sleep=lambda s: None)
+        runner.assert_done()  # no discovery command
+        assert res["changed"] and not any("discovery" in argv for argv in runner.calls)
+        if dry_run:
+            assert runner.executed == [] and [list(a) for a in runner.planned][-1] == node(other, "--login")
+
+
+def test_a_fresh_record_with_chap_gets_its_secrets_from_stdin_only():
+    runner = ScriptedRunner([
+        step(SESSIONS, "session_none.txt"),
+        step(node(CHAPT, "-S"), "node_show_missing.txt"),
+        step(node(CHAPT, "-o", "new")),
+        step(node(CHAPT, "-S"), stdout=data("iscsi", "node_default.txt")),
+        step(update(CHAPT, "node.startup", "automatic")),
+        step(update(CHAPT, "node.session.auth.authmethod", "CHAP")),
+        step(update(CHAPT, "node.session.auth.username", "hduser")),
+        step(update(CHAPT, "node.session.auth.username_in", "hdtarget")),
+        secrets(CHAPT, password="hdsecret12345", password_in="hdmutual12345"),
+        step(node(CHAPT, "--login")),
+        *device_steps(CHAPT),
+        step(SESSIONS, stdout=data("iscsi", "session_p1.txt")),
+    ])
+    res = ensure_session(runner, portal=PORTAL, target_iqn=CHAPT, chap=CHAP, sleep=lambda s: None)
+    runner.assert_done()
+    for argv in runner.calls:
+        assert "hdsecret12345" not in " ".join(argv) and "hdmutual12345" not in " ".join(argv)
+    assert "hdsecret12345" in runner.stdin[8] and "hdmutual12345" in runner.stdin[8]
+    assert "hdsecret12345" not in repr(res)
+
+
+# -------------------------------------------------------------------- the node record writer itself
+
+RECORD = """# BEGIN RECORD 2.1.8
+node.name = {iqn}
+node.tpgt = -1
+node.startup = automatic
+node.session.auth.authmethod = CHAP
+node.session.auth.username = hduser
+node.session.auth.password = oldsecret12345
+node.conn[0].address = 10.77.0.11
+# END RECORD
+"""
+
+
+def write_secrets(roots, values, iqn=CHAPT, portal=PORTAL):
+    argv = [sys.executable if a == "python3" else a for a in record_writer_argv(iqn, portal)]
+    argv = argv[:6] + [str(r) for r in roots]
+    return subprocess.run(argv, input=json.dumps(values), capture_output=True, text=True)
+
+
+def test_the_record_writer_replaces_secrets_atomically_mode_0600(tmp_path):
+    """Both layouts iscsiadm writes: the old one (a file IP,PORT for a record without a TPGT, as `-o new`
+    makes) and the new one (IP,PORT,TPGT/IFACE); any other portal's record is left alone."""
+    old = tmp_path / "nodes" / CHAPT / "10.77.0.11,3260"
+    new = tmp_path / "nodes" / CHAPT / "10.77.0.11,3260,1" / "default"
+    other = tmp_path / "nodes" / CHAPT / "10.77.0.12,3260"
+    new.parent.mkdir(parents=True)
+    for path in (old, new, other):
+        path.write_text(RECORD.format(iqn=CHAPT))
+        path.chmod(0o600)
+    res = write_secrets([tmp_path / "nodes", tmp_path / "absent"],
+                        {"node.session.auth.password": "newsecret12345",
+                         "node.session.auth.password_in": "mutualsecret1"})
+    assert res.returncode == 0, res.stderr
+    for path in (old, new):
+        text = path.read_text()
+        assert "newsecret12345" in text and "mutualsecret1" in text and "oldsecret12345" not in text
+        assert text.rstrip().endswith("# END RECORD") and text.count("node.session.auth.password =") == 1
+        assert os.stat(path).st_mode & 0o777 == 0o600
+    assert "oldsecret12345" in other.read_text()
+    assert sorted(p.name for p in old.parent.iterdir()) == ["10.77.0.11,3260", "10.77.0.11,3260,1",
+                                                            "10.77.0.12,3260"]  # no temporary file left
+    res = write_secrets([tmp_path / "nodes"], {"node.session.auth.password_in": ""})
+    assert res.returncode == 0 and "password_in" not in old.read_text()
+
+
+def test_the_record_writer_refuses_a_missing_record_and_a_value_with_a_newline(tmp_path):
+    res = write_secrets([tmp_path], {"node.session.auth.password": "newsecret12345"})
+    assert res.returncode == 2 and "no node record" in res.stderr
+    (tmp_path / CHAPT).mkdir()
+    (tmp_path / CHAPT / "10.77.0.11,3260").write_text(RECORD.format(iqn=CHAPT))
+    res = write_secrets([tmp_path], {"node.session.auth.password": "x\nnode.startup = manual"})
+    assert res.returncode != 0 and "manual" not in (tmp_path / CHAPT / "10.77.0.11,3260").read_text()

@@ -28,24 +28,37 @@ def wwn(name: str) -> str:
     return next(s["wwn"] for s in REC["dump"]["storage_objects"] if s["name"] == name)
 
 
-def live(sessions: bool = True) -> dict:
-    return {"dump": copy.deepcopy(REC["dump"]), "sessions": copy.deepcopy(REC["sessions"]) if sessions else [],
+CLOSED = [{"name": "iscsi", "discovery_enable_auth": True}]  # SendTargets discovery closed (lio.discovery_closed)
+
+
+def live(sessions: bool = True, discovery: str = "closed") -> dict:
+    """The recorded converged export (recorded before discovery was closed; closed here unless asked)."""
+    dump = copy.deepcopy(REC["dump"])
+    if discovery == "closed":
+        dump["fabric_modules"] = copy.deepcopy(CLOSED)
+    return {"dump": dump, "sessions": copy.deepcopy(REC["sessions"]) if sessions else [],
             "devices": {d: {"exists": True, "block": True, "realpath": d} for d in DEVICES}}
 
 
-def empty() -> dict:
-    return {"dump": {"storage_objects": [], "targets": [], "fabric_modules": []}, "sessions": [],
+def empty(discovery: str = "closed") -> dict:
+    return {"dump": {"storage_objects": [], "targets": [],
+                     "fabric_modules": copy.deepcopy(CLOSED) if discovery == "closed" else []}, "sessions": [],
             "devices": {d: {"exists": True, "block": True, "realpath": d} for d in DEVICES}}
 
 
-def desired(**over) -> dict:
+def desired(require_chap: bool = True, **over) -> dict:
     """The desired state that matches the recorded converged export."""
     target = {"name": "hc-rec", "portals": [{"ip": "10.77.0.11", "port": 3260}],
               "luns": [{"name": "rec_a", "device": "/dev/zvol/hc_pool/rec_a", "wwn": wwn("fabric_hc_rec_a")},
                        {"name": "rec_b", "device": "/dev/zvol/hc_pool/rec_b", "wwn": wwn("fabric_hc_rec_b")}],
               "acls": [{"initiator": GPU1, "chap": {"userid": "gpu1", "password": "hcsecret0001"}}]}
     target.update(over)
-    return {"base_iqn": "iqn.2026-11.io.fabric.lab", "backstore_prefix": "fabric_hc_", "targets": [target]}
+    return {"base_iqn": "iqn.2026-11.io.fabric.lab", "backstore_prefix": "fabric_hc_", "targets": [target],
+            "require_chap": require_chap}
+
+
+CHAP1 = {"userid": "gpu1", "password": "hcsecret0001"}
+CHAP2 = {"userid": "gpu2", "password": "hcsecret0002"}
 
 
 def ops(actions) -> list[str]:
@@ -77,7 +90,7 @@ def test_create_from_empty_orders_parents_first_and_converges():
 
 
 def test_without_chap_authentication_is_zero():
-    state = desired(acls=[{"initiator": GPU1}])
+    state = desired(require_chap=False, acls=[{"initiator": GPU1}])
     actions = lio.plan(state, empty())
     assert {a.params["name"]: a.params["value"] for a in actions if a.op == "set_tpg_attribute"}["authentication"] == 0
     assert "set_auth" not in ops(actions)
@@ -191,10 +204,10 @@ def test_new_lun_takes_the_lowest_free_index_and_keeps_existing_ones():
 @pytest.mark.parametrize("mutate, error, text", [
     (lambda d: d["targets"][0].update(writable=True, luns=[{"name": "w", "device": "/dev/zvol/hc_pool/new",
                                                              "readonly": False}],
-                                      acls=[{"initiator": GPU1}, {"initiator": GPU2}]),
+                                      acls=[{"initiator": GPU1, "chap": CHAP1}, {"initiator": GPU2, "chap": CHAP2}]),
      UnsafeOperation, "exactly one writer"),
     (lambda d: d["targets"][0].update(luns=[{"name": "w", "device": "/dev/zvol/hc_pool/new", "readonly": False}],
-                                      acls=[{"initiator": GPU1}]), UnsafeOperation, "not writable"),
+                                      acls=[{"initiator": GPU1, "chap": CHAP1}]), UnsafeOperation, "not writable"),
     (lambda d: d["targets"][0]["acls"].append({"initiator": "iqn.2004-10.com.debian:gpu_2"}), InvalidName, "'_'"),
     (lambda d: d["targets"][0]["acls"].append({"initiator": "iqn.2004-10.com.Debian:gpu2"}), InvalidName,
      "lower case"),
@@ -205,7 +218,12 @@ def test_new_lun_takes_the_lowest_free_index_and_keeps_existing_ones():
     (lambda d: d["targets"][0]["acls"][0]["chap"].update(password="has space 12"), UserError, "12-16"),
     (lambda d: d["targets"][0]["acls"][0]["chap"].update(mutual_userid="t", mutual_password="hcsecret0001"),
      UserError, "differ"),
-    (lambda d: d["targets"][0]["acls"].append({"initiator": GPU2}), UserError, "CHAP is per target"),
+    (lambda d: d["targets"][0]["acls"].append({"initiator": GPU2}), UserError, "has no CHAP"),
+    (lambda d: d["targets"][0]["acls"].append({"initiator": GPU2, "chap": dict(CHAP1, userid="gpu2")}), UserError,
+     "share a CHAP secret"),
+    (lambda d: d["targets"][0]["acls"].append({"initiator": GPU2, "chap": {
+        "userid": "gpu2", "password": "other-secret1", "mutual_userid": "t", "mutual_password": "hcsecret0001"}}),
+     UserError, "share a CHAP secret"),
     (lambda d: d["targets"][0]["luns"].append({"name": "rec_a", "device": "/dev/zvol/hc_pool/new"}), UserError,
      "also used"),
     (lambda d: d["targets"][0]["luns"].append({"name": "dup", "device": "/dev/zvol/hc_pool/rec_a"}), UserError,
@@ -222,11 +240,26 @@ def test_bad_input_is_refused_before_any_change(mutate, error, text):
         lio.plan(state, live())
     assert text in str(err.value)
     assert err.value.fix or isinstance(err.value, InvalidName)
+    assert "hcsecret0001" not in str(err.value)
+
+
+def test_chap_is_per_target_when_exports_without_chap_are_allowed():
+    state = desired(require_chap=False)
+    state["targets"][0]["acls"].append({"initiator": GPU2})
+    with pytest.raises(UserError, match="CHAP is per target"):
+        lio.plan(state, live())
+
+
+def test_an_acl_without_chap_is_refused_unless_allowed_and_names_the_switch():
+    with pytest.raises(UserError) as err:
+        lio.plan(desired(acls=[{"initiator": GPU1}]), empty())
+    assert "has no CHAP" in err.value.problem and "fabric_insecure_no_chap" in err.value.fix
+    assert lio.plan(desired(require_chap=False, acls=[{"initiator": GPU1}]), empty())  # an isolated lab
 
 
 def test_one_writer_is_accepted():
     state = desired(writable=True, luns=[{"name": "w", "device": "/dev/zvol/hc_pool/new", "readonly": False}],
-                    acls=[{"initiator": GPU2}], name="hc-ckpt")
+                    acls=[{"initiator": GPU2, "chap": CHAP2}], name="hc-ckpt")
     actions = lio.plan(state, empty())
     assert [a.params["readonly"] for a in actions if a.op == "create_backstore"] == [False]
     assert [a.params["write_protect"] for a in actions if a.op == "create_mapped_lun"] == [False]
@@ -291,30 +324,32 @@ class FakeRts:
         for kind in ("FabricModule", "Target", "TPG", "NetworkPortal", "LUN", "NodeACL", "MappedLUN",
                      "BlockStorageObject"):
             setattr(self, kind, factory(kind))
-        self.saved = []
-        self.RTSRoot = lambda: type("R", (), {"save_to_file": lambda _s, f: rts.saved.append(f)})()
+        self.RTSRoot = lambda: type("R", (), {"dump": lambda _s: {"storage_objects": [], "targets": ["dumped"]}})()
 
 
 def test_apply_runs_in_plan_order_and_saves(tmp_path):
     rts = FakeRts()
-    done = lio.apply(lio.plan(desired(acls=[{"initiator": GPU1}]), empty()), rts=rts,
+    done = lio.apply(lio.plan(desired(require_chap=False, acls=[{"initiator": GPU1}]), empty()), rts=rts,
                      save_file=str(tmp_path / "saveconfig.json"))
     kinds = [e[1] for e in rts.log if e[0] == "new" and e[1] != "FabricModule" and e[3] in ("create", None)
              and e[1] in ("BlockStorageObject", "Target", "NetworkPortal", "NodeACL")]
     assert kinds[:3] == ["BlockStorageObject", "BlockStorageObject", "Target"]
-    assert len(done) == 15 and rts.saved == [str(tmp_path / "saveconfig.json")]
+    assert len(done) == 15
+    saved = tmp_path / "saveconfig.json"
+    assert json.loads(saved.read_text()) == {"storage_objects": [], "targets": ["dumped"]}
+    assert saved.stat().st_mode & 0o777 == 0o600 and [p.name for p in tmp_path.iterdir()] == ["saveconfig.json"]
 
 
 def test_apply_failure_removes_what_this_run_created(tmp_path):
     rts = FakeRts(fail_acl=True)
     with pytest.raises(lio.LioApplyError) as err:
-        lio.apply(lio.plan(desired(acls=[{"initiator": GPU1}]), empty()), rts=rts,
+        lio.apply(lio.plan(desired(require_chap=False, acls=[{"initiator": GPU1}]), empty()), rts=rts,
                   save_file=str(tmp_path / "saveconfig.json"))
     deleted = [e[1] for e in rts.log if e[0] == "delete"]
     # reverse order: LUNs, portal, TPG, target, then the backstores
     assert deleted == ["LUN", "LUN", "NetworkPortal", "TPG", "Target", "BlockStorageObject", "BlockStorageObject"]
     assert "create_acl" in err.value.problem and len(err.value.rolled_back) == 7
-    assert rts.saved == []
+    assert not (tmp_path / "saveconfig.json").exists()
 
 
 def test_nothing_to_do_touches_nothing():
@@ -372,3 +407,92 @@ def test_kernel_ready_needs_both_configfs_tree_and_module(tmp_path, monkeypatch)
     assert not lio.kernel_ready()
     (tmp_path / "m").mkdir()
     assert lio.kernel_ready()
+
+
+# -- SendTargets discovery is closed: no host learns a target name it was not given ----------------------
+
+def test_discovery_open_in_the_recorded_dump_is_closed_first_and_stays_closed():
+    recorded = live(discovery="open")  # as the lab recorded it: rtslib dumps no iscsi fabric module
+    assert not lio.discovery_closed(recorded)
+    actions = lio.changes(lio.plan(desired(), recorded))
+    assert [a.op for a in actions] == ["close_discovery"]
+    after = lio.simulate(recorded, actions)
+    assert lio.discovery_closed(after) and lio.changes(lio.plan(desired(), after)) == []
+    assert lio.summarize(recorded)["discovery"] == "open" and lio.summarize(after)["discovery"] == "closed"
+
+
+def test_discovery_with_credentials_is_not_closed():
+    state = live()
+    state["dump"]["fabric_modules"] = [{"name": "iscsi", "discovery_enable_auth": True, "discovery_userid": "all",
+                                       "discovery_password": "one-for-everyone"}]
+    assert not lio.discovery_closed(state)
+    assert ops(lio.plan(desired(), state)) == ["close_discovery"]
+
+
+def test_closing_discovery_enforces_auth_before_clearing_the_credentials():
+    writes = []
+
+    class FM:
+        def __setattr__(self, name, value):
+            writes.append((name, value))
+
+    class Rts:
+        FabricModule = staticmethod(lambda name: FM())
+        RTSRoot = staticmethod(lambda: type("R", (), {"dump": lambda _s: {}})())
+
+    lio.apply([lio.Action("close_discovery")], rts=Rts(), save_config=False)
+    assert writes[0] == ("discovery_enable_auth", True)
+    assert sorted(writes[1:]) == sorted((f"discovery_{a}", "") for a in lio.DISCOVERY_CREDENTIALS)
+
+
+# -- withdrawn access: ACLs (and mapped LUNs) removed, kept ones get their current CHAP -----------------------
+
+def test_plan_access_revokes_the_others_and_refuses_a_logged_in_one_unless_forced():
+    state = live(sessions=False)
+    state["dump"] = lio.simulate(state, lio.changes(lio.plan(desired(acls=[
+        {"initiator": GPU1, "chap": CHAP1}, {"initiator": GPU2, "chap": CHAP2}]), state)))["dump"]
+    chap1 = lio.parse_desired(desired()).targets[0].acls[0].chap
+    actions = lio.changes(lio.plan_access(state, target_iqn=IQN, keep={GPU1: chap1}))
+    assert [(a.op, a.params["initiator"]) for a in actions] == [
+        ("delete_mapped_lun", GPU2), ("delete_mapped_lun", GPU2), ("delete_acl", GPU2)]
+    assert lio.revoked(actions) == [GPU2]
+    after = lio.simulate(state, actions)
+    tpg = next(t for t in after["dump"]["targets"] if t["wwn"] == IQN)["tpgs"][0]
+    assert [a["node_wwn"] for a in tpg["node_acls"]] == [GPU1]
+    # the recorded session is GPU1's: revoking it is refused, unless forced or its logout was only planned
+    busy = live()
+    with pytest.raises(Busy, match="logged in"):
+        lio.plan_access(busy, target_iqn=IQN, keep={})
+    assert lio.revoked(lio.plan_access(busy, target_iqn=IQN, keep={}, force=True)) == [GPU1]
+    assert lio.revoked(lio.plan_access(busy, target_iqn=IQN, keep={}, planned_logouts=frozenset({GPU1}))) == [GPU1]
+
+
+def test_plan_access_sets_a_rotated_secret_only():
+    rotated = lio.parse_desired(desired(acls=[{"initiator": GPU1, "chap": {"userid": "gpu1",
+                                                                           "password": "rotated-00001"}}]))
+    actions = lio.changes(lio.plan_access(live(), target_iqn=IQN, keep={GPU1: rotated.targets[0].acls[0].chap}))
+    assert [(a.op, a.params["field"]) for a in actions] == [("set_auth", "password")]
+    assert "rotated-00001" not in " ".join(a.describe() for a in actions)
+    same = lio.parse_desired(desired()).targets[0].acls[0].chap
+    assert lio.changes(lio.plan_access(live(), target_iqn=IQN, keep={GPU1: same})) == []
+
+
+def test_save_replaces_the_file_atomically_and_keeps_the_old_one_when_the_dump_fails(tmp_path):
+    path = tmp_path / "saveconfig.json"
+    path.write_text('{"old": true}\n')
+
+    class Root:
+        def __init__(self, fail):
+            self.fail = fail
+
+        def dump(self):
+            if self.fail:
+                raise OSError("configfs went away")
+            return {"targets": [], "storage_objects": []}
+
+    with pytest.raises(OSError):
+        lio.save(type("Rts", (), {"RTSRoot": staticmethod(lambda: Root(True))}), str(path))
+    assert path.read_text() == '{"old": true}\n'
+    lio.save(type("Rts", (), {"RTSRoot": staticmethod(lambda: Root(False))}), str(path))
+    assert json.loads(path.read_text()) == {"targets": [], "storage_objects": []}
+    assert path.stat().st_mode & 0o777 == 0o600 and sorted(p.name for p in tmp_path.iterdir()) == ["saveconfig.json"]

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from support import DATA, data, run_module  # isort: skip
+from fabric_core.iscsi import record_writer_argv  # isort: skip
 
 CASES = yaml.safe_load((DATA / "iscsi" / "module_cases.yml").read_text())
 
@@ -15,8 +16,12 @@ CASES = yaml.safe_load((DATA / "iscsi" / "module_cases.yml").read_text())
 def _script(steps: list[dict]) -> list[dict]:
     script = []
     for s in steps:
-        step = {"command": s["command"], "rc": s.get("rc", 0), "stdout": s.get("stdout", ""),
+        # record_writer: [IQN, PORTAL] stands for the command that writes the secrets (data: its stdin)
+        command = list(record_writer_argv(*s["record_writer"])) if "record_writer" in s else s["command"]
+        step = {"command": command, "rc": s.get("rc", 0), "stdout": s.get("stdout", ""),
                 "stderr": s.get("stderr", "")}
+        if "data" in s:
+            step["data"] = json.dumps(s["data"])
         for key in ("stdout", "stderr"):
             name = s.get(f"{key}_file")
             if name:
@@ -32,9 +37,10 @@ def _script(steps: list[dict]) -> list[dict]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_module_case(case):
-    result = run_module("fabric_iscsi_session", case["args"], _script(case["script"]),
+    script = _script(case["script"])
+    result = run_module("fabric_iscsi_session", case["args"], script,
                         check_mode=case.get("check_mode", False), diff=case.get("diff", False))
-    assert result["_commands"] == [[str(a) for a in s["command"]] for s in case["script"]]
+    assert result["_commands"] == [[str(a) for a in s["command"]] for s in script]
     for key, value in case["expect"].items():
         assert result.get(key, False if key == "failed" else None) == value, (key, result)
     for text in case.get("msg_contains", []):

@@ -59,8 +59,11 @@ class Lab:
                 mock.patch.object(mlio, "_rtslib", lambda: object())]
 
 
+CLOSED = [{"name": "iscsi", "discovery_enable_auth": True}]  # SendTargets discovery closed
+
+
 def empty():
-    return {"dump": {"storage_objects": [], "targets": []}, "sessions": []}
+    return {"dump": {"storage_objects": [], "targets": [], "fabric_modules": copy.deepcopy(CLOSED)}, "sessions": []}
 
 
 class Kernel:
@@ -131,7 +134,7 @@ def test_check_mode_plans_from_real_reads_and_applies_nothing():
 
 
 def test_converged_recorded_state_reports_foreign_objects():
-    lab = Lab({"dump": REC["dump"], "sessions": REC["sessions"]})
+    lab = Lab({"dump": dict(REC["dump"], fabric_modules=CLOSED), "sessions": REC["sessions"]})
     out = run_module("fabric_lio_target", ARGS, extra_patches=lab.patches())
     assert out["changed"] is False
     assert any("iqn.2026-11.io.other.lab:hc-foreign" in k and "not project-owned" in k for k in out["kept"])
@@ -140,7 +143,9 @@ def test_converged_recorded_state_reports_foreign_objects():
 def test_writable_with_two_acls_fails_before_any_change():
     args = copy.deepcopy(ARGS)
     t = args["targets"][0]
-    t.update(writable=True, acls=[{"initiator": GPU1}, {"initiator": "iqn.2004-10.com.debian:fa49841e5fe"}])
+    t.update(writable=True, acls=[{"initiator": GPU1, "chap": {"userid": "gpu1", "password": "hcsecret0001"}},
+                                  {"initiator": "iqn.2004-10.com.debian:fa49841e5fe",
+                                   "chap": {"userid": "gpu2", "password": "hcsecret0002"}}])
     t["luns"][0]["readonly"] = False
     lab = Lab(empty())
     out = run_module("fabric_lio_target", args, extra_patches=lab.patches())
@@ -190,7 +195,8 @@ def test_check_mode_on_a_node_without_lio_loads_nothing_and_plans_from_empty(ker
     assert out["_commands"] == []  # mount and modprobe are planned, not run
     loading = [f"mount configfs at {kernel.configfs_root}", "load iscsi_target_mod (and target_core_mod)"]
     assert out["actions"][:2] == loading
-    assert out["actions"][2].startswith("create_backstore name=fabric_hc_rec_a") and len(out["actions"]) == 2 + 17
+    assert out["actions"][2].startswith("close_discovery")  # an empty configuration: discovery is open
+    assert out["actions"][3].startswith("create_backstore name=fabric_hc_rec_a") and len(out["actions"]) == 3 + 17
     assert out["warnings"][0] == (f"LIO is not loaded on this node: check mode would {loading[0]} and {loading[1]}, "
                                   "and plans from an empty configuration")
     assert out["diff"]["before"]["targets"] == {} and IQN in out["diff"]["after"]["targets"]
@@ -199,7 +205,7 @@ def test_check_mode_on_a_node_without_lio_loads_nothing_and_plans_from_empty(ker
 
 
 def test_check_mode_with_lio_loaded_reads_the_live_state_and_runs_nothing():
-    lab = Lab({"dump": REC["dump"], "sessions": REC["sessions"]})
+    lab = Lab({"dump": dict(REC["dump"], fabric_modules=CLOSED), "sessions": REC["sessions"]})
     out = run_module("fabric_lio_target", ARGS, check_mode=True, extra_patches=lab.patches())
     assert out["changed"] is False and out["_commands"] == [] and out["actions"] == []
     assert not any("LIO is not loaded" in w for w in out["warnings"])
@@ -219,8 +225,45 @@ def test_a_real_run_on_a_node_without_lio_mounts_configfs_and_loads_the_module_f
 
 def test_configfs_mounted_without_the_iscsi_module_only_loads_it(kernel):
     kernel.unload(keep_configfs_mounted=True)  # configfs mounted, the target modules not loaded
-    lab = Lab({"dump": REC["dump"], "sessions": REC["sessions"]})
+    lab = Lab({"dump": dict(REC["dump"], fabric_modules=CLOSED), "sessions": REC["sessions"]})
     out = run_module("fabric_lio_target", ARGS, [Kernel.modprobe_step()], extra_patches=lab.patches())
     assert out["_commands"] == [Kernel.modprobe_step()["command"]]
     assert out["changed"] is True and out["actions"] == ["load iscsi_target_mod (and target_core_mod)"]
     assert lab.applied == []  # the recorded state is converged: nothing else to do
+
+
+def test_the_recorded_open_discovery_is_closed_and_reported():
+    lab = Lab({"dump": REC["dump"], "sessions": REC["sessions"]})  # recorded before discovery was closed
+    out = run_module("fabric_lio_target", ARGS, diff=True, extra_patches=lab.patches())
+    assert out["changed"] is True and out["actions"][0].startswith("close_discovery")
+    assert out["diff"]["before"]["discovery"] == "open" and out["diff"]["after"]["discovery"] == "closed"
+    again = run_module("fabric_lio_target", ARGS, extra_patches=lab.patches())
+    assert again["changed"] is False
+
+
+def test_an_acl_without_chap_is_refused_unless_require_chap_is_false():
+    args = copy.deepcopy(ARGS)
+    args["targets"][0]["acls"][0].pop("chap")
+    lab = Lab(empty())
+    out = run_module("fabric_lio_target", args, extra_patches=lab.patches())
+    assert out["failed"] is True and "has no CHAP" in out["msg"] and lab.applied == []
+    out = run_module("fabric_lio_target", dict(args, require_chap=False), extra_patches=lab.patches())
+    assert out["changed"] is True and "failed" not in out
+
+
+def test_the_secrets_are_masked_in_the_logged_invocation():
+    """AnsibleModule logs its arguments to the node's journal while it starts; the CHAP secrets are no_log in
+    the argument spec, so that log line never carries them (they used to be registered only afterwards)."""
+    from ansible.module_utils import basic
+
+    logged: list = []
+    args = copy.deepcopy(ARGS)
+    args["targets"][0]["acls"][0]["chap"].update(mutual_userid="storage1", mutual_password="hcmutual00001")
+    lab = Lab(empty())
+    out = run_module("fabric_lio_target", args, extra_patches=[
+        *lab.patches(), mock.patch.object(basic.AnsibleModule, "log",
+                                          lambda self, msg, log_args=None: logged.append((msg, log_args)))])
+    assert out["changed"] is True and logged, "the module logged no invocation"
+    text = json.dumps(logged, default=str)
+    assert "hcsecret0001" not in text and "hcmutual00001" not in text
+    assert "gpu1" in text  # the rest of the arguments is logged as before

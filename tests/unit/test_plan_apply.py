@@ -12,7 +12,7 @@ import pytest
 from support import DATA, ScriptedRunner
 
 from fabric_core import iscsi, lio, lzc
-from fabric_core.errors import Busy, NotFound
+from fabric_core.errors import Busy
 from fabric_core.iscsi import SessionLive, plan_session, session_spec
 from fabric_core.runner import Runner
 
@@ -31,7 +31,7 @@ def record(**over) -> dict:
 
 def test_a_missing_record_is_created_then_every_setting_and_the_login_are_planned():
     spec = session_spec(portal="10.77.0.11", target_iqn=IQN)
-    plan = plan_session(spec, SessionLive(None, None, offered=[IQN]))
+    plan = plan_session(spec, SessionLive(None, None))
     assert [(s.op, s.key) for s in plan.steps] == [("create_record", ""), ("update", "node.startup"),
                                                    ("update", "node.session.auth.authmethod"), ("login", "")]
     assert plan.conflicts == [] and plan.warnings == [] and plan.creates_record
@@ -40,12 +40,13 @@ def test_a_missing_record_is_created_then_every_setting_and_the_login_are_planne
                           "node.session.auth.authmethod": "None"}
 
 
-def test_a_target_the_portal_does_not_offer_is_a_conflict_or_in_a_dry_run_a_warning():
+def test_a_missing_record_is_planned_alike_in_a_dry_run_and_a_real_run():
+    """The record is made from the target name given (the portal is never asked for a discovery), so a dry
+    run and a real run plan the same steps, with nothing to warn about."""
     spec = session_spec(portal=PORTAL, target_iqn=IQN)
-    real = plan_session(spec, SessionLive(None, None, offered=["iqn.2026-11.io.fabric.lab:other"]))
-    assert isinstance(real.conflicts[0], NotFound) and "does not offer" in real.conflicts[0].problem
-    dry = plan_session(spec, SessionLive(None, None, offered=[]), dry_run=True)
-    assert dry.conflicts == [] and "check mode assumes" in dry.warnings[0]
+    real = plan_session(spec, SessionLive(None, None))
+    dry = plan_session(spec, SessionLive(None, None), dry_run=True)
+    assert real.steps == dry.steps and real.conflicts == dry.conflicts == [] and dry.warnings == []
     assert dry.steps[0].op == "create_record" and dry.steps[-1].op == "login"
 
 
@@ -64,7 +65,10 @@ def test_new_credentials_on_a_live_session_warn_and_predict_a_masked_change():
     assert plan.updated == ["node.session.auth.password"] and "next login" in plan.warnings[0]
     assert plan.after["node.session.auth.password"] == "******** (changed)"
     assert "hdsecret12345" not in json.dumps([plan.before, plan.after, plan.warnings])
-    assert "'********'" in plan.steps[0].command and "hdsecret12345" not in plan.steps[0].command
+    (step,) = plan.steps
+    assert step.op == "write_secrets" and step.keys == ["node.session.auth.password"]
+    assert "hdsecret12345" not in step.command and "hdsecret12345" not in " ".join(step.argv)
+    assert json.loads(step.data) == {"node.session.auth.password": "hdsecret12345"}  # on stdin only
 
 
 def test_a_logout_under_a_mount_is_a_conflict_unless_the_caller_plans_that_unmount_in_a_dry_run():
@@ -117,7 +121,7 @@ def test_a_simulated_plan_is_converged_when_planned_again():
                  [{"initiator": "iqn.2026-11.io.fabric.lab:gpu1", "luns": ["rec_b"],
                    "chap": dict(chap, mutual_userid="", mutual_password="")}],
                  []):
-        actions = lio.plan(desired(acls), live, purge=True)
+        actions = lio.plan(desired(acls), live, purge=True)  # the first plan also closes discovery
         assert lio.changes(actions)
         live = lio.simulate(live, actions)
         assert lio.changes(lio.plan(desired(acls), live, purge=True)) == []
@@ -135,7 +139,8 @@ def test_removal_is_planned_in_the_table_order_and_simulated():
 
 def test_the_applier_of_a_dry_run_predicts_and_changes_nothing():
     live = {"dump": {"storage_objects": [], "targets": []}, "sessions": [], "devices": DEVICES}
-    state = lio.parse_desired(desired([{"initiator": "iqn.2026-11.io.fabric.lab:gpu1"}]))
+    state = lio.parse_desired(desired([{"initiator": "iqn.2026-11.io.fabric.lab:gpu1",
+                                        "chap": {"userid": "gpu1", "password": "hcsecret0001"}}]))
     out = lio.converge(state, live, lio.plan(state, live), dry_run=True, rts=object())
     assert out["changed"] and out["before"]["targets"] == {} and "done" not in out
     assert list(out["after"]["targets"]) == ["iqn.2026-11.io.fabric.lab:hc-new"]

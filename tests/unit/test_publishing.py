@@ -19,9 +19,12 @@ from fabricctl import context, main
 
 BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
 GPU1, GPU2, GPU9 = (f"iqn.2026-11.io.fabric.lab:{h}" for h in ("gpu1", "gpu2", "gpu9"))
+CHAPS = {GPU1: Chap("gpu1", "gpu1-s3cret-1", "storage1", "gpu1-mutual-1"),
+         GPU2: Chap("gpu2", "gpu2-s3cret-1", "storage1", "gpu2-mutual-1")}
+SECRETS = ("gpu1-s3cret-1", "gpu1-mutual-1", "gpu2-s3cret-1", "gpu2-mutual-1")
 SETTINGS = publish.Settings(iqn_base=BASE, backstore_prefix="fctl_", portal_ip="10.77.0.11", portal_port=3260,
                             dataset_root="tank/datasets", mount_root="/datasets", checkpoint_root="tank/checkpoints",
-                            checkpoint_mount_root="/checkpoints", chap=Chap("fabricctl", "s3cret-s3cret"))
+                            checkpoint_mount_root="/checkpoints", chap=CHAPS)
 
 
 class Host:
@@ -54,7 +57,8 @@ def live() -> dict:
         "targets": [target("ds.imagenet.v1", GPU1, GPU2, GPU9, lun="imagenet.v1"),
                     target("ds.imagenet.v2", GPU1, lun="imagenet.v2"), target("ds.imagenet-1k.v3", GPU2),
                     target("ck.llama.rw", GPU1, lun="llama.rw"), target("ck.llama.s100", GPU2),
-                    target("ck.llama.s200", GPU2)]},
+                    target("ck.llama.s200", GPU2)],
+        "fabric_modules": [{"name": "iscsi", "discovery_enable_auth": True}]},  # SendTargets discovery closed
         "sessions": [{"target": f"{BASE}:ds.imagenet.v1", "tpg": 1, "initiator": GPU2},
                      {"target": f"{BASE}:ds.imagenet.v2", "tpg": 1, "initiator": GPU1},
                      {"target": f"{BASE}:ds.imagenet.v1", "tpg": 1, "initiator": GPU9}],
@@ -143,7 +147,29 @@ def test_a_dry_run_publish_plans_every_change_of_the_storage_side(lio_state):
                            "lzc_hold tank/datasets/imagenet@v3 fabric:published"]
     assert [p for p in planned[2:] if not p.startswith("rtslib ")] == []
     assert f"rtslib create_acl {BASE}:ds.imagenet.v3 initiator={GPU2}" in planned
-    assert node.executed == [] and "s3cret-s3cret" not in repr(planned) + repr(out)
+    assert f"rtslib set_auth {BASE}:ds.imagenet.v3 initiator={GPU2} field=userid value=gpu2" in planned
+    assert node.executed == [] and not any(secret in repr(planned) + repr(out) for secret in SECRETS)
+
+
+def test_a_host_without_chap_is_refused_before_any_change(lio_state):
+    node = answering({})
+    gpu3 = Host("gpu3", "iqn.2026-11.io.fabric.lab:gpu3")
+    with pytest.raises(UserError, match="no CHAP credentials for initiator iqn.2026-11.io.fabric.lab:gpu3"):
+        publish.Publisher(SETTINGS, node, lambda host: None, [*HOSTS, gpu3]).export(
+            SETTINGS.dataset("imagenet", "v3", "ext4"), [gpu3])
+    assert not [p for p in node.planned if p[0] == "rtslib"]
+
+
+def test_publishing_revokes_the_acls_of_hosts_taken_out_of_the_configuration(lio_state):
+    """gpu9 has an ACL on v1 (and a session) but is no longer a host of the configuration: a publish of v1
+    cuts it off (no longer trusted) and says so; the configured hosts keep theirs."""
+    node = answering({})
+    lio_state["holds"]["tank/datasets/imagenet@v1"] = ["fabric:published"]
+    out = publisher(node).export(V1, [HOSTS[0]])
+    assert out["revoked"] == [GPU9] and out["lio_changed"] is True
+    deletes = [a.split(" (")[0] for a in out["lio_actions"] if a.startswith("delete_")]
+    assert deletes == [f"delete_mapped_lun {BASE}:ds.imagenet.v1 initiator={GPU9} index=0",
+                       f"delete_acl {BASE}:ds.imagenet.v1 initiator={GPU9}"]
 
 
 def test_publishing_again_to_more_hosts_keeps_the_acls_there_are(lio_state):
@@ -168,15 +194,24 @@ def test_withdrawing_the_last_host_plans_the_target_backstore_and_hold(lio_state
         publisher(answering({})).withdraw(V2, [], force=False)
 
 
-def test_withdrawing_some_hosts_reconciles_without_purging(lio_state):
-    """With hosts left, the export is reconciled for them without purge: the ACLs of the hosts that left
-    stay (as before the service; a later unpublish of the rest removes the whole target), and nothing
-    else of the export changes."""
+def test_withdrawing_some_hosts_revokes_their_acls(lio_state):
+    """With hosts left, the hosts that left lose their ACLs and mapped LUNs in the same run (a withdrawn host
+    cannot log in again), and so does gpu9, no longer configured (cut off although logged in); the hosts left
+    keep theirs, with their own CHAP set; the target and the hold stay."""
     node = answering({})
-    out = publisher(node).withdraw(V1, [GPU1], force=False)
-    assert out["released"] is False
-    assert not [a for a in out["lio_actions"] if a.startswith(("delete_", "create_"))]
+    out = publisher(node).withdraw(V1, [GPU1], force=False, detached=frozenset({GPU2}))
+    assert out["released"] is False and out["revoked"] == ["gpu2", GPU9]
+    deletes = [a.split(" (")[0] for a in out["lio_actions"] if a.startswith("delete_")]
+    assert deletes == [f"delete_mapped_lun {BASE}:ds.imagenet.v1 initiator={GPU2} index=0",
+                       f"delete_mapped_lun {BASE}:ds.imagenet.v1 initiator={GPU9} index=0",
+                       f"delete_acl {BASE}:ds.imagenet.v1 initiator={GPU2}",
+                       f"delete_acl {BASE}:ds.imagenet.v1 initiator={GPU9}"]
+    assert not any(a.startswith(("create_", "delete_target")) for a in out["lio_actions"])
     assert ("lzc_release", "tank/datasets/imagenet@v1", "fabric:published") not in node.planned
+    with pytest.raises(lio.Busy, match=GPU2):  # gpu2 still logged in (not detached in this run): refused
+        publisher(answering({})).withdraw(V1, [GPU1], force=False)
+    forced = publisher(answering({})).withdraw(V1, [GPU1], force=True)  # --force cuts it off
+    assert forced["revoked"] == ["gpu2", GPU9]
 
 
 # --- the host side, in a dry run -------------------------------------------------------------------
@@ -207,9 +242,11 @@ def test_attach_plans_the_session_the_mount_and_current(lio_state):
     assert out["changed"] and out["current"] == "v2" and out["switched"] is True
     assert out["device"] == f"/dev/disk/by-path/ip-{PORTAL}-iscsi-{BASE}:ds.imagenet.v2-lun-0"
     assert out["commands"][-1] == "systemctl start unit" and any("--login" in c for c in out["commands"])
-    assert any("node.session.auth.password -v '********'" in c for c in out["commands"])
+    assert any(c.startswith("write node.session.auth.password, node.session.auth.password_in into the node record")
+               for c in out["commands"])
     assert ("mv", "-T", "/datasets/imagenet/current.fabric-tmp", "/datasets/imagenet/current") in host.planned
-    assert host.executed == [] and "s3cret-s3cret" not in repr(out["commands"])
+    assert host.executed == [] and not any(secret in repr(out) + repr(host.planned) for secret in SECRETS)
+    assert not any(argv[:3] == ("iscsiadm", "-m", "discovery") for argv in host.seen)  # the portal is not asked
 
 
 def test_an_older_version_leaves_current_alone(lio_state):
@@ -240,11 +277,10 @@ pool: tank
 iqn_base: {BASE}
 portal: {{ip: 10.77.0.11}}
 hosts:
-  gpu1: {{address: 10.77.0.21, initiator: "{GPU1}"}}
-  gpu2: {{address: 10.77.0.22, initiator: "{GPU2}"}}
+  gpu1: {{address: 10.77.0.21, initiator: "{GPU1}", chap: {{userid: gpu1, password: gpu1-s3cret-1}}}}
+  gpu2: {{address: 10.77.0.22, initiator: "{GPU2}", chap: {{userid: gpu2, password: gpu2-s3cret-1}}}}
 groups:
   gpu_nodes: [gpu1, gpu2]
-chap: {{userid: fabricctl, password: s3cret-s3cret}}
 """
 
 
@@ -295,7 +331,7 @@ def test_a_dry_run_publish_from_the_command_line(fabricctl_node, capsys):
     out = json.loads(capsys.readouterr().out)
     assert status == 0 and set(out) == {"ref", "target", "dry_run", "storage", "hosts", "mountpoint", "planned"}
     assert out["target"] == f"{BASE}:ds.imagenet.v2" and out["dry_run"] is True
-    assert set(out["storage"]) == {"held", "snapdev", "lio_changed", "lio_actions", "warnings"}
+    assert set(out["storage"]) == {"held", "snapdev", "lio_changed", "lio_actions", "revoked", "warnings"}
     assert {h: r["status"] for h, r in out["hosts"].items()} == {"gpu1": "ok", "gpu2": "ok"}
     assert set(out["hosts"]["gpu2"]["result"]) == {"changed", "device", "mountpoint", "commands", "current",
                                                    "switched"}
@@ -310,7 +346,17 @@ def test_a_dry_run_unpublish_from_the_command_line(fabricctl_node, capsys):
     out = json.loads(capsys.readouterr().out)
     assert status == 0 and set(out) == {"ref", "dry_run", "hosts", "storage", "foreign_acls"}
     assert sorted(out["hosts"]) == ["gpu1", "gpu2"] and out["foreign_acls"] == [GPU9]
-    assert set(out["storage"]) == {"acls_left", "lio_actions", "released"} and out["storage"]["acls_left"] == [GPU9]
+    assert set(out["storage"]) == {"acls_left", "revoked", "lio_actions", "released"}
+    # every ACL goes with the target: gpu1 and gpu2 logged out (planned), gpu9 is no longer configured
+    assert out["storage"]["acls_left"] == [] and out["storage"]["revoked"] == ["gpu1", "gpu2", GPU9]
+    assert any(a.startswith("delete_target") for a in out["storage"]["lio_actions"])
+
+
+def test_a_dry_run_unpublish_from_one_host_revokes_its_acl(fabricctl_node, capsys):
+    status, _ = fabricctl_node("unpublish", "imagenet@v1", "--from", "gpu2", "--dry-run")
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0 and out["storage"]["acls_left"] == ["gpu1"] and out["storage"]["revoked"] == ["gpu2", GPU9]
+    assert f"delete_acl {BASE}:ds.imagenet.v1 initiator={GPU2}" in " ".join(out["storage"]["lio_actions"])
 
 
 def test_listing_versions_from_the_command_line(fabricctl_node, capsys):
@@ -326,5 +372,7 @@ def test_a_job_with_restores_is_not_retired_and_a_restore_is_removed(fabricctl_n
     status, _ = fabricctl_node("checkpoint", "restore", "llama", "--step", "100", "--to", "gpu2", "--remove",
                                "--dry-run")
     out = json.loads(capsys.readouterr().out)
-    assert status == 0 and set(out) == {"job", "step", "hosts", "still_restored_to", "released", "dry_run"}
+    assert status == 0 and set(out) == {"job", "step", "hosts", "still_restored_to", "revoked", "lio_actions",
+                                        "released", "dry_run"}
     assert out["still_restored_to"] == [] and out["hosts"]["gpu2"]["status"] == "ok"
+    assert out["revoked"] == ["gpu2"] and any(a.startswith("delete_target") for a in out["lio_actions"])
