@@ -42,7 +42,8 @@ Exit statuses:
 """ + "".join(f"  {status:>3}  {meaning}\n" for status, meaning in EXIT_STATUSES)
 
 GROUP_HELP = {"dataset": "staging volumes and sealed versions of training datasets",
-              "checkpoint": "checkpoint volumes and snapshots of training jobs"}
+              "checkpoint": "checkpoint volumes and snapshots of training jobs",
+              "access": "who may log in to this node's exports (per-host CHAP, revocation)"}
 # the options every command shares, declared once
 JSON_HELP = "print the result as JSON (for scripts)"
 DRY_RUN_HELP = "do every read and every check, change nothing, and print the plan"

@@ -1,6 +1,7 @@
 """One module per command; ALL lists them in the order `fabricctl --help` shows them."""
 
 from . import (
+    access_sync,
     checkpoint_list,
     checkpoint_restore,
     checkpoint_rollback,
@@ -21,4 +22,4 @@ from . import (
 
 ALL = [dataset_create, dataset_ingest, dataset_seal, dataset_destroy, publish, unpublish, list_versions, status,
        verify, checkpoint_volume_create, checkpoint_volume_destroy, checkpoint_snapshot, checkpoint_list,
-       checkpoint_restore, checkpoint_rollback, rotate]
+       checkpoint_restore, checkpoint_rollback, rotate, access_sync]

@@ -1,5 +1,6 @@
 """The fabric as this storage node sees it: pool health and capacity, published versions with
-their holds, and the iSCSI sessions of each host.
+their holds, the iSCSI sessions of each host, and how access is guarded (per-host CHAP, SendTargets
+discovery closed). It warns when exports go without CHAP (insecure_no_chap) or discovery is open.
 
 Examples:
   fabricctl status
@@ -39,12 +40,30 @@ def collect(ctx) -> dict:
         if to or holds:
             published.append({"ref": f"{r['name_short']}@{r['snapshot']}", "target": pub.settings.target_iqn(export),
                               "published_to": to, "holds": holds})
+    access = {"chap": "off (insecure_no_chap)" if cfg.insecure_no_chap else "per-host",
+              "discovery": "closed" if index.discovery_closed() else "open"}
     return {"pool": pool, "published": published,
-            "sessions": {h: sorted(t) for h, t in sorted(index.sessions().items())}}
+            "sessions": {h: sorted(t) for h, t in sorted(index.sessions().items())},
+            "access": access, "warnings": access_warnings(access)}
+
+
+def access_warnings(access: dict) -> list[str]:
+    """What an operator must know about how this node's exports are guarded."""
+    out = []
+    if access["chap"] != "per-host":
+        out.append("exports have no CHAP (insecure_no_chap: true): any host on the storage network that sets "
+                   "another's initiator name gets its exports, its writable checkpoint volumes included; only for "
+                   "an isolated lab (fabric_insecure_no_chap in the inventory)")
+    if access["discovery"] != "closed":
+        out.append("SendTargets discovery is open on this node: any host on the storage network can list target "
+                   "names; the next publish (or playbooks/site.yml) closes it")
+    return out
 
 
 def run(ctx, args) -> int:
     data = collect(ctx)
+    for warning in data["warnings"]:
+        ctx.note(f"fabricctl: warning: {warning}")
     if args.json:
         ctx.emit(data)
         return 0
@@ -58,4 +77,5 @@ def run(ctx, args) -> int:
         print("nothing published")
     for host, targets in data["sessions"].items():
         print(f"sessions of {host}: {len(targets)} ({', '.join(t.split(':', 1)[-1] for t in targets)})")
+    print(f"access: CHAP {data['access']['chap']}, SendTargets discovery {data['access']['discovery']}")
     return 0

@@ -253,6 +253,10 @@ class ExportIndex:
         """The host name of an initiator (its IQN when no known host has it)."""
         return self._name(initiator)
 
+    def discovery_closed(self) -> bool:
+        """Whether SendTargets discovery is closed on this node (``lio.discovery_closed``)."""
+        return lio.discovery_closed(self.live)
+
     def unknown_initiators(self, export: Export) -> list[str]:
         """Initiators with an ACL on the export that no host of the configuration has (a host taken out of it)."""
         return [i for i in self.initiators(export) if i not in self.hosts]

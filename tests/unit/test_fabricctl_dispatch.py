@@ -60,7 +60,8 @@ lock: {{wait_seconds: 0}}
 EXPECTED_TABLE = {0: "success", 1: "refused", 2: "usage", 3: "partial", 4: "lock", 5: "unexpected", 130: "interrupted"}
 MUTATING = {("dataset", "create"), ("dataset", "ingest"), ("dataset", "seal"), ("dataset", "destroy"), ("publish",),
             ("unpublish",), ("checkpoint", "volume", "create"), ("checkpoint", "volume", "destroy"),
-            ("checkpoint", "snapshot"), ("checkpoint", "restore"), ("checkpoint", "rollback"), ("rotate",)}
+            ("checkpoint", "snapshot"), ("checkpoint", "restore"), ("checkpoint", "rollback"), ("rotate",),
+            ("access", "sync")}
 
 
 @pytest.fixture

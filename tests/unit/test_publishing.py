@@ -13,7 +13,7 @@ from fabric_core import lio, lzc, publish, zfs
 from fabric_core.errors import UserError
 from fabric_core.rules import Chap
 from fabric_core.runner import Runner
-from support import AnsweringRunner, snapshot_listing
+from support import DATA, AnsweringRunner, snapshot_listing
 
 from fabricctl import context, main
 
@@ -310,7 +310,8 @@ def fabricctl_node(lio_state, monkeypatch, tmp_path):
         return lambda argv: listing([r for r in rows if r["name"].startswith((argv[-1] + "/", argv[-1] + "@"))])
 
     answers = {("zfs", "list", "-j", "-p", "-t", "volume"): under(volumes),
-               ("zfs", "list", "-j", "-p", "-t", "snapshot"): under(snapshots)}
+               ("zfs", "list", "-j", "-p", "-t", "snapshot"): under(snapshots),
+               ("zpool", "list"): (0, (DATA / "zfs23b" / "tank_list.json").read_text(), "")}
     monkeypatch.setattr(context, "LocalRunner", lambda dry_run: AnsweringRunner(answers, dry_run=dry_run,
                                                                                 default=None))
     hosts = {"gpu1": gpu(GPU1), "gpu2": gpu(GPU2)}
@@ -376,3 +377,27 @@ def test_a_job_with_restores_is_not_retired_and_a_restore_is_removed(fabricctl_n
                                         "released", "dry_run"}
     assert out["still_restored_to"] == [] and out["hosts"]["gpu2"]["status"] == "ok"
     assert out["revoked"] == ["gpu2"] and any(a.startswith("delete_target") for a in out["lio_actions"])
+
+
+def test_a_dry_run_access_sync_revokes_hosts_no_longer_configured_and_sets_each_hosts_chap(fabricctl_node, capsys):
+    """gpu9 has ACLs (and a session) but is not in the configuration: cut off everywhere; gpu1 and gpu2 get their
+    own CHAP credentials on every ACL they have; their node records are checked on the hosts with sessions."""
+    status, hosts = fabricctl_node("access", "sync", "--dry-run")
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0 and out["dry_run"] is True and set(out) == {"dry_run", "targets", "revoked", "hosts"}
+    assert out["revoked"] == {f"{BASE}:ds.imagenet.v1": [GPU9]}
+    v2 = out["targets"][f"{BASE}:ds.imagenet.v2"]["lio_actions"]
+    assert f"set_auth {BASE}:ds.imagenet.v2 initiator={GPU1} field=userid value=gpu1 (CHAP of this host)" in v2
+    assert not any("gpu1-s3cret-1" in a for t in out["targets"].values() for a in t["lio_actions"])
+    assert sorted(out["hosts"]) == ["gpu1", "gpu2"]  # both have sessions to this node's targets
+    assert all(h.executed == [] for h in hosts.values())
+
+
+def test_status_says_how_access_is_guarded_and_warns_without_chap(fabricctl_node, capsys, tmp_path):
+    status, _ = fabricctl_node("status")
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert status == 0 and out["access"] == {"chap": "per-host", "discovery": "closed"} and out["warnings"] == []
+    from fabricctl.commands.status import access_warnings
+    warned = access_warnings({"chap": "off (insecure_no_chap)", "discovery": "open"})
+    assert len(warned) == 2 and "no CHAP" in warned[0] and "discovery is open" in warned[1]
