@@ -1,11 +1,13 @@
 """Take a consistent checkpoint snapshot of a job: freeze on the writer, snapshot, thaw.
 
-On the writer host: `sync -f` then `fsfreeze -f` on CHECKPOINT_MOUNT_ROOT/JOB (new writes wait,
-everything written so far is on the volume); on this node: one libzfs_core call creates
-JOB@step-N together with its user properties (fabric:step, fabric:metric.NAME, fabric:tags,
-created-at); then `fsfreeze -u` on the writer, whatever happened (a failed snapshot still
-thaws). The freeze window (freeze to thaw, as this node sees it) is measured and reported.
-If the writer cannot be reached, nothing is frozen and no snapshot is taken.
+On the writer host: `sync -f`, then a systemd timer that thaws the file system after
+defaults.thaw_after_seconds (30) whatever happens to fabricctl (killed, connection lost), then
+`fsfreeze -f` on CHECKPOINT_MOUNT_ROOT/JOB (new writes wait, everything written so far is on the
+volume); on this node: one libzfs_core call creates JOB@step-N together with its user properties
+(fabric:step, fabric:metric.NAME, fabric:tags, created-at); then `fsfreeze -u` on the writer,
+whatever happened (a failed snapshot still thaws), and the timer is stopped. The freeze window is
+measured and reported; a snapshot that took as long as the timer (it may have been thawed first)
+is discarded. If the writer cannot be reached, nothing is frozen and no snapshot is taken.
 
 Examples:
   fabricctl checkpoint snapshot llama-7b --step 12000 --metric loss=1.734 --tag nightly
@@ -13,9 +15,7 @@ Examples:
 
 from __future__ import annotations
 
-import time
-
-from fabric_core import lzc, mounts, publish
+from fabric_core import freeze, lzc, mounts, publish
 from fabric_core.errors import AlreadyExists, UserError
 from fabric_core.names import validate_fabric_name
 from fabric_core.rules import KIND_CHECKPOINT, KIND_PROP, MANAGED_PROP
@@ -87,23 +87,14 @@ def run(ctx, args) -> int:
         out = {"job": job, "snapshot": snap, "writer": writer.name, "properties": props, "dry_run": True}
         ctx.report(out, f"would freeze {mountpoint} on {writer.name}, snapshot {snap}, thaw")
         return 0
-    runner.run(["sync", "-f", mountpoint])
-    frozen_at = time.monotonic()
-    runner.run(["fsfreeze", "-f", mountpoint])
-    snapshot_error = None
-    try:
+
+    def take() -> None:
+        faults.pause("checkpoint-snapshot")  # the lab's SIGKILL test stops fabricctl here, the writer frozen
         faults.point("checkpoint-snapshot")
         lzc.snapshot([snap], props, runner=ctx.local)
-    except BaseException as exc:  # noqa: BLE001 - re-raised after the thaw
-        snapshot_error = exc
-    finally:
-        thaw = runner.run(["fsfreeze", "-u", mountpoint], check=False)
-        window = time.monotonic() - frozen_at
-    if thaw.rc != 0 and "Invalid argument" not in thaw.stderr:  # EINVAL: it was not frozen
-        raise UserError(f"could not thaw {mountpoint} on {writer.name}: {thaw.stderr.strip()}",
-                        f"run `fsfreeze -u {mountpoint}` on {writer.name} now: writes to it are blocked")
-    if snapshot_error is not None:
-        raise snapshot_error
+
+    _, window = freeze.snapshot_frozen(runner, mountpoint, take, limit=cfg.defaults.thaw_after_seconds,
+                                       discard=lambda: lzc.destroy_snapshots([snap], runner=ctx.local))
     out = {"job": job, "step": args.step, "snapshot": snap, "writer": writer.name, "metrics": metrics, "tags": tags,
            "freeze_seconds": round(window, 3), "dry_run": False}
     ctx.report(out, f"checkpoint {job} step {args.step}: {snap} (writes frozen on {writer.name} for "
