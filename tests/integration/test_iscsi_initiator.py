@@ -128,6 +128,7 @@ def role_vars(info: dict, *names: str, password: str | None = None) -> dict:
     # the lab inventory gives GPU nodes default CHAP credentials (for storage1's own exports);
     # this test's targets carry their own settings, so the defaults are cleared here
     no_default_chap = {f"iscsi_initiator_chap_{k}": "" for k in ("username", "password", "username_in", "password_in")}
+    no_default_chap["iscsi_initiator_chap_per_host"] = False  # these raw exports carry CHAP only where given
     return {"iscsi_initiator_iqn": info["initiator"], "iscsi_initiator_exports": exports, **no_default_chap}
 
 

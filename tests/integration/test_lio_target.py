@@ -25,6 +25,7 @@ ANSIBLE = str(REPO / ".venv" / "bin" / "ansible")
 CFS = "/sys/kernel/config/target"
 SECRET = "hc-Secret-0042"  # 14 characters: inside the enforced 12..16
 WRONG = "hc-Wrong-00042"
+SECRET2 = "hc-Gpu2-Secret2"  # gpu2's own: two ACLs never share a secret
 
 
 def initiator_name(host) -> str:
@@ -132,7 +133,7 @@ def test_lio_target_read_only_export_with_chap(hosts, lab, export_env):
 
     step("check mode on a change plans it from real reads and changes nothing")
     tree = configfs_tree(storage, iqn, env["backstore"])
-    gpu2_acl = {"initiator": env["gpu2"], "chap": {"userid": "gpu1", "password": SECRET}}
+    gpu2_acl = {"initiator": env["gpu2"], "chap": {"userid": "gpu2", "password": SECRET2}}
     planned = module(lab, desired(env, acls=[*desired(env)["targets"][0]["acls"], gpu2_acl]), check=True)
     assert planned["changed"] is True and any(a.startswith("create_acl") for a in planned["actions"]), planned
     assert configfs_tree(storage, iqn, env["backstore"]) == tree
@@ -164,9 +165,19 @@ def test_lio_target_read_only_export_with_chap(hosts, lab, export_env):
     step("a writable export with two ACLs is refused with a clear message; nothing changes")
     tree = configfs_tree(storage, iqn, env["backstore"])
     two = desired(env, writable=True, luns=[{"name": "vol", "device": env["dev"], "readonly": False}],
-                  acls=[{"initiator": env["gpu1"]}, {"initiator": env["gpu2"]}])
+                  acls=[{"initiator": env["gpu1"], "chap": {"userid": "gpu1", "password": SECRET}},
+                        {"initiator": env["gpu2"], "chap": {"userid": "gpu2", "password": SECRET2}}])
     refused = module(lab, two)
     assert refused["_status"] == "FAILED!" and "exactly one writer" in refused["msg"], refused
+    assert configfs_tree(storage, iqn, env["backstore"]) == tree
+
+    step("two hosts sharing a CHAP secret, and an ACL without CHAP: refused without the secret, nothing changes")
+    same = {"initiator": env["gpu2"], "chap": {"userid": "gpu2", "password": SECRET}}
+    shared = module(lab, desired(env, acls=[*desired(env)["targets"][0]["acls"], same]))
+    assert shared["_status"] == "FAILED!" and "share a CHAP secret" in shared["msg"], shared
+    assert SECRET not in json.dumps(shared)
+    bare = module(lab, desired(env, acls=[{"initiator": env["gpu1"]}]))
+    assert bare["_status"] == "FAILED!" and "has no CHAP" in bare["msg"], bare
     assert configfs_tree(storage, iqn, env["backstore"]) == tree
 
     step("purge while gpu1 is logged in: refused (Busy), nothing changes")

@@ -65,20 +65,24 @@ def test_dataset_names_inside_a_pool_and_chap_in_both_views():
 # --- the preflights themselves, through ansible-playbook ------------------------------------------
 
 def asserts_of(role: str, names: list[str]) -> list[dict]:
-    """The named assert tasks of a role's preflight, each registering its result instead of failing."""
+    """The named assert tasks of a role's preflight, each registering its result instead of failing, after the
+    preflight's facts that give the asserts the values without their secrets (the "... without their secrets"
+    set_fact tasks the asserts loop over)."""
     tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / "preflight.yml").read_text())
-    chosen = []
+    prepare = [t for t in tasks if "without their secrets" in t.get("name", "") and "ansible.builtin.set_fact" in t]
+    chosen: list[dict] = []
     for name in names:
         task = copy.deepcopy(next(t for t in tasks if t.get("name") == name and "ansible.builtin.assert" in t))
         task.pop("no_log", None)
         chosen.append(dict(task, ignore_errors=True, register=f"r{len(chosen)}"))
-    return chosen
+    return [*prepare, *chosen]
 
 
 def run_asserts(tmp_path, role: str, names: list[str], variables: dict) -> tuple[list[bool], str]:
     """(failed? per assert task, the playbook's output)."""
     tasks = asserts_of(role, names)
-    report = "{{ [" + ", ".join(f"r{i}.failed | default(false)" for i in range(len(tasks))) + "] | to_json }}"
+    count = sum(1 for t in tasks if "register" in t)
+    report = "{{ [" + ", ".join(f"r{i}.failed | default(false)" for i in range(count)) + "] | to_json }}"
     defaults = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text()) or {}
     play = [{"hosts": "localhost", "gather_facts": False, "vars": {**defaults, **variables},
              "tasks": [*tasks, {"ansible.builtin.debug": {"msg": "FAILED=" + report}}]}]
@@ -111,7 +115,8 @@ def test_iscsi_initiator_preflight(tmp_path):
 
 
 LIO_TARGET = ["Preflight | base IQN looks valid", "Preflight | target names are unique and valid",
-              "Preflight | initiator IQNs look valid", "Preflight | CHAP secrets are 12-16 characters"]
+              "Preflight | initiator IQNs look valid",
+              "Preflight | CHAP given in an ACL is complete, with 12-16 character secrets"]
 TARGET = {"name": "storage1-exports", "luns": [{"name": "welcome", "device": "/dev/zvol/tank/exports/welcome"}],
           "acls": [{"initiator": "iqn.2026-11.io.fabric.lab:gpu1",
                     "chap": {"userid": "gpu1", "password": SECRET, "mutual_userid": "s1", "mutual_password": OTHER}}]}
@@ -131,18 +136,30 @@ FABRICCTL = ["Preflight | ZFS names and the IQN base look valid",
              "Preflight | paths are absolute and mount roots are not system directories",
              "Preflight | SSH settings and limits are sane",
              "Preflight | every GPU node has a valid name, address and initiator",
-             "Preflight | CHAP is complete, with 12-16 character secrets"]
+             "Preflight | no CHAP secret shared by every GPU node (fabricctl_chap is gone)"]
 
 
 def test_fabricctl_preflight(tmp_path):
     good = {"fabric_iqn_base": "iqn.2026-11.io.fabric.lab", "fabricctl_metrics": ["loss", "accuracy"],
-            "__fabricctl_hosts": {"gpu1": {"address": "10.77.0.21", "initiator": "iqn.2026-11.io.fabric.lab:gpu1"}},
-            "fabricctl_chap": {"userid": "fabricctl", "password": SECRET}}
+            "__fabricctl_hosts": {"gpu1": {"address": "10.77.0.21", "initiator": "iqn.2026-11.io.fabric.lab:gpu1"}}}
     assert run_asserts(tmp_path, "fabricctl", FABRICCTL, good)[0] == [False] * 5
     bad = dict(good, fabricctl_dataset_root="tank", fabricctl_staging_root="/srv", fabricctl_default_fs="btrfs",
                __fabricctl_hosts={"gpu1": {"address": "10.77.0.21", "initiator": "iqn.2026-11.io.fabric.lab:GPU1"}},
-               fabricctl_chap={"userid": "fabricctl", "password": SECRET, "mutual_userid": "s1",
-                               "mutual_password": SECRET})
+               fabricctl_chap={"userid": "fabricctl", "password": SECRET})
     failed, out = run_asserts(tmp_path, "fabricctl", FABRICCTL, bad)
     assert failed == [True, True, True, True, True]
     assert "fabricctl_staging_root (/srv) must be an absolute, normalised path" in out
+
+
+def test_lio_target_acl_without_chap_is_refused_unless_insecure(tmp_path):
+    """An ACL with no chap of its own and no GPU node (no per-host secret) is refused: anyone setting the
+    initiator name would be let in; a GPU node's initiator gets its per-host secret; fabric_insecure_no_chap allows."""
+    check = ["Preflight | every ACL has CHAP, its own or its GPU node's (unless fabric_insecure_no_chap)"]
+    bare = dict(TARGET, acls=[{"initiator": "iqn.2026-11.io.fabric.lab:gpu1"}])
+    base = {"lio_target_base_iqn": "iqn.2026-11.io.fabric.lab", "lio_target_targets": [bare],
+            "__lio_target_chap": {"initiators": {}, "chap": {}}}
+    failed, out = run_asserts(tmp_path, "lio_target", check, base)
+    assert failed == [True] and "has no CHAP" in out and "fabric_insecure_no_chap" in out
+    known = dict(base, __lio_target_chap={"initiators": {"iqn.2026-11.io.fabric.lab:gpu1": "gpu1"}, "chap": {}})
+    assert run_asserts(tmp_path, "lio_target", check, known)[0] == [False]
+    assert run_asserts(tmp_path, "lio_target", check, dict(base, fabric_insecure_no_chap=True))[0] == [False]

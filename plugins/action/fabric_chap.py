@@ -1,0 +1,185 @@
+# Copyright: the gpu-storage-fabric authors. Apache-2.0.
+# gpu-storage-fabric: action plugin fabric_chap (per-host CHAP secrets, on the controller). The rules live in
+# module_utils/fabric_core/chap.py.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: fabric_chap
+short_description: Per-GPU-node CHAP secrets, generated into Ansible Vault when missing, rotated on request
+description:
+  - Runs on the controller. For every host of O(hosts), the host's own CHAP secrets (its password, and the
+    target's password for mutual CHAP): a rotation asked for in C(fabric_chap_rotate) and not done yet, else a
+    rotated pair of the store, else the operator's C(vault_fabric_chap[HOST]), else a generated pair of the store,
+    else a new pair generated into the store (fabric_core.chap).
+  - The store is an Ansible-Vault-encrypted YAML file (C(fabric_chap_store), default
+    C(<inventory_dir>/fabric-chap.vault.yml)), encrypted with the vault id of C(fabric_chap_vault_id), else the
+    one the store was encrypted with, else the only vault id loaded; never written in plaintext, written
+    atomically (mode 0600) under a lock, so the hosts of one run agree. Check mode writes nothing.
+  - Refuses two hosts sharing a secret and a malformed secret, never showing one.
+  - With C(fabric_insecure_no_chap) true (an isolated lab only) it returns no credentials.
+  - Its result carries the secrets and is always no_log; register it.
+options:
+  hosts:
+    description: The GPU nodes whose credentials are wanted (inventory names).
+    type: list
+    elements: str
+    required: true
+notes:
+  - Site variables read (task variables) C(fabric_chap_store), C(fabric_chap_vault_id), C(fabric_chap_rotate)
+    (C({HOST: ROTATION_ID}), a new pair once per id), C(fabric_chap_mutual) (default true),
+    C(fabric_chap_target_userid) (the targets' name in mutual CHAP, default C(fabric-target)),
+    C(vault_fabric_chap) (the operator's pairs), C(fabric_insecure_no_chap).
+author: gpu-storage-fabric
+"""
+
+RETURN = r"""
+chap:
+  description: HOST -> its credentials in LIO's names (userid, password, mutual_userid, mutual_password).
+  type: dict
+initiators:
+  description: The initiator name of each host of O(hosts) that is an inventory host -> the host.
+  type: dict
+generated:
+  description: Hosts whose secrets were generated in this call (or would be, in check mode).
+  type: list
+rotated:
+  description: Hosts whose secrets were rotated in this call (or would be, in check mode).
+  type: list
+insecure:
+  description: C(fabric_insecure_no_chap) is true; no credentials are returned.
+  type: bool
+"""
+
+import contextlib
+import fcntl
+import os
+import tempfile
+
+import ansible.module_utils
+import yaml
+from ansible import constants
+from ansible.parsing.vault import VaultLib, match_encrypt_secret, parse_vaulttext_envelope
+from ansible.plugins.action import ActionBase
+
+for _path in constants.DEFAULT_MODULE_UTILS_PATH or []:  # the controller does not add them itself
+    if _path not in ansible.module_utils.__path__:
+        ansible.module_utils.__path__.append(_path)
+
+from ansible.module_utils.fabric_core import chap, names  # noqa: E402
+from ansible.module_utils.fabric_core.errors import FabricError, UserError  # noqa: E402
+from ansible.module_utils.fabric_core.rules import LIO  # noqa: E402
+
+ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
+HEADER = ("# Per-GPU-node CHAP secrets, generated and rotated by the fabric_chap action plugin (Ansible Vault).\n"
+          "# Do not edit: remove a host's entry to have a new secret generated, or set fabric_chap_rotate.\n")
+
+
+def _role_default(role: str, name: str):
+    with open(os.path.join(ROLES, role, "defaults", "main.yml")) as fh:
+        return (yaml.safe_load(fh) or {}).get(name)
+
+
+class Store:
+    """The vault file of generated and rotated pairs: read and written under one lock per file."""
+
+    def __init__(self, path: str, vault: VaultLib, vault_id: str | None):
+        self.path = path
+        self.vault = vault
+        self.vault_id = vault_id
+
+    @contextlib.contextmanager
+    def locked(self):
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        with open(self.path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the other hosts of the run wait: they read what this one wrote
+            yield
+
+    def read(self) -> dict:
+        try:
+            with open(self.path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            return {}
+        _, _, _, vault_id = parse_vaulttext_envelope(data)
+        self.vault_id = self.vault_id or vault_id
+        loaded = yaml.safe_load(self.vault.decrypt(data)) or {}
+        return dict(loaded.get(chap.STORE_KEY) or {})
+
+    def write(self, store: dict) -> None:
+        vault_id, secret = match_encrypt_secret(self.vault.secrets, encrypt_vault_id=self.vault_id)
+        text = HEADER + yaml.safe_dump({chap.STORE_KEY: store}, sort_keys=True, default_flow_style=False)
+        encrypted = self.vault.encrypt(text, secret=secret, vault_id=vault_id)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.path) or ".", prefix=".fabric-chap.")
+        try:
+            with os.fdopen(fd, "wb") as fh:  # mkstemp: mode 0600 from the start
+                fh.write(encrypted)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset({"hosts"})
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        result["_ansible_no_log"] = True  # it carries secrets, whatever the task says
+        task_vars = task_vars or {}
+        hosts = [str(h) for h in self._task.args.get("hosts") or []]
+        tv = self._templar.copy_with_new_env(available_variables=task_vars)
+
+        def var(name, default=None):
+            value = task_vars.get(name, default)
+            return tv.template(value) if value is not None else default
+
+        if bool(var("fabric_insecure_no_chap", False)):
+            result.update(changed=False, chap={}, initiators={}, generated=[], rotated=[], insecure=True)
+            return result
+        try:
+            store_path = str(var("fabric_chap_store") or os.path.join(str(task_vars.get("inventory_dir") or "."),
+                                                                       "fabric-chap.vault.yml"))
+            store = Store(store_path, self._loader._vault, var("fabric_chap_vault_id"))
+            if not store.vault.secrets:
+                raise UserError("no Ansible Vault secret is loaded, so the per-host CHAP secrets cannot be kept",
+                                "run with the inventory's vault id (ansible.cfg's vault_identity_list, or "
+                                "--vault-id NAME@prompt)")
+            with store.locked():
+                out = chap.resolve(hosts, given=var("vault_fabric_chap", {}), stored=store.read(),
+                                   rotate=var("fabric_chap_rotate", {}))
+                changed = bool(out["generated"] or out["rotated"])
+                if changed and not self._task.check_mode:
+                    store.write(out["store"])
+            mutual = bool(var("fabric_chap_mutual", True))
+            target_userid = str(var("fabric_chap_target_userid", "fabric-target"))
+            creds = {h: chap.credentials(h, pair, target_userid=target_userid, mutual=mutual).fields(LIO, compact=True)
+                     for h, pair in out["secrets"].items()}
+        except FabricError as err:
+            result.update(failed=True, msg=str(err))
+            return result
+        result.update(changed=changed, chap=creds, initiators=self._initiators(hosts, task_vars, tv),
+                      generated=out["generated"], rotated=out["rotated"], insecure=False, store=store_path)
+        return result
+
+    def _initiators(self, hosts, task_vars, tv) -> dict:
+        """The initiator name each host presents (the iscsi_initiator role's rule: iscsi_initiator_iqn, else
+        <iscsi_initiator_iqn_base, else the role's default base>:<host>) -> the host."""
+        out = {}
+        hostvars = task_vars.get("hostvars") or {}
+        for host in hosts:
+            if host not in hostvars:
+                continue
+            hv = hostvars[host]
+            iqn = hv.get("iscsi_initiator_iqn")
+            if not iqn:
+                base = hv.get("iscsi_initiator_iqn_base") or _role_default("iscsi_initiator",
+                                                                          "iscsi_initiator_iqn_base")
+                iqn = names.host_iqn(str(tv.template(base)), host)
+            out[str(iqn)] = host
+        return out
