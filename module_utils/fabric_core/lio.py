@@ -689,15 +689,15 @@ class _Planner:
         # ACLs
         live_acls = {a["node_wwn"]: a for a in tpg.get("node_acls", [])}
         wanted_acls = {a.initiator: a for a in spec.acls}
+        # a declared target's ACLs are its whole access list: an initiator taken off it loses its ACL (access
+        # withdrawn is revoked on the target, not left to purge); a logged-in one only with force
         for initiator in sorted(live_acls):
             if initiator in wanted_acls:
                 continue
-            if self.purge:
-                self.check_busy(f"ACL {initiator}", iqn, [initiator])
-                self.add("delete_acl", iqn, "not in desired state", initiator=initiator)
-            else:
-                self.keep("acl", f"{iqn} {initiator}", "not in desired state; purge: true removes it")
+            self.check_busy(f"ACL {initiator}", iqn, [initiator])
+            self.add("delete_acl", iqn, "not in desired state (access withdrawn)", initiator=initiator)
         ro = {lun.name: lun.readonly for lun in spec.luns}
+        declared = {index_of[lun.name] for lun in spec.luns}
         for acl in spec.acls:
             live_acl = live_acls.get(acl.initiator)
             if live_acl is None:
@@ -709,12 +709,13 @@ class _Planner:
                     continue
                 if (iqn, acl.initiator, index) in self.deleted_maps:
                     continue  # already deleted with its TPG LUN
-                if index in wanted_maps or self.purge:
+                if index in wanted_maps or index in declared or self.purge:
+                    # a declared LUN taken off the ACL is access withdrawn: unmapped without purge
                     self.check_busy(f"mapped LUN {index}", iqn, [acl.initiator])
                     self.delete_map(iqn, acl.initiator, index, "not in desired state")
                 else:
                     self.keep("mapped_lun", f"{iqn} {acl.initiator} lun {index}",
-                              "not in desired state; purge: true removes it")
+                              "its LUN is not in desired state; purge: true removes both")
             for index, readonly in sorted(wanted_maps.items()):
                 m = live_maps.get(index)
                 if m is None or m.get("tpg_lun") != index or index in recreated_luns:
@@ -1065,11 +1066,14 @@ def empty_live(desired: DesiredState | None = None) -> dict:
 
 
 def reconcile(desired: dict | DesiredState, *, purge: bool = False, force: bool = False, dry_run: bool = False,
-              save_config: bool = True, save_file: str = SAVE_FILE, rts=None, runner=None) -> dict:
+              save_config: bool = True, save_file: str = SAVE_FILE, rts=None, runner=None,
+              predicted: dict | None = None) -> dict:
     """Read, plan, apply (unless dry_run); return a plain result for modules and fabricctl.
 
     With a runner, LIO's kernel side is made ready first (configfs, modules); a dry run on a node
-    where it is not plans from an empty state and says what it would load, loading nothing."""
+    where it is not plans from an empty state and says what it would load, loading nothing.
+    ``predicted`` (dry runs only): plan from this live state (``simulate``'s, after a plan made earlier in the
+    same dry run) instead of reading LIO, which those planned changes did not reach."""
     state = parse_desired(desired)
     warnings = []
     loading = ensure_kernel(runner) if runner is not None else []
@@ -1077,6 +1081,8 @@ def reconcile(desired: dict | DesiredState, *, purge: bool = False, force: bool 
         warnings.append(f"LIO is not loaded on this node: check mode would {' and '.join(loading)}, and plans "
                         "from an empty configuration")
         before = empty_live(state)
+    elif dry_run and predicted is not None:
+        before = copy.deepcopy(predicted)
     else:
         rts = rts or _rtslib()
         before = read_live(state, rts)

@@ -358,7 +358,8 @@ class Publisher:
         # hosts taken out of the configuration lose their access first (they are no longer trusted)
         revoke = self.revoke_unknown(export, index)
         initiators = set(index.initiators(export)) - set(revoke["revoked_initiators"]) | {h.initiator for h in hosts}
-        result = self._lio(lio.reconcile(self.settings.desired(export, initiators), dry_run=self.dry_run))
+        result = self._lio(lio.reconcile(self.settings.desired(export, initiators), dry_run=self.dry_run,
+                                         predicted=revoke.get("predicted")))
         return {"held": held, "snapdev": changed_snapdev, "lio_changed": result["changed"] or bool(revoke["revoked"]),
                 "lio_actions": revoke["lio_actions"] + result["actions"], "revoked": revoke["revoked"],
                 "warnings": result.get("warnings", [])}
@@ -388,8 +389,10 @@ class Publisher:
                                   cut_off=self.unknown(export, index))
         gone = lio.revoked(actions)
         result = self._lio(lio.converge(self._state(), index.live, actions, dry_run=self.dry_run))
+        # a dry run's next plan starts from LIO as these changes would leave it
         return {"revoked": [index.name_of(i) for i in gone], "revoked_initiators": gone,
-                "lio_actions": result["actions"]}
+                "lio_actions": result["actions"],
+                "predicted": lio.simulate(index.live, actions) if self.dry_run else None}
 
     def _state(self) -> lio.DesiredState:
         return lio.DesiredState(base_iqn=self.settings.iqn_base, backstore_prefix=self.settings.backstore_prefix,

@@ -128,16 +128,27 @@ def test_add_an_acl_maps_all_luns_read_only():
 
 
 def test_acl_restricted_to_some_luns():
+    """An ACL's LUN list is its access: a LUN taken off it is unmapped without purge (withdrawal revokes);
+    while the initiator is logged in only with force."""
     acls = [{"initiator": GPU1, "luns": ["rec_a"], "chap": {"userid": "gpu1", "password": "hcsecret0001"}}]
-    # dropping a mapped LUN of a logged-in initiator needs purge and then force
-    kept = [a.params["name"] for a in lio.plan(desired(acls=acls), live()) if a.op == "keep"]
-    assert f"{IQN} {GPU1} lun 1" in kept
-    assert ops(lio.plan(desired(acls=acls), live())) == []
     with pytest.raises(Busy, match="mapped LUN 1"):
-        lio.plan(desired(acls=acls), live(), purge=True)
-    actions = lio.changes(lio.plan(desired(acls=acls), live(sessions=False), purge=True))
-    assert [a.describe() for a in actions] == [
+        lio.plan(desired(acls=acls), live())
+    forced = lio.changes(lio.plan(desired(acls=acls), live(), force=True))
+    actions = lio.changes(lio.plan(desired(acls=acls), live(sessions=False)))
+    assert [a.describe() for a in actions] == [a.describe() for a in forced] == [
         f"delete_mapped_lun {IQN} initiator={GPU1} index=1 (not in desired state)"]
+
+
+def test_an_initiator_taken_off_a_declared_target_loses_its_acl_without_purge():
+    """Withdrawal revokes: the declared ACL list is the target's whole access list."""
+    other = "iqn.2026-11.io.fabric.lab:gpu9"
+    acls = [{"initiator": other, "chap": {"userid": "gpu9", "password": "hcsecret0009"}}]
+    with pytest.raises(Busy, match=f"ACL {GPU1}"):
+        lio.plan(desired(acls=acls), live())
+    actions = lio.changes(lio.plan(desired(acls=acls), live(sessions=False)))
+    assert f"delete_acl {IQN} initiator={GPU1} (not in desired state (access withdrawn))" in [
+        a.describe() for a in actions]
+    assert any(a.op == "create_acl" for a in actions)
 
 
 def test_removing_a_lun_needs_purge_and_refuses_a_busy_lun():
