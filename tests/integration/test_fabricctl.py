@@ -219,9 +219,12 @@ def journal_records(storage, since: str, command: str) -> list[dict]:
 
 
 def test_unreachable_host_is_reported_and_the_others_finish(hosts, storage, fctl):
+    # gpu9 (no such VM) with its own CHAP credentials: the configuration refuses a host without them
     env = edited_config(storage, "/tmp/with-gpu9.yml",
                         "c['hosts']['gpu9'] = {'address': '10.77.0.99', "
-                        "'initiator': 'iqn.2026-11.io.fabric.lab:gpu9'}; c['ssh']['connect_timeout'] = 3")
+                        "'initiator': 'iqn.2026-11.io.fabric.lab:gpu9', "
+                        "'chap': dict(c['hosts']['gpu1']['chap'], userid='gpu9', password='gpu9-nosuch-p01', "
+                        "mutual_password='gpu9-nosuch-m01')}; c['ssh']['connect_timeout'] = 3")
     since = storage.check_output("date +%s")
     res = fctl("publish", f"{NAME}@v2", "--to", "gpu1,gpu9", env=env)
     assert res.rc == 3, res.stderr  # partial: gpu1 done, gpu9 failed
