@@ -222,6 +222,23 @@ def pytest_collection_finish(session):
         print(f"\nfile order (seed {shuffled[0]}): {' '.join(shuffled[1])}", flush=True)
 
 
+_FILE_SECONDS: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    """Seconds per test file (setup, call and teardown of its tests, fixtures that build lab state included)."""
+    name = Path(report.nodeid.split("::", 1)[0]).name
+    _FILE_SECONDS[name] = _FILE_SECONDS.get(name, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The time of each file in the order run (docs/testing.md's timings table is made from it)."""
+    if _FILE_SECONDS:
+        terminalreporter.section("seconds per file (in the order run)")
+        for name, seconds in _FILE_SECONDS.items():
+            terminalreporter.write_line(f"{seconds:8.1f} s  {name}")
+
+
 MOLECULE = Path(sys.executable).parent / "molecule"
 
 
