@@ -1,6 +1,6 @@
 #!/bin/bash
 # More OpenZFS 2.3 recordings (run ON a lab storage node as root, like record.sh):
-#   scp -F .lab/ssh_config tests/unit/data/zfs23b/record-more.sh storage1:/tmp/ && \
+#   scp -F .lab/ssh_config tests/unit/data/zfs23b/{record-more.sh,record-lib.sh} storage1:/tmp/ && \
 #   python3 lab/labctl.py ssh storage1 'bash /tmp/record-more.sh /tmp/zfs23b' && \
 #   scp -F .lab/ssh_config -r 'storage1:/tmp/zfs23b/*' tests/unit/data/zfs23b/
 # - zfs get/list in JSON WITHOUT --json-int (-j -p: numbers as strings, so user properties such as
@@ -11,17 +11,8 @@
 # Only sparse files under /var/tmp (pools z23x_*), destroyed at the end.
 set -u
 out=${1:?usage: record-more.sh OUTDIR}
-mkdir -p "$out"
-: >"$out/commands-more.tsv"
-export LC_ALL=C
-T=/var/tmp
-rec() {  # rec NAME EXT CMD...
-    local name=$1 ext=$2; shift 2
-    "$@" >"$out/$name.$ext" 2>"$out/$name.stderr"
-    local rc=$?
-    [ -s "$out/$name.stderr" ] || rm -f "$out/$name.stderr"
-    printf '%s\t%s\t%s\n' "$name.$ext" "$rc" "$*" >>"$out/commands-more.tsv"
-}
+TSV=commands-more.tsv
+. "$(dirname "$0")/record-lib.sh"
 for f in a b c d e f g; do truncate -s 1G $T/z23x_$f.img; done
 
 rec x_create_n txt zpool create -n -o ashift=12 -O fabric:managed=true z23x_rz raidz2 $T/z23x_a.img $T/z23x_b.img \

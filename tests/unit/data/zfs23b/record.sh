@@ -1,6 +1,6 @@
 #!/bin/bash
 # Record OpenZFS 2.3 outputs, text and JSON, on a lab storage node (run ON the node as root):
-#   scp -F .lab/ssh_config tests/unit/data/zfs23b/record.sh storage1:/tmp/ && \
+#   scp -F .lab/ssh_config tests/unit/data/zfs23b/{record.sh,record-lib.sh} storage1:/tmp/ && \
 #   python3 lab/labctl.py ssh storage1 'bash /tmp/record.sh /tmp/zfs23' && \
 #   scp -F .lab/ssh_config -r 'storage1:/tmp/zfs23/*' tests/unit/data/zfs23b/
 # Uses only sparse files under /var/tmp (pools z23_rec, z23_mir, z23_one, z23_unm) and reads the
@@ -11,17 +11,8 @@
 # NAME, exit status and the command.
 set -u
 out=${1:?usage: record.sh OUTDIR}
-mkdir -p "$out"
-: >"$out/commands.tsv"
-export LC_ALL=C
-T=/var/tmp
-rec() {  # rec NAME EXT CMD...
-    local name=$1 ext=$2; shift 2
-    "$@" >"$out/$name.$ext" 2>"$out/$name.stderr"
-    local rc=$?
-    [ -s "$out/$name.stderr" ] || rm -f "$out/$name.stderr"
-    printf '%s\t%s\t%s\n' "$name.$ext" "$rc" "$*" >>"$out/commands.tsv"
-}
+TSV=commands.tsv
+. "$(dirname "$0")/record-lib.sh"
 J="-j --json-int"
 for f in r1 r2 r3 nvme1 nvme2 log1 log2 cache spare m1 m2 m3 m4 s1 unm; do truncate -s 1G $T/z23_$f.img; done
 truncate -s 2G $T/z23_nvme1.img $T/z23_nvme2.img $T/z23_spare.img
