@@ -35,21 +35,26 @@ STORAGE = "storage1"
 POOL = "benchmq"
 DISKS = ["/dev/disk/by-id/ata-LAB_HDD_8TB_7200_HDD1006", "/dev/disk/by-id/ata-LAB_HDD_8TB_7200_HDD1007"]
 PARAM = "/sys/module/zfs/parameters/zvol_use_blk_mq"
-CASES = {"arc_hot": {"size": "256M", "props": "-o primarycache=all"},
-         "from_disk": {"size": "1G", "props": "-o primarycache=metadata"}}
+CASES = {"arc_hot": {"mib": 256, "props": "-o primarycache=all"},
+         "from_disk": {"mib": 1024, "props": "-o primarycache=metadata"}}
 JOBS = {"rand128k": "--rw=randread --bs=128k --numjobs=2 --iodepth=16",
         "seq1m": "--rw=read --bs=1M --numjobs=1 --iodepth=4"}
 SECONDS = 20
 
 
+def sh(host: str, command: str, **kw) -> str:
+    """A command's standard output on a lab VM, stripped (labbench.ssh gives the whole CompletedProcess)."""
+    return ssh(host, command, **kw).stdout.strip()
+
+
 def preflight() -> dict:
-    if ssh(STORAGE, f"test -e {PARAM} && echo yes", check=False) != "yes":
+    if sh(STORAGE, f"test -e {PARAM} && echo yes", check=False) != "yes":
         raise BenchError(f"{PARAM} is missing: this bench needs OpenZFS 2.3 on {STORAGE}")
     for disk in DISKS:
-        if ssh(STORAGE, f"blkid -p {disk} >/dev/null 2>&1; echo $?", check=False) != "2" \
-                and ssh(STORAGE, f"zpool status -P {POOL} 2>/dev/null | grep -c {disk}", check=False) != "1":
+        if sh(STORAGE, f"blkid -p {disk} >/dev/null 2>&1; echo $?", check=False) != "2" \
+                and sh(STORAGE, f"zpool status -P {POOL} 2>/dev/null | grep -c {disk}", check=False) != "1":
             raise BenchError(f"{disk} is not blank: another test or bench is using it")
-    return {"before": ssh(STORAGE, f"cat {PARAM}"), "version": ssh(STORAGE, "cat /sys/module/zfs/version")}
+    return {"before": sh(STORAGE, f"cat {PARAM}"), "version": sh(STORAGE, "cat /sys/module/zfs/version")}
 
 
 def leftovers(lab: dict) -> list[str]:
@@ -57,15 +62,15 @@ def leftovers(lab: dict) -> list[str]:
 
 
 def cleanup(lab: dict) -> list[str]:
-    ssh(STORAGE, f"zpool destroy -f {POOL} 2>/dev/null; for d in {' '.join(DISKS)}; do "
+    sh(STORAGE, f"zpool destroy -f {POOL} 2>/dev/null; for d in {' '.join(DISKS)}; do "
                  "zpool labelclear -f $d-part1 2>/dev/null; wipefs -qa $d; done; "
                  f"echo {lab.get('before', '0')} > {PARAM}", check=False)
-    left = ssh(STORAGE, f"zpool list -H -o name {POOL} 2>/dev/null", check=False)
+    left = sh(STORAGE, f"zpool list -H -o name {POOL} 2>/dev/null", check=False)
     return [f"pool {POOL}"] if left else []
 
 
 def fio(device: str, job: str) -> dict:
-    out = ssh(STORAGE, f"fio --name=b --filename={device} --direct=1 --ioengine=libaio {JOBS[job]} "
+    out = sh(STORAGE, f"fio --name=b --filename={device} --direct=1 --ioengine=libaio {JOBS[job]} "
                        f"--time_based --runtime={SECONDS} --group_reporting --output-format=json", timeout=600)
     read = json.loads(out[out.index("{"):])["jobs"][0]["read"]
     return {"MBps": round(read["bw_bytes"] / 1e6, 1), "iops": round(read["iops"]),
@@ -74,21 +79,21 @@ def fio(device: str, job: str) -> dict:
 
 def measure(lab: dict) -> dict:
     say(f"pool {POOL}: mirror of the two free HDDs; volumes for the two cases")
-    ssh(STORAGE, f"zpool create -f -o ashift=12 {POOL} mirror {' '.join(DISKS)}")
+    sh(STORAGE, f"zpool create -f -o ashift=12 {POOL} mirror {' '.join(DISKS)}")
     for case, c in CASES.items():
-        ssh(STORAGE, f"zfs create -V {c['size']} -o volblocksize=128K -o compression=off {c['props']} {POOL}/{case}"
-                     f" && udevadm settle && dd if=/dev/urandom of=/dev/zvol/{POOL}/{case} bs=1M oflag=direct "
-                     "status=none", timeout=1800)
+        sh(STORAGE, f"zfs create -V {c['mib']}M -o volblocksize=128K -o compression=off {c['props']} {POOL}/{case}"
+                     f" && udevadm settle && dd if=/dev/urandom of=/dev/zvol/{POOL}/{case} bs=1M "
+                     f"count={c['mib']} oflag=direct status=none", timeout=1800)
     results: dict = {case: {job: {"0": [], "1": []} for job in JOBS} for case in CASES}
     for round_ in (1, 2):
         for setting in ("0", "1"):
             say(f"round {round_}: zvol_use_blk_mq={setting} (pool exported and imported)")
-            ssh(STORAGE, f"zpool export {POOL} && echo {setting} > {PARAM} && zpool import -d /dev/disk/by-id {POOL} "
+            sh(STORAGE, f"zpool export {POOL} && echo {setting} > {PARAM} && zpool import -d /dev/disk/by-id {POOL} "
                          "&& udevadm settle")
-            mq = ssh(STORAGE, f"ls /sys/block/$(basename $(readlink -f /dev/zvol/{POOL}/arc_hot))/mq 2>/dev/null "
+            mq = sh(STORAGE, f"ls /sys/block/$(basename $(readlink -f /dev/zvol/{POOL}/arc_hot))/mq 2>/dev/null "
                               "| wc -l", check=False)
             results.setdefault("mq_queues", {})[setting] = int(mq or 0)
-            ssh(STORAGE, f"dd if=/dev/zvol/{POOL}/arc_hot of=/dev/null bs=1M status=none")  # warm the ARC
+            sh(STORAGE, f"dd if=/dev/zvol/{POOL}/arc_hot of=/dev/null bs=1M status=none")  # warm the ARC
             for case in CASES:
                 for job in JOBS:
                     results[case][job][setting].append(fio(f"/dev/zvol/{POOL}/{case}", job))
@@ -96,7 +101,7 @@ def measure(lab: dict) -> dict:
 
 
 def median(rows: list[dict], key: str) -> float:
-    return statistics.median(r[key] for r in rows)
+    return round(statistics.median(r[key] for r in rows), 2)
 
 
 def rows(lab: dict, res: dict, when: str) -> list[str]:
@@ -124,7 +129,9 @@ def rows(lab: dict, res: dict, when: str) -> list[str]:
             f"Block-layer queues seen under /sys/block/zdN/mq: {res.get('mq_queues', {})}. Figures also in "
             "`bench/results/zvol_mq.json`.", "", *table, "",
             "ARC-hot: a 256 MiB volume read once before, so the reads come from RAM and only the zvol layer "
-            "differs; from disk: a 1 GiB volume with primarycache=metadata. rand128k: random 128 KiB reads, 2 jobs "
+            "differs; from disk: a 1 GiB volume with primarycache=metadata (the emulated disks are image files "
+            "that the host's page cache holds, so these are not HDD speeds: they show the zvol and ZFS read path "
+            "with the ARC out of the way). rand128k: random 128 KiB reads, 2 jobs "
             "at depth 16; seq1m: sequential 1 MiB reads, 1 job at depth 4. The roles leave zvol_use_blk_mq at "
             "its default (0) unless these ratios, on real hardware, say otherwise: see the storage_base README.",
             "", "Absolute numbers are bound by software emulation; compare ratios."]
