@@ -83,7 +83,7 @@ bench-checkpoint: venv ## issue 5 benchmark on the running lab: rotate vs sanoid
 	$(PY) bench/checkpoint_bench.py
 
 lint: venv ## ruff over the Python code
-	$(VENV)/bin/ruff check lab fabricctl module_utils library tests
+	$(VENV)/bin/ruff check lab fabricctl module_utils library tests plugins bench
 
 lock: ## re-pin requirements/constraints.txt from requirements/dev.in
 	rm -rf $(VENV).lock && $(PYTHON) -m venv $(VENV).lock
