@@ -66,18 +66,13 @@ for _path in constants.DEFAULT_MODULE_UTILS_PATH or []:  # the controller does n
     if _path not in ansible.module_utils.__path__:
         ansible.module_utils.__path__.append(_path)
 
-from ansible.module_utils.fabric_core import chap, names  # noqa: E402
+from ansible.module_utils.fabric_core import chap  # noqa: E402
 from ansible.module_utils.fabric_core.errors import FabricError, UserError  # noqa: E402
+from ansible.module_utils.fabric_core.inventory import HostVars, initiator_name  # noqa: E402
 from ansible.module_utils.fabric_core.rules import LIO  # noqa: E402
 
-ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 HEADER = ("# Per-GPU-node CHAP secrets, generated and rotated by the fabric_chap action plugin (Ansible Vault).\n"
           "# Do not edit: remove a host's entry to have a new secret generated, or set fabric_chap_rotate.\n")
-
-
-def _role_default(role: str, name: str):
-    with open(os.path.join(ROLES, role, "defaults", "main.yml")) as fh:
-        return (yaml.safe_load(fh) or {}).get(name)
 
 
 class Store:
@@ -163,23 +158,12 @@ class ActionModule(ActionBase):
         except FabricError as err:
             result.update(failed=True, msg=str(err))
             return result
-        result.update(changed=changed, chap=creds, initiators=self._initiators(hosts, task_vars, tv),
+        result.update(changed=changed, chap=creds, initiators=self._initiators(hosts, task_vars),
                       generated=out["generated"], rotated=out["rotated"], insecure=False, store=store_path)
         return result
 
-    def _initiators(self, hosts, task_vars, tv) -> dict:
-        """The initiator name each host presents (the iscsi_initiator role's rule: iscsi_initiator_iqn, else
-        <iscsi_initiator_iqn_base, else the role's default base>:<host>) -> the host."""
-        out = {}
-        hostvars = task_vars.get("hostvars") or {}
-        for host in hosts:
-            if host not in hostvars:
-                continue
-            hv = hostvars[host]
-            iqn = hv.get("iscsi_initiator_iqn")
-            if not iqn:
-                base = hv.get("iscsi_initiator_iqn_base") or _role_default("iscsi_initiator",
-                                                                          "iscsi_initiator_iqn_base")
-                iqn = names.host_iqn(str(tv.template(base)), host)
-            out[str(iqn)] = host
-        return out
+    def _initiators(self, hosts, task_vars) -> dict:
+        """The initiator name each host of the inventory presents (inventory.initiator_name, the iscsi_initiator
+        role's rule) -> the host."""
+        return {initiator_name(HostVars(self._templar, task_vars, host), host): host
+                for host in hosts if host in (task_vars.get("hostvars") or {})}

@@ -28,10 +28,7 @@ options:
 author: gpu-storage-fabric
 """
 
-import os
-
 import ansible.module_utils
-import yaml
 from ansible import constants
 from ansible.plugins.action import ActionBase
 
@@ -42,36 +39,7 @@ for _path in constants.DEFAULT_MODULE_UTILS_PATH or []:  # the controller does n
 # the core library, imported as the modules (and plugins/test/fabric.py) import it
 from ansible.module_utils.fabric_core import site  # noqa: E402
 from ansible.module_utils.fabric_core.errors import FabricError  # noqa: E402
-
-ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
-
-
-def _role_default(role: str, name: str):
-    with open(os.path.join(ROLES, role, "defaults", "main.yml")) as fh:
-        return (yaml.safe_load(fh) or {}).get(name)
-
-
-class _HostVars:
-    """One host's variables as its own tasks would see them: the inventory's raw values, templated with that
-    host's variables plus hostvars and groups (a group variable may name another host's variable).
-
-    ansible-core templates only trusted text (what the inventory and playbooks hold); the roles' defaults
-    read here from their files are used as literal values."""
-
-    def __init__(self, templar, task_vars: dict, host: str):
-        self._raw = task_vars["hostvars"].raw_get(host)
-        context = dict(self._raw)
-        context.update(hostvars=task_vars["hostvars"], groups=task_vars["groups"], inventory_hostname=host)
-        self._templar = templar.copy_with_new_env(available_variables=context)
-
-    def get(self, key: str, default=None):
-        if key not in self._raw:
-            return default
-        value = self._templar.template(self._raw[key])
-        return default if value is None else value
-
-    def template(self, value):
-        return self._templar.template(value)
+from ansible.module_utils.fabric_core.inventory import HostVars, initiator_name, role_default  # noqa: E402
 
 
 class ActionModule(ActionBase):
@@ -87,7 +55,7 @@ class ActionModule(ActionBase):
         views = {}
         try:
             for name in groups.get("all", []):
-                views[name] = self._view(name, _HostVars(self._templar, task_vars, name), groups, storage_group,
+                views[name] = self._view(name, HostVars(self._templar, task_vars, name), groups, storage_group,
                                          gpu_group)
             site.require(views, storage_group=storage_group, gpu_group=gpu_group)
         except FabricError as err:
@@ -97,28 +65,19 @@ class ActionModule(ActionBase):
                       hosts=sorted(views))
         return result
 
-    def _template(self, value, hv):
-        return hv.template(value)
-
     def _view(self, name, hv, groups, storage_group, gpu_group) -> site.HostView:
         member = sorted(g for g, hosts in groups.items() if name in hosts and g not in ("all", "ungrouped"))
         address = str(hv.get("fabric_storage_address") or hv.get("ansible_host") or name)
         view = site.HostView(name=name, groups=member, address=address)
         if gpu_group in member:
-            initiator = hv.get("iscsi_initiator_iqn")
-            if not initiator:
-                base = (hv.get("iscsi_initiator_iqn_base")
-                        or _role_default("iscsi_initiator", "iscsi_initiator_iqn_base"))
-                initiator = f"{self._template(base, hv)}:{name}"
-            view.initiator = str(initiator)
+            view.initiator = initiator_name(hv, name)
             view.chap_password = str(hv.get("iscsi_initiator_chap_password") or "")
             for e in hv.get("iscsi_initiator_exports") or []:
                 view.exports.append(site.Export(name=str(e.get("name", "?")), portal=str(e.get("portal", "")),
                                                 target_iqn=str(e.get("target_iqn", ""))))
         if storage_group in member:
             targets = hv.get("lio_target_targets") or []
-            base = self._template(hv.get("lio_target_base_iqn")
-                                  or _role_default("lio_target", "lio_target_base_iqn"), hv)
+            base = hv.template(hv.get("lio_target_base_iqn") or role_default("lio_target", "lio_target_base_iqn"))
             for t in targets:  # the lio_target role's rule: a target's IQN is `iqn`, else BASE:NAME
                 acls = t.get("acls") or []
                 view.targets.append(site.Target(
