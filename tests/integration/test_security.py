@@ -40,6 +40,7 @@ from conftest import (
 
 sys.path.insert(0, str(REPO / "module_utils"))
 from fabric_core.freeze import thaw_unit  # noqa: E402
+from fabric_core.iscsi import NODE_RECORD_ROOTS  # noqa: E402
 
 LAB_BASE = "iqn.2026-11.io.fabric.lab"  # fabric_iqn_base of the lab inventory
 WELCOME = f"{LAB_BASE}:storage1-exports"  # the lio_target role's export of the lab
@@ -50,7 +51,7 @@ JOB = SHARED  # a checkpoint job named like the shared dataset: their LIO names 
 RESTORE_STEP = 1
 PRIVATE = "/root/.fabric-security"  # 0700 on every node: config copies, saved records, samples
 NODES = ("storage1", "gpu1", "gpu2")
-NODE_DBS = "/etc/iscsi/nodes /var/lib/iscsi/nodes"  # open-iscsi's node records: Debian 12, Debian 13
+NODE_DBS = " ".join(NODE_RECORD_ROOTS)  # where open-iscsi keeps node records (Debian 12, Debian 13)
 SPARE_ADDRESS = "10.77.0.98"  # an address of the storage network no lab VM has
 # root reads everything; without these two capabilities it meets file modes as root over NFS with
 # root_squash would (how a source directory becomes unreadable to the ingest)
@@ -123,10 +124,11 @@ print(json.dumps({"hosts": c.get("hosts") or {}, "ssh": c.get("ssh") or {}, "iqn
 '''
 
 # On a GPU node: put settings (secrets among them) into the node record of IQN for iface IFACE; argv IQN
-# IFACE, stdin a JSON object {key: value}. The record file only, mode 0600, as the fabric writes it.
+# IFACE ROOT..., stdin a JSON object {key: value}. That iface's record file only (the product's
+# iscsi.RECORD_WRITER writes every iface's record of a portal), mode 0600, as the fabric writes it.
 WRITE_RECORD = r'''
 import glob, json, os, sys
-iqn, iface = sys.argv[1], sys.argv[2]
+iqn, iface, *roots = sys.argv[1:]
 values = json.load(sys.stdin)
 def iface_of(path):
     with open(path) as fh:
@@ -135,7 +137,7 @@ def iface_of(path):
                 return line.split("=", 1)[1].strip()
     return "default"
 paths = []
-for root in ("/etc/iscsi/nodes", "/var/lib/iscsi/nodes"):  # Debian 12, Debian 13
+for root in roots:
     for entry in glob.glob(os.path.join(root, glob.escape(iqn), "*")):
         if os.path.isdir(entry):  # PORTAL,PORT,TPGT/IFACE
             if os.path.isfile(os.path.join(entry, iface)):
@@ -217,7 +219,8 @@ def ssh_stdin(lab, host: str, command: str, data: str = "", timeout: float = 600
 
 
 def write_record(lab, host: str, iqn: str, iface: str, values: dict) -> None:
-    res = ssh_stdin(lab, host, shlex.join(["python3", "-c", WRITE_RECORD, iqn, iface]), json.dumps(values))
+    command = shlex.join(["python3", "-c", WRITE_RECORD, iqn, iface, *NODE_RECORD_ROOTS])
+    res = ssh_stdin(lab, host, command, json.dumps(values))
     assert res.returncode == 0, res.stderr
 
 
