@@ -61,7 +61,9 @@ EXPECTED_TABLE = {0: "success", 1: "refused", 2: "usage", 3: "partial", 4: "lock
 MUTATING = {("dataset", "create"), ("dataset", "ingest"), ("dataset", "seal"), ("dataset", "destroy"), ("publish",),
             ("unpublish",), ("checkpoint", "volume", "create"), ("checkpoint", "volume", "destroy"),
             ("checkpoint", "snapshot"), ("checkpoint", "restore"), ("checkpoint", "rollback"), ("rotate",),
-            ("access", "sync")}
+            ("access", "sync"), ("replicate",), ("checkpoint", "replicate")}
+# replica-serve changes the fabric for one request only (receive), so its MUTATING is a function of the request
+BY_REQUEST = {("replica-serve",)}
 
 
 @pytest.fixture
@@ -329,9 +331,20 @@ def test_no_chap_secret_ever_reaches_the_record_or_the_lock(fab, records, monkey
 
 def test_every_command_declares_whether_it_changes_the_fabric():
     declared = {module.PATH: module.MUTATING for module in commands.ALL}
-    assert all(isinstance(v, bool) for v in declared.values())
-    assert {path for path, mutating in declared.items() if mutating} == MUTATING
-    assert len(declared) == len(MUTATING) + 4  # list, status, verify, checkpoint list
+    assert {path for path, v in declared.items() if not isinstance(v, bool)} == BY_REQUEST
+    assert {path for path, mutating in declared.items() if mutating is True} == MUTATING
+    read_only = {path for path, mutating in declared.items() if mutating is False}
+    assert read_only >= {("list",), ("status",), ("verify",), ("checkpoint", "list")}, read_only
+
+
+def test_replica_serve_takes_the_lock_for_a_receive_only(monkeypatch):
+    from fabricctl.commands import replica_serve
+    from fabricctl.main import build_parser, changes
+
+    for request, mutating in (("state tank/datasets/x", False), ("receive tank/datasets/x - storage1", True), ("", False)):
+        monkeypatch.setenv("SSH_ORIGINAL_COMMAND", request)
+        args = build_parser().parse_args(["replica-serve"])
+        assert changes(replica_serve, args) is mutating
 
 
 def test_a_change_holds_the_node_lock_while_it_runs(fab, monkeypatch, node_lock_in_tmp):

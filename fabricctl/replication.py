@@ -1,0 +1,234 @@
+"""Replication to the other storage nodes, for `fabricctl replicate` and `fabricctl checkpoint replicate`,
+and the restricted command those nodes run for it (`fabricctl replica-serve`).
+
+This node (the source) reads its volume and, over SSH, the target's (``Peer.state``), plans with
+``fabric_core.replicate.plan`` and runs each transfer: ``zfs send`` here, piped by
+``fabric_core.replicate.Pump`` into ``ssh TARGET receive ...`` (OpenSSH: the stream is the one place
+where the SSH client's speed matters). The target's side is ``serve``: the fabricctl key of a storage
+node is authorized on the others with ``command="fabricctl replica-serve",restrict`` (role fabricctl),
+so that key can only ask for the state of a volume under the target's own dataset or checkpoint root,
+or receive into one; it cannot run a shell, read another volume, or destroy anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+from fabric_core import lzc, replicate
+from fabric_core.errors import CommandError, FabricError, UserError
+from fabric_core.names import validate_dataset_name, validate_hostname
+
+from .output import ProgressBar, human_bytes
+
+
+class PeerError(FabricError):
+    """Another storage node could not be reached, or refused."""
+
+
+class Peer:
+    """Another storage node, reached with OpenSSH and fabricctl's key; it runs only ``replica-serve``."""
+
+    def __init__(self, node, ssh):
+        self.node = node
+        self.ssh = ssh
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    def argv(self, *words: str) -> list[str]:
+        s = self.ssh
+        return ["ssh", "-i", s.key_file, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", f"UserKnownHostsFile={s.known_hosts}", "-o", f"ConnectTimeout={int(s.connect_timeout)}",
+                "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "LogLevel=ERROR",
+                "-p", str(s.port), "-l", s.user, self.node.address, "--", shlex.join(words)]
+
+    def state(self, dataset: str) -> replicate.Side:
+        proc = subprocess.run(self.argv("state", dataset), capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise self.error("read the state of " + dataset, proc.returncode, proc.stderr)
+        try:
+            return replicate.Side.from_dict(json.loads(proc.stdout))
+        except ValueError:
+            raise PeerError(f"{self.name} answered `state {dataset}` with something else than JSON: "
+                            f"{proc.stdout[:200]!r}", "install the same fabricctl on every storage node "
+                            "(playbooks/fabricctl.yml)") from None
+
+    def error(self, what: str, rc: int, stderr: str) -> PeerError:
+        detail = " ".join(stderr.split())[:500] or "no message"
+        if rc == 255:
+            return PeerError(f"cannot reach storage node {self.name} ({self.node.address}) to {what}: {detail}",
+                             "check that it is up and that playbooks/fabricctl.yml ran on both storage nodes (it "
+                             "authorizes each node's key on the others and records their host keys)")
+        return PeerError(f"{self.name} could not {what} (exit {rc}): {detail}",
+                         "read the message above; `journalctl -t fabricctl` on it has the record")
+
+
+def wanted_versions(rows: list[dict], version: str | None, every: bool) -> list[str]:
+    """The snapshot names to replicate: one version, or every one (``--all``), oldest first."""
+    if every:
+        return [r["snapshot"] for r in rows]
+    return [version] if version else []
+
+
+def replicate_to(ctx, dataset: str, wanted: list[str], node_names: list[str], *, force: bool = False,
+                 limit: int = 0, label: str = "") -> list[dict]:
+    """Bring ``wanted`` snapshots of ``dataset`` to each named storage node; one result per node."""
+    cfg = ctx.config
+    if not cfg.node:
+        raise UserError("this node's name is not in the fabricctl configuration (`node:`)",
+                        "re-run playbooks/fabricctl.yml: the role writes it")
+    peers = [Peer(cfg.storage_node(n), cfg.ssh) for n in node_names]
+    src = replicate.read_side(ctx.local, dataset)
+    results = []
+    for peer in peers:
+        ctx.hosts.setdefault(peer.name, "contacted")
+        dst = peer.state(dataset)
+        resume_name = ""
+        if dst.resume_token:
+            res = ctx.local.run(["zfs", "send", "-n", "-v", "-t", dst.resume_token], check=False)
+            resume_name = replicate.parse_token_name(res.stdout + res.stderr)
+        p = replicate.plan(src, dst, wanted, node=peer.name, force=force, resume_name=resume_name)
+        transfers = [replicate.Transfer(t.snapshot, t.base, t.resume_token, t.force,
+                                        _estimate(ctx, dataset, t, src)) for t in p.transfers]
+        need = sum(t.estimate for t in transfers)
+        if need and dst.available and need > dst.available:
+            raise UserError(f"{peer.name} has {human_bytes(dst.available)} available for {dataset}, the send needs "
+                            f"about {human_bytes(need)}", f"free space on {peer.name}'s pool (or replicate fewer "
+                            "versions), then replicate again")
+        result = {"node": peer.name, "dataset": dataset, "present": p.present, "notes": p.notes,
+                  "transfers": [{"snapshot": t.snapshot, "kind": t.kind, "base": t.base, "force": t.force,
+                                 "estimated_bytes": t.estimate, "what": t.describe(dataset)} for t in transfers],
+                  "sent_bytes": 0}
+        for t in transfers:  # what runs, in the plan's words (a dry run lists it as planned)
+            ctx.local.record((*replicate.send_argv(dataset, t, raw=src.encrypted), "|", f"{peer.name}:",
+                              *replicate.receive_argv(dataset, origin=cfg.node, force=t.force)))
+        if not ctx.dry_run:
+            for t, out in zip(transfers, result["transfers"], strict=True):
+                out["sent_bytes"] = _transfer(ctx, peer, dataset, src, t, limit, label or dataset)
+                result["sent_bytes"] += out["sent_bytes"]
+            ctx.hosts[peer.name] = "ok"
+        results.append(result)
+    return results
+
+
+def _estimate(ctx, dataset: str, t: replicate.Transfer, src: replicate.Side) -> int:
+    res = ctx.local.run(replicate.send_argv(dataset, t, raw=src.encrypted, estimate=True), check=False)
+    return replicate.parse_estimate(res.stdout)
+
+
+def _transfer(ctx, peer: Peer, dataset: str, src: replicate.Side, t: replicate.Transfer, limit: int,
+              label: str) -> int:
+    """One send | ssh receive, the source's snapshots held while it runs; the arrived snapshot bookmarked."""
+    held = [f"{dataset}@{t.snapshot}"]
+    if t.base and t.base.startswith("@"):
+        held.append(dataset + t.base)
+    for snap in held:
+        lzc.hold(snap, replicate.HOLD_SENDING, runner=ctx.local)
+    bar = None if ctx.json else ProgressBar(1, t.estimate, label=f"{label}@{t.snapshot} -> {peer.name}")
+    try:
+        with tempfile.TemporaryFile() as send_err, tempfile.TemporaryFile() as recv_err:
+            send = subprocess.Popen(replicate.send_argv(dataset, t, raw=src.encrypted), stdout=subprocess.PIPE,
+                                    stderr=send_err)
+            # the base is a snapshot there whether it is a snapshot or a bookmark here (the same GUID and name)
+            words = ["receive", dataset, t.base[1:] if t.base else "-", ctx.config.node,
+                     *(["--force"] if t.force else [])]
+            recv = subprocess.Popen(peer.argv(*words), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=recv_err)
+            pump = replicate.Pump(limit, (lambda n: bar.set(0, n)) if bar else None)
+            error = None
+            try:
+                pump.run(send.stdout.fileno(), recv.stdin.fileno())
+            except FabricError as exc:
+                error = exc
+            finally:
+                send.stdout.close()
+                with contextlib.suppress(BrokenPipeError):
+                    recv.stdin.close()
+            rc_send, rc_recv = send.wait(), recv.wait()
+            if rc_recv != 0 or error:
+                send.kill()
+                recv_err.seek(0)
+                raise peer.error(f"receive {dataset}@{t.snapshot} ({human_bytes(pump.total)} sent; re-run the same "
+                                 "command to resume)", rc_recv, recv_err.read().decode(errors="replace"))
+            if rc_send != 0:
+                send_err.seek(0)
+                raise CommandError(replicate.send_argv(dataset, t, raw=src.encrypted), rc_send, "",
+                                   send_err.read().decode(errors="replace"),
+                                   fix="re-run the same command: the target resumes what arrived")
+        mark = f"{dataset}#{t.snapshot}"
+        if not any(b.name == t.snapshot for b in src.bookmarks):
+            ctx.local.run(["zfs", "bookmark", f"{dataset}@{t.snapshot}", mark], mutating=True, check=False)
+        return pump.total
+    finally:
+        if bar:
+            bar.close()
+        for snap in held:
+            with contextlib.suppress(FabricError):
+                lzc.release(snap, replicate.HOLD_SENDING, runner=ctx.local)
+
+
+# --------------------------------------------------------------------------------------------
+# the target's side: fabricctl replica-serve, the only command another storage node's key may run
+
+
+def parse_request(words: list[str], roots: tuple[str, ...]) -> dict:
+    """A replica-serve request (the words of SSH_ORIGINAL_COMMAND), validated; UserError otherwise.
+
+    ``state DATASET`` | ``receive DATASET BASE|- ORIGIN [--force]``; DATASET is ROOT/NAME for one of
+    ``roots`` (this node's dataset and checkpoint roots), BASE a snapshot name of it.
+    """
+    if not words:
+        raise UserError("replica-serve: no request", "this key only serves replication (fabricctl replicate)")
+    verb, *rest = words
+    shapes = {"state": (1, 1), "receive": (3, 4)}
+    if verb not in shapes or not shapes[verb][0] <= len(rest) <= shapes[verb][1]:
+        raise UserError(f"replica-serve: refused request {shlex.join(words)[:200]!r}",
+                        "this key only serves `state DATASET` and `receive DATASET BASE ORIGIN [--force]`")
+    dataset = validate_dataset_name(rest[0])
+    parent, _, name = dataset.rpartition("/")
+    if parent not in roots or not name:
+        raise UserError(f"replica-serve: {dataset} is not a volume under {' or '.join(roots)}",
+                        "replication reaches only fabricctl's datasets and checkpoint jobs")
+    out = {"verb": verb, "dataset": dataset}
+    if verb == "receive":
+        base, origin, *flag = rest[1:]
+        if base != "-" and not base.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise UserError(f"replica-serve: bad base snapshot {base!r}", "a version or step-N name")
+        if flag and flag != ["--force"]:
+            raise UserError(f"replica-serve: unknown option {flag[0]!r}", "only --force")
+        out.update(base=None if base == "-" else base, origin=validate_hostname(origin), force=bool(flag))
+    return out
+
+
+def serve(ctx, request: dict) -> int:
+    """Answer one request of another storage node (stdin/stdout are its SSH channel)."""
+    dataset = request["dataset"]
+    if request["verb"] == "state":
+        side = replicate.read_side(ctx.local, dataset)
+        if not side.exists:  # the space the volume would get: its parent's
+            side.available = replicate.read_side(ctx.local, dataset.rpartition("/")[0]).available
+        ctx.emit(side.to_dict())
+        return 0
+    base = f"{dataset}@{request['base']}" if request["base"] else None
+    if base:
+        lzc.hold(base, replicate.HOLD_RECEIVING, runner=ctx.local)
+    try:
+        argv = replicate.receive_argv(dataset, origin=request["origin"], force=request["force"])
+        sys.stdout.flush()
+        proc = subprocess.run(argv, stdin=sys.stdin.fileno(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              check=False, env={**os.environ, "LC_ALL": "C"})
+        if proc.returncode != 0:
+            raise CommandError(argv, proc.returncode, "", proc.stderr.decode(errors="replace"),
+                               fix="the sending node re-runs the same command to resume")
+        return 0
+    finally:
+        if base:
+            with contextlib.suppress(FabricError):
+                lzc.release(base, replicate.HOLD_RECEIVING, runner=ctx.local)

@@ -1,0 +1,236 @@
+"""The replication planner (fabric_core.replicate.plan), its commands, the stream pump, the restricted
+replica-serve request parser (fabricctl.replication.parse_request) and the configuration of peers."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from fabric_core import replicate
+from fabric_core.errors import NotFound, UnsafeOperation, UserError
+from fabric_core.replicate import Point, Side, Transfer, plan
+
+DS = "tank/datasets/imagenet"
+
+
+def side(*snaps, exists=True, bookmarks=(), written=0, token="", managed=True, available=10 << 30) -> Side:
+    """A volume with snapshots given as (name, guid) in creation order (txg 10, 20, ...)."""
+    return Side(DS, exists=exists, snapshots=[Point(n, g, 10 * (i + 1)) for i, (n, g) in enumerate(snaps)],
+                bookmarks=[Point(n, g, t, True) for n, g, t in bookmarks], written=written, resume_token=token,
+                managed=managed if exists else False, available=available)
+
+
+SRC = side(("v1", "111"), ("v2", "222"), ("v3", "333"))
+
+
+def test_a_first_replication_is_one_full_send():
+    p = plan(SRC, side(exists=False), ["v1"], node="storage2")
+    assert p.transfers == [Transfer("v1")] and p.transfers[0].kind == "full" and not p.present
+
+
+def test_several_versions_to_a_new_target_send_the_oldest_whole_then_incrementals():
+    p = plan(SRC, side(exists=False), ["v3", "v1", "v2"], node="storage2")
+    assert [(t.snapshot, t.base) for t in p.transfers] == [("v1", None), ("v2", "@v1"), ("v3", "@v2")]
+
+
+def test_a_later_version_is_sent_incrementally_from_the_newest_shared_one():
+    p = plan(SRC, side(("v1", "111"), ("v2", "222")), ["v3"], node="storage2")
+    assert p.transfers == [Transfer("v3", base="@v2")]
+
+
+def test_a_version_the_target_has_with_the_same_guid_is_not_sent_again():
+    p = plan(SRC, side(("v1", "111"), ("v2", "222")), ["v2"], node="storage2")
+    assert p.transfers == [] and p.present == ["v2"]
+
+
+def test_a_version_the_target_has_with_another_guid_is_refused_naming_both():
+    with pytest.raises(UserError) as err:
+        plan(SRC, side(("v1", "111"), ("v2", "999")), ["v2"], node="storage2")
+    assert "999" in err.value.problem and "222" in err.value.problem and "diverged" in err.value.problem
+
+
+def test_the_base_is_a_bookmark_when_the_snapshot_is_gone_here():
+    src = side(("v3", "333"), bookmarks=[("v1", "111", 10), ("v2", "222", 20)])
+    src.snapshots[0] = Point("v3", "333", 30)
+    p = plan(src, side(("v1", "111"), ("v2", "222")), ["v3"], node="storage2")
+    assert p.transfers == [Transfer("v3", base="#v2")]
+
+
+def test_a_snapshot_is_preferred_to_its_bookmark_as_base():
+    src = side(("v1", "111"), ("v2", "222"), ("v3", "333"), bookmarks=[("v2", "222", 20)])
+    assert plan(src, side(("v1", "111"), ("v2", "222")), ["v3"]).transfers == [Transfer("v3", base="@v2")]
+
+
+def test_a_target_with_no_version_in_common_is_refused():
+    with pytest.raises(UserError) as err:
+        plan(SRC, side(("other", "777")), ["v1"], node="storage2")
+    assert "shares no snapshot" in err.value.problem and "storage2" in err.value.problem
+
+
+def test_a_version_older_than_the_targets_newest_is_refused():
+    with pytest.raises(UserError) as err:
+        plan(SRC, side(("v1", "111"), ("v3", "333")), ["v2"], node="storage2")
+    assert "newer than v2" in err.value.problem
+
+
+def test_a_target_written_by_hand_is_refused_unless_forced():
+    dst = side(("v1", "111"), written=4096)
+    with pytest.raises(UnsafeOperation) as err:
+        plan(SRC, dst, ["v2"], node="storage2")
+    assert "4096 bytes written" in err.value.problem and "--force" in err.value.fix
+    p = plan(SRC, dst, ["v2"], node="storage2", force=True)
+    assert p.transfers == [Transfer("v2", base="@v1", force=True)] and "rolled back to @v1" in p.notes[0]
+
+
+def test_a_snapshot_taken_by_hand_on_the_target_counts_as_a_change():
+    with pytest.raises(UnsafeOperation) as err:
+        plan(SRC, side(("v1", "111"), ("mine", "555")), ["v2"], node="storage2")
+    assert "snapshots made there: mine" in err.value.problem
+
+
+def test_only_the_first_transfer_rolls_back():
+    p = plan(SRC, side(("v1", "111"), written=1), ["v2", "v3"], force=True)
+    assert [t.force for t in p.transfers] == [True, False]
+
+
+def test_an_interrupted_receive_is_resumed_first_and_counted_as_arrived():
+    p = plan(SRC, side(("v1", "111"), token="1-abc"), ["v2", "v3"], node="storage2", resume_name="v2")
+    assert p.transfers == [Transfer("v2", resume_token="1-abc"), Transfer("v3", base="@v2")]
+    assert p.transfers[0].kind == "resume"
+
+
+def test_an_interrupted_full_receive_is_resumed():
+    p = plan(SRC, side(exists=True, token="1-def"), ["v1"], resume_name="v1")
+    assert p.transfers == [Transfer("v1", resume_token="1-def")] and p.present == []
+
+
+def test_a_resume_token_for_a_snapshot_this_node_lacks_is_refused_with_the_fix():
+    with pytest.raises(UserError) as err:
+        plan(SRC, side(("v1", "111"), token="1-x"), ["v2"], resume_name="gone")
+    assert "zfs receive -A" in err.value.fix
+
+
+def test_a_target_volume_fabricctl_does_not_own_is_never_written():
+    with pytest.raises(UnsafeOperation):
+        plan(SRC, side(("v1", "111"), managed=False), ["v2"])
+
+
+def test_an_unknown_version_names_the_ones_there_are():
+    with pytest.raises(NotFound) as err:
+        plan(SRC, side(exists=False), ["v9"])
+    assert "v1, v2, v3" in err.value.problem
+
+
+def test_send_and_receive_commands():
+    assert replicate.send_argv(DS, Transfer("v2", base="@v1"), raw=False) == [
+        "zfs", "send", "-p", "-c", "-L", "-e", "-i", f"{DS}@v1", f"{DS}@v2"]
+    assert replicate.send_argv(DS, Transfer("v1"), raw=True, estimate=True) == [
+        "zfs", "send", "-n", "-P", "-p", "-w", f"{DS}@v1"]
+    assert replicate.send_argv(DS, Transfer("v2", base="#v1"), raw=False)[-3:] == ["-i", f"{DS}#v1", f"{DS}@v2"]
+    assert replicate.send_argv(DS, Transfer("v2", resume_token="1-t"), raw=False) == ["zfs", "send", "-t", "1-t"]
+    assert replicate.receive_argv(DS, origin="storage1", force=True) == [
+        "zfs", "receive", "-s", "-u", "-F", "-o", "readonly=on", "-o", "fabric:origin=storage1", DS]
+
+
+def test_send_estimates_and_resume_token_names_are_read_from_zfs_output():
+    assert replicate.parse_estimate("full\ttank/datasets/imagenet@v1\t1048576\nsize\t1048576\n") == 1048576
+    assert replicate.parse_estimate("") == 0
+    text = "resume token contents:\nnvlist version: 0\n\tobject = 0x1\n\ttoname = tank/datasets/imagenet@v2\n"
+    assert replicate.parse_token_name(text) == "v2"
+
+
+def test_side_round_trips_through_json_and_refuses_garbage():
+    s = side(("v1", "111"), bookmarks=[("v0", "100", 5)], token="1-t", written=7)
+    assert Side.from_dict(s.to_dict()) == s
+    with pytest.raises(replicate.FabricError):
+        Side.from_dict({"dataset": DS})
+
+
+def test_the_pump_moves_every_byte_and_reports_progress():
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    payload = os.urandom(3 * replicate.SPLICE_CHUNK + 123)
+    seen: list[int] = []
+    received = bytearray()
+
+    def write():
+        with os.fdopen(w1, "wb") as fh:
+            fh.write(payload)
+
+    def read():
+        with os.fdopen(r2, "rb") as fh:
+            received.extend(fh.read())
+
+    threads = [threading.Thread(target=write), threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    total = replicate.Pump(progress=seen.append).run(r1, w2)
+    os.close(w2)
+    for t in threads:
+        t.join()
+    os.close(r1)
+    assert total == len(payload) and bytes(received) == payload and seen[-1] == len(payload)
+
+
+def test_pacing_keeps_to_the_limit():
+    assert replicate.pace(10 << 20, 1.0, 5 << 20) == pytest.approx(1.0)
+    assert replicate.pace(1 << 20, 1.0, 5 << 20) == 0.0
+    assert replicate.pace(1 << 30, 0.0, 0) == 0.0
+
+
+# ---- replica-serve: what another storage node's key may ask
+
+ROOTS = ("tank/datasets", "tank/checkpoints")
+
+
+def test_replica_serve_accepts_state_and_receive_under_its_roots():
+    from fabricctl.replication import parse_request
+
+    assert parse_request(["state", DS], ROOTS) == {"verb": "state", "dataset": DS}
+    assert parse_request(["receive", "tank/checkpoints/llama", "step-10", "storage1", "--force"], ROOTS) == {
+        "verb": "receive", "dataset": "tank/checkpoints/llama", "base": "step-10", "origin": "storage1", "force": True}
+    assert parse_request(["receive", DS, "-", "storage1"], ROOTS)["base"] is None
+
+
+@pytest.mark.parametrize("words", [
+    [], ["sh"], ["destroy", DS], ["state"], ["state", DS, "extra"], ["state", "tank/other/x"], ["state", "tank"],
+    ["state", "tank/datasets"], ["state", "tank/datasets/a/b"], ["state", "tank/datasets/x@v1"],
+    ["receive", DS, "v1"], ["receive", DS, "v1;rm", "storage1"], ["receive", DS, "v1", "storage1", "--yes"],
+    ["receive", DS, "v1", "bad host!"], ["state", "../etc"],
+])
+def test_replica_serve_refuses_everything_else(words):
+    from fabricctl.replication import parse_request
+
+    with pytest.raises(UserError):
+        parse_request(words, ROOTS)
+
+
+# ---- configuration: this node and the other storage nodes
+
+
+def _cfg(**extra):
+    from fabricctl import config
+
+    raw = {"pool": "tank", "iqn_base": "iqn.2026-11.io.fabric.lab.fabricctl", "portal": {"ip": "10.77.0.11"},
+           "insecure_no_chap": True, **extra}
+    return config.from_dict(raw)
+
+
+def test_the_configuration_names_this_node_and_the_other_storage_nodes():
+    cfg = _cfg(node="storage1", storage_nodes={"storage1": {"address": "10.77.0.11"},
+                                              "storage2": {"address": "10.77.0.12"}})
+    assert cfg.node == "storage1" and list(cfg.storage_nodes) == ["storage2"]
+    assert cfg.storage_node("storage2").address == "10.77.0.12"
+    with pytest.raises(UserError) as err:
+        cfg.storage_node("storage1")
+    assert "this node" in err.value.problem
+    with pytest.raises(NotFound) as err:
+        cfg.storage_node("storage3")
+    assert "storage2" in err.value.problem and "storage_nodes" in err.value.fix
+
+
+def test_a_storage_node_without_an_address_is_refused():
+    with pytest.raises(UserError) as err:
+        _cfg(node="storage1", storage_nodes={"storage2": {}})
+    assert "storage_nodes.storage2.address" in err.value.problem
