@@ -19,6 +19,8 @@ from typing import Any
 
 from fabric_core import rules
 from fabric_core.errors import NotFound, UserError
+from fabric_core.health import KEYS as HEALTH_KEYS
+from fabric_core.health import Thresholds
 from fabric_core.iscsi import normalize_portal
 from fabric_core.lock import DEFAULT_WAIT as LOCK_DEFAULT_WAIT
 from fabric_core.names import (
@@ -131,6 +133,7 @@ class Config:
     retention: dict = field(default_factory=dict)  # raw: fabric_core.retention.parse_policies validates it
     rotation: Rotation = field(default_factory=Rotation)
     lock: Lock = field(default_factory=Lock)
+    health: Thresholds = field(default_factory=Thresholds)  # when `status` warns (fabric_core.health)
     source: str = "<dict>"
     deprecations: list[str] = field(default_factory=list)  # warnings about obsolete keys, for the operator
 
@@ -343,7 +346,7 @@ def _kind(value) -> str:
 
 TOP_KEYS = ("pool", "dataset_root", "checkpoint_root", "iqn_base", "portal", "backstore_prefix", "mount_root",
             "checkpoint_mount_root", "staging_root", "state_dir", "ssh", "hosts", "groups", "chap", "insecure_no_chap",
-            "defaults", "metrics", "retention", "rotation", "lock")
+            "defaults", "metrics", "retention", "rotation", "lock", "health")
 SSH_KEYS = ("user", "key_file", "known_hosts", "connect_timeout", "port")
 PORTAL_KEYS = ("ip", "port")
 HOST_KEYS = ("address", "initiator", "chap")
@@ -417,12 +420,28 @@ def from_dict(raw: Any, source: str = "<dict>") -> Config:
         c.path(rot["lock_file"], "rotation.lock_file")
         deprecations.append(f"{source}: {OBSOLETE_LOCK_FILE}")
     lock = _lock(c, raw.get("lock"))
+    health = _health(c, raw.get("health"))
 
     return Config(pool=pool, dataset_root=d, checkpoint_root=k, iqn_base=iqn_base, portal=portal,
                   backstore_prefix=prefix, state_dir=state_dir, ssh=ssh, hosts=hosts, groups=groups,
                   insecure_no_chap=insecure,
                   defaults=defaults, metrics=metrics, retention=retention, rotation=rotation, lock=lock,
-                  source=source, deprecations=deprecations, **paths)
+                  health=health, source=source, deprecations=deprecations, **paths)
+
+
+def _health(c: _Checker, raw) -> Thresholds:
+    """When `fabricctl status` turns WARNING or CRITICAL (fabric_core.health.Thresholds; its defaults where a
+    key is missing): percentages 1-100 and ages in days 1-3650, each critical threshold at least its warning."""
+    raw = c.mapping(raw if raw is not None else {}, "health", HEALTH_KEYS)
+    d = Thresholds()
+    values = {key: c.integer(raw.get(key, getattr(d, key)), f"health.{key}", 1, 100 if "percent" in key else 3650)
+              for key in HEALTH_KEYS}
+    for what in ("capacity_{}_percent", "scrub_{}_days"):
+        warn, crit = what.format("warn"), what.format("critical")
+        if values[crit] < values[warn]:
+            raise c.fail(f"health.{crit}", f"{values[crit]} is below health.{warn} ({values[warn]})",
+                         f"give {crit} at least {warn} (a check warns first, then turns critical)")
+    return Thresholds(**values)
 
 
 def _lock(c: _Checker, raw) -> Lock:

@@ -83,6 +83,10 @@ class PoolHealth:
     scan: str = ""  # the last or current scan: "resilver finished, 0 errors", "scrub scanning, ..."
     error_count: int = 0  # data errors zpool knows of
     devices: list = field(default_factory=list)  # list[DeviceHealth]
+    # the last or current scan as zpool's scan_stats has it (empty: none ever ran): function (SCRUB, RESILVER,
+    # ERRORSCRUB) and state (SCANNING, FINISHED, CANCELED) upper case, the numbers of SCAN_NUMBERS (times in
+    # epoch seconds, 0 when unset; ``processed``: bytes repaired, ``scrub_pause``: when a scrub was paused)
+    scan_stats: dict = field(default_factory=dict)
 
     def unhealthy(self) -> list:
         """Devices (and vdevs) whose state is not ONLINE/AVAIL."""
@@ -90,7 +94,8 @@ class PoolHealth:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "state": self.state, "status": self.status, "action": self.action,
-                "scan": self.scan, "error_count": self.error_count, "devices": [d.to_dict() for d in self.devices]}
+                "scan": self.scan, "error_count": self.error_count, "devices": [d.to_dict() for d in self.devices],
+                "scan_stats": dict(self.scan_stats)}
 
 
 def parse_pools(text: str) -> dict:
@@ -137,7 +142,8 @@ def _health(obj: dict) -> PoolHealth:
     health = PoolHealth(name=str(obj.get("name", "")), state=str(obj.get("state", "")),
                         status=" ".join(str(obj.get("status", "")).split()),
                         action=" ".join(str(obj.get("action", "")).split()),
-                        scan=_scan_text(obj.get("scan_stats")), error_count=_int(obj.get("error_count")))
+                        scan=_scan_text(obj.get("scan_stats")), error_count=_int(obj.get("error_count")),
+                        scan_stats=_scan_stats(obj.get("scan_stats")))
     for root in _children(obj):  # "vdevs" of the pool: its root vdev, named like the pool
         health.devices.append(DeviceHealth(name=str(root.get("name", "")), path="", state=str(root.get("state", "")),
                                            role="pool", vdev="", read=_int(root.get("read_errors")),
@@ -155,6 +161,19 @@ def _scan_text(scan) -> str:
     if not isinstance(scan, dict) or not scan.get("function"):
         return ""
     return f"{str(scan['function']).lower()} {str(scan.get('state', '')).lower()}, {_int(scan.get('errors'))} errors"
+
+
+# the numbers of a scan_stats object of `zpool status -j --json-int` (recorded: zfs23/status_cksum.json)
+SCAN_NUMBERS = ("start_time", "end_time", "to_examine", "examined", "skipped", "processed", "errors", "pass_start",
+                "scrub_pause", "scrub_spent_paused", "issued")
+
+
+def _scan_stats(scan) -> dict:
+    if not isinstance(scan, dict) or not scan.get("function"):
+        return {}
+    out = {"function": str(scan["function"]).upper(), "state": str(scan.get("state", "")).upper()}
+    out.update({key: _int(scan.get(key)) for key in SCAN_NUMBERS})
+    return out
 
 
 def parse_health(text: str, pool: str | None = None) -> PoolHealth:

@@ -248,7 +248,8 @@ def test_every_command_has_help_and_runs_through_main(capsys):
         assert main([*module.PATH, "--help"]) == 0  # fabricctl's one entry point runs every command
         out = capsys.readouterr().out
         assert "usage: fabricctl " + " ".join(module.PATH) in out
-        changes = module.PATH not in {("list",), ("status",), ("verify",), ("checkpoint", "list")}
+        changes = module.PATH not in {("list",), ("status",), ("verify",), ("checkpoint", "list"),
+                                      ("plan", "checkpoint")}
         assert ("--dry-run" in out) == changes, module.PATH
         if not changes:
             assert "--json" in out
@@ -261,8 +262,12 @@ def test_errors_map_to_exit_codes(tmp_path, capsys):
     assert "missing.yml" in capsys.readouterr().err
     bad = tmp_path / "typo.yml"
     bad.write_text("pool: tank\ndataset_rot: tank/datasets\n")
-    assert main(["--config", str(bad), "status"]) == 1
+    assert main(["--config", str(bad), "list"]) == 1
     assert "dataset_rot" in capsys.readouterr().err
+    # status is a health check (the monitoring-plugin convention): a configuration it cannot load is UNKNOWN
+    assert main(["--config", str(bad), "status"]) == 3
+    captured = capsys.readouterr()
+    assert "dataset_rot" in captured.err and captured.out.startswith("FABRIC UNKNOWN - ")
 
 
 def test_invalid_names_fail_before_the_config_is_read(tmp_path, capsys):

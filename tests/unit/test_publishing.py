@@ -311,7 +311,8 @@ def fabricctl_node(lio_state, monkeypatch, tmp_path):
 
     answers = {("zfs", "list", "-j", "-p", "-t", "volume"): under(volumes),
                ("zfs", "list", "-j", "-p", "-t", "snapshot"): under(snapshots),
-               ("zpool", "list"): (0, (DATA / "zfs23b" / "tank_list.json").read_text(), "")}
+               ("zpool", "list"): (0, (DATA / "zfs23b" / "tank_list.json").read_text(), ""),
+               ("zpool", "status"): (0, (DATA / "zfs23b" / "tank_status.json").read_text(), "")}
     monkeypatch.setattr(context, "LocalRunner", lambda dry_run: AnsweringRunner(answers, dry_run=dry_run,
                                                                                 default=None))
     hosts = {"gpu1": gpu(GPU1), "gpu2": gpu(GPU2)}
@@ -397,7 +398,11 @@ def test_status_says_how_access_is_guarded_and_warns_without_chap(fabricctl_node
     status, _ = fabricctl_node("status")
     captured = capsys.readouterr()
     out = json.loads(captured.out)
-    assert status == 0 and out["access"] == {"chap": "per-host", "discovery": "closed"} and out["warnings"] == []
+    assert out["access"] == {"chap": "per-host", "discovery": "closed"} and out["warnings"] == []
+    states = {c["name"]: c["state"] for c in out["checks"]}
+    assert states["chap"] == states["discovery"] == "OK"
+    # `live()` has ACLs without sessions (gpu1 on imagenet v1, ...) and one of gpu9, no configured host: WARNING
+    assert states["sessions"] == states["foreign_acls"] == "WARNING" and status == 1 and out["state"] == "WARNING"
     from fabricctl.commands.status import access_warnings
     warned = access_warnings({"chap": "off (insecure_no_chap)", "discovery": "open"})
     assert len(warned) == 2 and "no CHAP" in warned[0] and "discovery is open" in warned[1]
