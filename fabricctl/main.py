@@ -43,7 +43,8 @@ Exit statuses:
 
 GROUP_HELP = {"dataset": "staging volumes and sealed versions of training datasets",
               "checkpoint": "checkpoint volumes and snapshots of training jobs",
-              "access": "who may log in to this node's exports (per-host CHAP, revocation)"}
+              "access": "who may log in to this node's exports (per-host CHAP, revocation)",
+              "plan": "capacity planning from the fabric's measured figures (pure arithmetic, changes nothing)"}
 # the options every command shares, declared once
 JSON_HELP = "print the result as JSON (for scripts)"
 DRY_RUN_HELP = "do every read and every check, change nothing, and print the plan"

@@ -13,6 +13,7 @@ from . import (
     dataset_ingest,
     dataset_seal,
     list_versions,
+    plan_checkpoint,
     publish,
     rotate,
     status,
@@ -22,4 +23,4 @@ from . import (
 
 ALL = [dataset_create, dataset_ingest, dataset_seal, dataset_destroy, publish, unpublish, list_versions, status,
        verify, checkpoint_volume_create, checkpoint_volume_destroy, checkpoint_snapshot, checkpoint_list,
-       checkpoint_restore, checkpoint_rollback, rotate, access_sync]
+       checkpoint_restore, checkpoint_rollback, rotate, access_sync, plan_checkpoint]
