@@ -75,6 +75,14 @@ class Host:
 
 
 @dataclass(frozen=True)
+class StorageNode:
+    """Another storage node: where fabricctl replicates to (over SSH, to its restricted replica-serve)."""
+
+    name: str
+    address: str
+
+
+@dataclass(frozen=True)
 class Portal:
     ip: str
     port: int = 3260
@@ -127,6 +135,8 @@ class Config:
     ssh: SSHConfig = field(default_factory=SSHConfig)
     hosts: dict[str, Host] = field(default_factory=dict)
     groups: dict[str, list[str]] = field(default_factory=dict)
+    node: str = ""  # this storage node's name (its inventory name): replicas record where they came from
+    storage_nodes: dict[str, StorageNode] = field(default_factory=dict)  # the other storage nodes
     insecure_no_chap: bool = False  # exports without CHAP allowed (an isolated lab only; status warns)
     defaults: Defaults = field(default_factory=Defaults)
     metrics: list[str] = field(default_factory=list)
@@ -184,6 +194,17 @@ class Config:
             else:
                 raise self._unknown_target(name)
         return list(out.values())
+
+    def storage_node(self, name: str) -> StorageNode:
+        """Another storage node by name (replication's --to)."""
+        if name in self.storage_nodes:
+            return self.storage_nodes[name]
+        if name and name == self.node:
+            raise UserError(f"{name} is this node", "name another storage node: replication copies to other nodes")
+        hint = rules.suggestion(name, self.storage_nodes)
+        raise NotFound(f"unknown storage node {name!r} (known: {', '.join(sorted(self.storage_nodes)) or 'none'}; "
+                       f"from {self.source})", f"{hint + ' ' if hint else ''}storage nodes come from the inventory's "
+                       "storage_nodes group: add it there and re-run playbooks/fabricctl.yml")
 
     def _unknown_target(self, name: str) -> NotFound:
         known = sorted(self.hosts) + sorted(self.groups)
@@ -346,10 +367,11 @@ def _kind(value) -> str:
 
 TOP_KEYS = ("pool", "dataset_root", "checkpoint_root", "iqn_base", "portal", "backstore_prefix", "mount_root",
             "checkpoint_mount_root", "staging_root", "state_dir", "ssh", "hosts", "groups", "chap", "insecure_no_chap",
-            "defaults", "metrics", "retention", "rotation", "lock", "health")
+            "defaults", "metrics", "retention", "rotation", "lock", "health", "node", "storage_nodes")
 SSH_KEYS = ("user", "key_file", "known_hosts", "connect_timeout", "port")
 PORTAL_KEYS = ("ip", "port")
 HOST_KEYS = ("address", "initiator", "chap")
+STORAGE_NODE_KEYS = ("address",)
 DEFAULTS_KEYS = ("fs", "manifest_workers", "parallel_hosts", "thaw_after_seconds")
 ROTATION_KEYS = ("metrics_file", "lock_file")  # lock_file: obsolete, see OBSOLETE_LOCK_FILE
 LOCK_KEYS = ("wait_seconds",)
@@ -421,10 +443,12 @@ def from_dict(raw: Any, source: str = "<dict>") -> Config:
         deprecations.append(f"{source}: {OBSOLETE_LOCK_FILE}")
     lock = _lock(c, raw.get("lock"))
     health = _health(c, raw.get("health"))
+    node = c.name(validate_hostname, raw["node"], "node") if raw.get("node") not in (None, "") else ""
+    storage_nodes = _storage_nodes(c, raw.get("storage_nodes"), node, hosts)
 
     return Config(pool=pool, dataset_root=d, checkpoint_root=k, iqn_base=iqn_base, portal=portal,
                   backstore_prefix=prefix, state_dir=state_dir, ssh=ssh, hosts=hosts, groups=groups,
-                  insecure_no_chap=insecure,
+                  insecure_no_chap=insecure, node=node, storage_nodes=storage_nodes,
                   defaults=defaults, metrics=metrics, retention=retention, rotation=rotation, lock=lock,
                   health=health, source=source, deprecations=deprecations, **paths)
 
@@ -506,6 +530,24 @@ def _hosts(c: _Checker, raw, insecure: bool = False) -> dict[str, Host]:
         raise c.fail("hosts", f"CHAP is set for {', '.join(with_chap)} but not for the other hosts",
                      "give every host its own chap (or, on an isolated lab with insecure_no_chap, none)")
     return hosts
+
+
+def _storage_nodes(c: _Checker, raw, node: str, hosts: dict[str, Host]) -> dict[str, StorageNode]:
+    """The other storage nodes (this node, when listed, is left out: replication copies elsewhere)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise c.fail("storage_nodes", f"expected a mapping NAME: {{address}}, got {_kind(raw)}")
+    out: dict[str, StorageNode] = {}
+    for name, entry in raw.items():
+        name = c.name(validate_hostname, name, f"storage_nodes.{name}")
+        where = f"storage_nodes.{name}"
+        entry = c.mapping(entry, where, STORAGE_NODE_KEYS, required=("address",))
+        if name in hosts:
+            raise c.fail(where, f"{name!r} is a GPU node under hosts too", "a node is a storage node or a GPU node")
+        if name != node:
+            out[name] = StorageNode(name, c.address(entry["address"], f"{where}.address"))
+    return out
 
 
 def _groups(c: _Checker, raw, hosts: dict[str, Host]) -> dict[str, list[str]]:

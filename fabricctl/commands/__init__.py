@@ -3,6 +3,7 @@
 from . import (
     access_sync,
     checkpoint_list,
+    checkpoint_replicate,
     checkpoint_restore,
     checkpoint_rollback,
     checkpoint_snapshot,
@@ -15,12 +16,15 @@ from . import (
     list_versions,
     plan_checkpoint,
     publish,
+    replica_serve,
+    replicate,
     rotate,
     status,
     unpublish,
     verify,
 )
 
-ALL = [dataset_create, dataset_ingest, dataset_seal, dataset_destroy, publish, unpublish, list_versions, status,
-       verify, checkpoint_volume_create, checkpoint_volume_destroy, checkpoint_snapshot, checkpoint_list,
-       checkpoint_restore, checkpoint_rollback, rotate, access_sync, plan_checkpoint]
+ALL = [dataset_create, dataset_ingest, dataset_seal, dataset_destroy, publish, unpublish, replicate, list_versions,
+       status, verify, checkpoint_volume_create, checkpoint_volume_destroy, checkpoint_snapshot, checkpoint_list,
+       checkpoint_restore, checkpoint_rollback, checkpoint_replicate, rotate, access_sync, plan_checkpoint,
+       replica_serve]

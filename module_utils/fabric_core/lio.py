@@ -129,6 +129,16 @@ def unit_serial(target_iqn: str, lun_name: str) -> str:
     return str(uuid.uuid5(SERIAL_NAMESPACE, f"{target_iqn}/{lun_name}"))
 
 
+def snapshot_serial(guid: str) -> str:
+    """The T10 unit serial of a LUN exporting a ZFS snapshot: derived from the snapshot's GUID, which send and
+    receive keep. Every storage node holding the same version gives its LUN the same serial (the WWID that
+    dm-multipath groups paths by), and a version made again under the same name (other bytes, another GUID)
+    gets another one, so paths to different bytes are never grouped."""
+    if not str(guid).isdigit():
+        raise UserError(f"snapshot GUID {guid!r} is not a number", "read it with `zfs get -H -p -o value guid SNAPSHOT`")
+    return str(uuid.uuid5(SERIAL_NAMESPACE, f"zfs-guid/{int(guid)}"))
+
+
 def _bool(value, what: str) -> bool:
     if isinstance(value, bool):
         return value

@@ -51,6 +51,7 @@ class Export:
     mountpoint: str  # on the hosts
     fstype: str
     writable: bool = False  # only a checkpoint volume, exported to exactly one writer
+    serial: str = ""  # the LUN's T10 unit serial ("": lio's rule from target and LUN name; see Publisher.identify)
 
     @property
     def ref(self) -> str:
@@ -119,7 +120,8 @@ def desired_state(export: Export, *, iqn_base: str, backstore_prefix: str, porta
             "name": export.target_name,
             "portals": [{"ip": portal_ip, "port": portal_port}],
             "writable": export.writable,
-            "luns": [{"name": export.lun_name, "device": export.device, "readonly": not export.writable, "lun": 0}],
+            "luns": [{"name": export.lun_name, "device": export.device, "readonly": not export.writable, "lun": 0,
+                      **({"wwn": export.serial} if export.serial else {})}],
             "acls": [{"initiator": i, "chap": dict(chaps[i]) if chaps[i] else None} for i in sorted(chaps)],
         }],
     }
@@ -296,6 +298,10 @@ class ExportIndex:
         """The restores of a job's checkpoints that exist (versions ``s<STEP>``; not its writable volume)."""
         return [v for v in self.versions("ck", job) if v != WRITABLE_VERSION]
 
+    def backstore(self, name: str) -> dict | None:
+        """LIO's storage object of that name (its ``dev``, ``wwn``, ...), or None."""
+        return next((so for so in self.live["dump"].get("storage_objects", []) if so.get("name") == name), None)
+
     def published_snapshots(self) -> set[str]:
         """Snapshots the fabric's backstores export (``POOL/.../NAME@VERSION``)."""
         out = set()
@@ -355,6 +361,7 @@ class Publisher:
         if not self.dry_run:
             blockfs.require(export.device, runner=self.local)
         index = self.index()
+        export = self.identify(export, index)
         # hosts taken out of the configuration lose their access first (they are no longer trusted)
         revoke = self.revoke_unknown(export, index)
         initiators = set(index.initiators(export)) - set(revoke["revoked_initiators"]) | {h.initiator for h in hosts}
@@ -363,6 +370,18 @@ class Publisher:
         return {"held": held, "snapdev": changed_snapdev, "lio_changed": result["changed"] or bool(revoke["revoked"]),
                 "lio_actions": revoke["lio_actions"] + result["actions"], "revoked": revoke["revoked"],
                 "warnings": result.get("warnings", [])}
+
+    def identify(self, export: Export, index: ExportIndex) -> Export:
+        """The export with its LUN's serial: a snapshot's comes from its GUID (``lio.snapshot_serial``: the same
+        on every storage node holding the version, so dm-multipath groups their paths); a LUN exported already
+        keeps the serial it has (initiators know the disk by it; changing it would re-create a LUN in use)."""
+        if export.serial or not export.is_snapshot:
+            return export
+        live = index.backstore(self.settings.backstore_prefix + export.lun_name)
+        if live is not None and live.get("wwn"):
+            return replace(export, serial=str(live["wwn"]).lower())
+        guid = zfs.get_props(self.local, export.snapshot, ["guid"]).get(export.snapshot, {}).get("guid", ("",))[0]
+        return replace(export, serial=lio.snapshot_serial(guid)) if str(guid).isdigit() else export
 
     def revoke_unknown(self, export: Export, index: ExportIndex) -> dict:
         """Remove the ACLs of the export's initiators that no configured host has (cut off if logged in: a host

@@ -234,3 +234,81 @@ def test_a_storage_node_without_an_address_is_refused():
     with pytest.raises(UserError) as err:
         _cfg(node="storage1", storage_nodes={"storage2": {}})
     assert "storage_nodes.storage2.address" in err.value.problem
+
+
+# ---- reading a side, on outputs recorded on the lab (tests/unit/data/replicate: OpenZFS 2.3.9)
+
+def _data(name: str) -> str:
+    from support import data
+
+    return data("replicate", name)
+
+
+def test_snapshots_and_bookmarks_are_read_with_their_guids_oldest_first():
+    snaps, marks = replicate.parse_points(_data("list_points.json"), "tank/datasets/rtest")
+    assert [p.name for p in snaps] == ["v1", "v2", "v3"] and all(p.guid.isdigit() for p in snaps)
+    assert [p.txg for p in snaps] == sorted(p.txg for p in snaps)
+    assert [p.name for p in marks] == ["v1", "v2", "v3"] and all(p.bookmark for p in marks)
+    assert [p.guid for p in marks] == [p.guid for p in snaps]  # a bookmark keeps its snapshot's GUID
+
+
+def test_a_replica_is_read_with_its_resume_token_and_origin():
+    from support import AnsweringRunner
+
+    runner = AnsweringRunner({("zfs", "get"): (0, _data("get_replica_resumable.json"), ""),
+                              ("zfs", "list"): (0, _data("list_points_replica.json"), "")})
+    s = replicate.read_side(runner, "tank/datasets/rtest")
+    assert s.exists and s.managed and s.origin == "storage1" and s.resume_token.startswith("1-")
+    assert not s.encrypted and s.available > 0 and [p.name for p in s.snapshots] == ["v1", "v2", "v3"]
+    runner = AnsweringRunner({("zfs", "get"): (1, "", _data("get_missing.stderr"))})
+    assert replicate.read_side(runner, "tank/datasets/nothere") == Side("tank/datasets/nothere")
+
+
+def test_the_resume_tokens_snapshot_and_the_send_size_are_read_from_zfs_send():
+    assert replicate.parse_token_name(_data("send_token_nv.txt")) == "v4"
+    assert replicate.parse_estimate(_data("send_estimate.txt")) == 170501312
+
+
+def test_the_recorded_replica_and_source_plan_a_resume_then_nothing_more():
+    src = Side("tank/datasets/rtest", exists=True, managed=True,
+               snapshots=[*replicate.parse_points(_data("list_points.json"), "tank/datasets/rtest")[0],
+                          Point("v4", "3810000000000000000", 150)])
+    dst = Side("tank/datasets/rtest", exists=True, managed=True, resume_token="1-x",
+               snapshots=replicate.parse_points(_data("list_points_replica.json"), "tank/datasets/rtest")[0])
+    p = plan(src, dst, ["v3", "v4"], resume_name="v4")
+    assert [t.kind for t in p.transfers] == ["resume"] and p.present == ["v3"]
+
+
+# ---- identity: the LUN serial of a version comes from its snapshot's GUID
+
+
+def test_a_versions_lun_serial_is_the_same_on_every_node_and_differs_between_versions():
+    from fabric_core import lio
+
+    a = lio.snapshot_serial("15899846609521066419")
+    assert a == lio.snapshot_serial("15899846609521066419") and a != lio.snapshot_serial("1364973519")
+    assert lio.parse_desired({"base_iqn": "iqn.2026-11.io.fabric.lab", "targets": [{"name": "ds.x.v1", "portals": [{"ip": "10.77.0.11"}], "luns": [
+        {"name": "x.v1", "device": "/dev/zvol/tank/datasets/x@v1", "wwn": a}]}]}).targets[0].luns[0].wwn == a
+    with pytest.raises(UserError):
+        lio.snapshot_serial("not-a-guid")
+
+
+def test_publishing_gives_a_new_export_the_guid_serial_and_keeps_a_live_luns_serial():
+    from support import AnsweringRunner
+
+    from fabric_core import lio
+    from fabric_core.publish import ExportIndex, Publisher, Settings
+
+    settings = Settings(iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fctl_", portal_ip="10.77.0.11",
+                        portal_port=3260, dataset_root="tank/datasets", mount_root="/datasets",
+                        checkpoint_root="tank/checkpoints", checkpoint_mount_root="/checkpoints", insecure_no_chap=True)
+    get = '{"datasets": {"tank/datasets/x@v1": {"name": "tank/datasets/x@v1", "properties": {"guid": {"value": "42"}}}}}'
+    pub = Publisher(settings, AnsweringRunner({("zfs", "get"): (0, get, "")}), lambda host: None)
+    export = settings.dataset("x", "v1", "ext4")
+    empty = ExportIndex({"dump": {"storage_objects": [], "targets": []}, "sessions": []}, settings)
+    assert pub.identify(export, empty).serial == lio.snapshot_serial("42")
+    live = ExportIndex({"dump": {"storage_objects": [{"name": "fctl_x.v1", "wwn": "ABC-1"}], "targets": []},
+                        "sessions": []}, settings)
+    assert pub.identify(export, live).serial == "abc-1"
+    vol = settings.writable("job", "ext4")
+    assert pub.identify(vol, empty) is vol  # a writable volume keeps lio's rule
