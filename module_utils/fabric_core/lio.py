@@ -135,7 +135,8 @@ def snapshot_serial(guid: str) -> str:
     dm-multipath groups paths by), and a version made again under the same name (other bytes, another GUID)
     gets another one, so paths to different bytes are never grouped."""
     if not str(guid).isdigit():
-        raise UserError(f"snapshot GUID {guid!r} is not a number", "read it with `zfs get -H -p -o value guid SNAPSHOT`")
+        raise UserError(f"snapshot GUID {guid!r} is not a number",
+                        "read it with `zfs get -H -p -o value guid SNAPSHOT`")
     return str(uuid.uuid5(SERIAL_NAMESPACE, f"zfs-guid/{int(guid)}"))
 
 

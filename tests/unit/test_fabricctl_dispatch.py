@@ -341,7 +341,8 @@ def test_replica_serve_takes_the_lock_for_a_receive_only(monkeypatch):
     from fabricctl.commands import replica_serve
     from fabricctl.main import build_parser, changes
 
-    for request, mutating in (("state tank/datasets/x", False), ("receive tank/datasets/x - storage1", True), ("", False)):
+    for request, mutating in (("state tank/datasets/x", False), ("receive tank/datasets/x - storage1", True),
+                              ("", False)):
         monkeypatch.setenv("SSH_ORIGINAL_COMMAND", request)
         args = build_parser().parse_args(["replica-serve"])
         assert changes(replica_serve, args) is mutating

@@ -287,21 +287,22 @@ def test_a_versions_lun_serial_is_the_same_on_every_node_and_differs_between_ver
 
     a = lio.snapshot_serial("15899846609521066419")
     assert a == lio.snapshot_serial("15899846609521066419") and a != lio.snapshot_serial("1364973519")
-    assert lio.parse_desired({"base_iqn": "iqn.2026-11.io.fabric.lab", "targets": [{"name": "ds.x.v1", "portals": [{"ip": "10.77.0.11"}], "luns": [
-        {"name": "x.v1", "device": "/dev/zvol/tank/datasets/x@v1", "wwn": a}]}]}).targets[0].luns[0].wwn == a
+    target = {"name": "ds.x.v1", "portals": [{"ip": "10.77.0.11"}],
+              "luns": [{"name": "x.v1", "device": "/dev/zvol/tank/datasets/x@v1", "wwn": a}]}
+    assert lio.parse_desired({"base_iqn": "iqn.2026-11.io.fabric.lab", "targets": [target]}).targets[0].luns[0].wwn == a
     with pytest.raises(UserError):
         lio.snapshot_serial("not-a-guid")
 
 
 def test_publishing_gives_a_new_export_the_guid_serial_and_keeps_a_live_luns_serial():
-    from support import AnsweringRunner
-
     from fabric_core import lio
     from fabric_core.publish import ExportIndex, Publisher, Settings
+    from support import AnsweringRunner
 
     settings = Settings(iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fctl_", portal_ip="10.77.0.11",
                         portal_port=3260, dataset_root="tank/datasets", mount_root="/datasets",
-                        checkpoint_root="tank/checkpoints", checkpoint_mount_root="/checkpoints", insecure_no_chap=True)
+                        checkpoint_root="tank/checkpoints", checkpoint_mount_root="/checkpoints",
+                        insecure_no_chap=True)
     get = '{"datasets": {"tank/datasets/x@v1": {"name": "tank/datasets/x@v1", "properties": {"guid": {"value": "42"}}}}}'
     pub = Publisher(settings, AnsweringRunner({("zfs", "get"): (0, get, "")}), lambda host: None)
     export = settings.dataset("x", "v1", "ext4")
