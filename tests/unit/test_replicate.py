@@ -3,6 +3,7 @@ replica-serve request parser (fabricctl.replication.parse_request) and the confi
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 
@@ -303,7 +304,8 @@ def test_publishing_gives_a_new_export_the_guid_serial_and_keeps_a_live_luns_ser
                         portal_port=3260, dataset_root="tank/datasets", mount_root="/datasets",
                         checkpoint_root="tank/checkpoints", checkpoint_mount_root="/checkpoints",
                         insecure_no_chap=True)
-    get = '{"datasets": {"tank/datasets/x@v1": {"name": "tank/datasets/x@v1", "properties": {"guid": {"value": "42"}}}}}'
+    snap = "tank/datasets/x@v1"
+    get = json.dumps({"datasets": {snap: {"name": snap, "properties": {"guid": {"value": "42"}}}}})
     pub = Publisher(settings, AnsweringRunner({("zfs", "get"): (0, get, "")}), lambda host: None)
     export = settings.dataset("x", "v1", "ext4")
     empty = ExportIndex({"dump": {"storage_objects": [], "targets": []}, "sessions": []}, settings)
