@@ -17,7 +17,7 @@ DEBIAN       ?=
 SHUFFLE      ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq lint lock clean
+.PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication lint lock clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -78,6 +78,9 @@ bench-publish: venv ## issue 4 benchmark on the running lab: fabricctl publish o
 
 bench-zvol-mq: venv ## issue 17 benchmark on the running lab: zvol reads with zvol_use_blk_mq 0 and 1 on storage1 -> docs/benchmarks.md
 	$(PY) bench/zvol_mq_bench.py
+
+bench-replication: venv ## issue 13 benchmark on the running lab with storage2: fabricctl replicate vs zfs send|ssh|receive vs syncoid (1 and 4 GiB), incremental -> docs/benchmarks.md, bench/results/replication.json
+	$(PY) bench/replication_bench.py
 
 bench-checkpoint: venv ## issue 5 benchmark on the running lab: rotate vs sanoid, checkpoint list vs zfs list, freeze window -> docs/benchmarks.md
 	$(PY) bench/checkpoint_bench.py

@@ -1,0 +1,269 @@
+"""Replication between storage nodes (issue 13) on the lab: storage1 replicates versions and checkpoints to
+storage2 with `fabricctl replicate`, ZFS send | ssh | receive, and every result is read back on storage2 through
+its own tools (`zfs get`, `zfs list`, `zfs holds`, configfs), never through fabricctl's answer alone.
+
+Faults, each with a clear message and nothing lost: an unknown node, a pool without the space, a version that
+diverged (same name, another GUID), a transfer killed with SIGKILL and one whose link drops (the re-run resumes
+from the receive's token, no second full send), a replica changed by hand (refused unless --force). The attack:
+storage1's fabricctl key, authorized on storage2 only for replica-serve, cannot run anything else there.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+
+import pytest
+from conftest import Fctl, ansible_playbook, assert_refused_and_nothing_changed, step
+
+ROOT = "tank/datasets"
+NAME = "repl"
+VOL = f"{ROOT}/{NAME}"
+KEY = "/etc/fabricctl/id_ed25519"
+CFS = "/sys/kernel/config/target"
+
+
+@pytest.fixture(scope="module")
+def nodes(lab, hosts, storage2):
+    """storage1 and storage2 with fabricctl on both, each knowing the other (playbooks/fabricctl.yml)."""
+    step("fabricctl.yml on both storage nodes (peers, keys for replica-serve)")
+    res = ansible_playbook(lab, "playbooks/fabricctl.yml")
+    assert res.rc == 0, res.output[-6000:]
+    s1, s2 = hosts["storage1"], hosts["storage2"]
+    for host, job in ((s1, NAME), (s2, NAME)):
+        host.run(f"fabricctl unpublish {job}@v1 --to gpu_nodes --force")  # left by an earlier run, if any
+    s2.run(f"zfs destroy -r {VOL}")  # a replica left by an earlier run on this lab
+    s1.run(f"zfs list {VOL} >/dev/null 2>&1 && fabricctl dataset destroy {NAME} --force")
+    return s1, s2
+
+
+@pytest.fixture(scope="module")
+def f1(nodes):
+    return Fctl(nodes[0])
+
+
+@pytest.fixture(scope="module")
+def f2(nodes):
+    return Fctl(nodes[1])
+
+
+def zget(host, prop: str, name: str) -> str:
+    return host.check_output(f"zfs get -H -p -o value {prop} {name}")
+
+
+def snaps(host, vol: str = VOL) -> list[str]:
+    res = host.run(f"zfs list -H -t snapshot -o name -s createtxg -d 1 {vol}")
+    return [line.split("@", 1)[1] for line in res.stdout.split()] if res.rc == 0 else []
+
+
+def seal(host, fctl: Fctl, version: str, change: str) -> None:
+    """Change the staging volume's files (shell, on storage1), ingest and seal ``version``."""
+    host.check_output(f"mkdir -p /srv/{NAME}-src && cd /srv/{NAME}-src && {change}")
+    fctl.json("dataset", "ingest", NAME, f"/srv/{NAME}-src/")
+    fctl.json("dataset", "seal", NAME, version, "--note", f"replication test {version}")
+
+
+def test_a_first_replication_sends_the_version_whole_with_its_metadata(nodes, f1):
+    s1, s2 = nodes
+    f1.json("dataset", "create", NAME, "--size", "512M")
+    seal(s1, f1, "v1", "for i in $(seq 1 40); do head -c $((16384 * i)) /dev/urandom > f$i; done")
+    plan = f1.json("replicate", f"{NAME}@v1", "--to", "storage2", "--dry-run")
+    assert plan["dry_run"] and [t["kind"] for t in plan["nodes"][0]["transfers"]] == ["full"]
+    assert any("zfs send" in line and "storage2:" in line for line in plan["planned"])
+    assert s2.run(f"zfs list {VOL}").rc != 0  # the dry run sent nothing
+    out = f1.json("replicate", f"{NAME}@v1", "--to", "storage2")
+    t = out["nodes"][0]["transfers"][0]
+    assert t["kind"] == "full" and t["sent_bytes"] > 0
+    # storage2's own reading: the same snapshot (GUID), the seal's properties, read-only, from storage1
+    assert zget(s2, "guid", f"{VOL}@v1") == zget(s1, "guid", f"{VOL}@v1")
+    for prop in ("fabric:kind", "fabric:manifest-sha256", "fabric:files", "fabric:note"):
+        assert zget(s2, prop, f"{VOL}@v1") == zget(s1, prop, f"{VOL}@v1"), prop
+    assert zget(s2, "readonly", VOL) == "on" and zget(s2, "fabric:origin", VOL) == "storage1"
+    assert zget(s2, "fabric:managed", VOL) == "true"
+    # no hold left on either side; the base is bookmarked here
+    assert s1.check_output(f"zfs holds -H {VOL}@v1") == "" and s2.check_output(f"zfs holds -H {VOL}@v1") == ""
+    assert f"{VOL}#v1" in s1.check_output(f"zfs list -H -t bookmark -o name -d 1 {VOL}")
+
+
+def test_the_next_version_goes_incrementally_and_a_second_run_sends_nothing(nodes, f1):
+    s1, s2 = nodes
+    seal(s1, f1, "v2", "for i in 1 2; do head -c 40000 /dev/urandom > f$i; done")  # 2 of 40 files change
+    full = int(zget(s1, "referenced", f"{VOL}@v2"))
+    out = f1.json("replicate", f"{NAME}@v2", "--to", "storage2")
+    t = out["nodes"][0]["transfers"][0]
+    assert t["kind"] == "incremental" and t["base"] == "@v1" and 0 < t["sent_bytes"] < full / 2, (t, full)
+    assert snaps(s2) == ["v1", "v2"] and zget(s2, "guid", f"{VOL}@v2") == zget(s1, "guid", f"{VOL}@v2")
+    again = f1.json("replicate", NAME, "--all", "--to", "storage2")
+    assert again["nodes"][0]["transfers"] == [] and again["nodes"][0]["present"] == ["v1", "v2"]
+
+
+def test_a_replica_is_published_from_its_own_node_with_the_same_lun_serial(nodes, f1, f2, hosts):
+    s1, s2 = nodes
+    try:
+        f1.json("publish", f"{NAME}@v1", "--to", "gpu1")
+        f2.json("publish", f"{NAME}@v1", "--to", "gpu2")
+        serial = f"cat {CFS}/core/iblock_*/fctl_{NAME}.v1/wwn/vpd_unit_serial"
+        assert s1.check_output(serial) == s2.check_output(serial)
+        # gpu2 reads storage2's copy: its session goes to storage2's portal, the files match the manifest
+        assert "10.77.0.12:3260" in hosts["gpu2"].check_output("iscsiadm -m session")
+        check = hosts["gpu2"].run(f"cd /datasets/{NAME}/v1 && tail -n +2 .fabric/manifest.tsv | "
+                                  "awk -F'\\t' '{print $1\"  \"$3}' | sha256sum -c --quiet")
+        assert check.rc == 0, check.stdout + check.stderr
+    finally:
+        f2("unpublish", f"{NAME}@v1", "--to", "gpu2")
+        f1("unpublish", f"{NAME}@v1", "--to", "gpu1")
+    assert s2.check_output(f"zfs holds -H {VOL}@v1") == ""
+
+
+def test_bad_input_is_refused_and_changes_nothing(nodes, f1):
+    s1, s2 = nodes
+    before = s2.check_output("zfs list -H -t all -o name -r tank | sort | md5sum")
+    assert_refused_and_nothing_changed(s1, f1, ["replicate", f"{NAME}@v2", "--to", "storage9"],
+                                       ["unknown storage node 'storage9'", "storage2"])
+    assert_refused_and_nothing_changed(s1, f1, ["replicate", f"{NAME}@v2", "--to", "storage1"], ["is this node"])
+    assert_refused_and_nothing_changed(s1, f1, ["replicate", f"{NAME}@v9", "--to", "storage2"], ["v9"])
+    assert_refused_and_nothing_changed(s1, f1, ["replicate", f"{NAME}@v2", "--to", "storage2", "--limit", "10K"],
+                                       ["below 1 MiB/s"])
+    assert s2.check_output("zfs list -H -t all -o name -r tank | sort | md5sum") == before
+
+
+def test_a_target_without_the_space_is_refused_before_anything_is_sent(nodes, f1):
+    s1, s2 = nodes
+    seal(s1, f1, "v3", "head -c 24M /dev/urandom > big3")
+    used = int(zget(s2, "used", ROOT))
+    s2.check_output(f"zfs set quota={used + (4 << 20)} {ROOT}")
+    try:
+        res = f1("replicate", f"{NAME}@v3", "--to", "storage2")
+        assert res.rc == 1 and "available" in res.stderr and "fix:" in res.stderr, res.stderr
+    finally:
+        s2.check_output(f"zfs set quota=none {ROOT}")
+    assert snaps(s2) == ["v1", "v2"] and zget(s2, "receive_resume_token", VOL) == "-"
+
+
+def _wait_for_progress(s1, log: str, timeout: float = 180) -> None:
+    """Until fabricctl's progress lines (one every 5 s off a terminal) show part of the stream sent."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = s1.run(f"cat {log}").stdout
+        done = [float(m) for m in re.findall(r"([0-9.]+)%", text)]
+        if done and 5 <= done[-1] < 80:
+            return
+        assert not done or done[-1] < 80, f"the transfer got too far to be cut short: {text[-300:]}"
+        time.sleep(0.3)
+    raise AssertionError(f"no progress from fabricctl replicate: {s1.run(f'cat {log}').stdout[-500:]}")
+
+
+@pytest.mark.parametrize("cut", ["sigkill", "link"])
+def test_a_replication_cut_short_resumes_where_it_stopped(nodes, f1, cut):
+    s1, s2 = nodes
+    version = {"sigkill": "v4", "link": "v5"}[cut]
+    seal(s1, f1, version, f"head -c 128M /dev/urandom > big-{version}")
+    planned = f1.json("replicate", f"{NAME}@{version}", "--to", "storage2", "--dry-run")["nodes"][0]["transfers"]
+    estimate = planned[-1]["estimated_bytes"]
+    log = f"/tmp/repl-{cut}.log"
+    s1.check_output(f"setsid sh -c 'fabricctl replicate {NAME}@{version} --to storage2 >{log} 2>&1' "
+                    "</dev/null >/dev/null 2>&1 &")
+    _wait_for_progress(s1, log)
+    if cut == "sigkill":
+        s1.check_output(f"pkill -KILL -f '^/opt/fabricctl/bin/python /usr/local/sbin/fabricctl replicate {NAME}@'")
+    else:  # the link drops: the SSH connection carrying the stream dies
+        s1.check_output("pkill -KILL -f '^ssh .* -- receive '")
+    deadline = time.monotonic() + 60
+    while s2.run("pgrep -f 'zfs receive -s'").rc == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    token = zget(s2, "receive_resume_token", VOL)
+    assert token not in ("", "-"), "no resumable receive state on storage2"
+    if cut == "link":
+        deadline = time.monotonic() + 60
+        while s1.run("pgrep -f '[f]abricctl replicate'").rc == 0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        text = s1.check_output(f"cat {log}")
+        assert "re-run the same command to resume" in text, text
+    again = f1.json("replicate", f"{NAME}@{version}", "--to", "storage2", "--dry-run")["nodes"][0]["transfers"]
+    assert [t["kind"] for t in again] == ["resume"], again
+    out = f1.json("replicate", f"{NAME}@{version}", "--to", "storage2")
+    t = out["nodes"][0]["transfers"][0]
+    assert t["kind"] == "resume" and 0 < t["sent_bytes"] < estimate, (t, estimate)  # not a second full send
+    assert zget(s2, "guid", f"{VOL}@{version}") == zget(s1, "guid", f"{VOL}@{version}")
+    assert zget(s2, "receive_resume_token", VOL) == "-"
+    assert s1.check_output(f"zfs holds -H {VOL}@{version}") == ""  # the killed run's hold is gone too
+
+
+def test_a_replica_changed_by_hand_is_refused_unless_forced(nodes, f1):
+    s1, s2 = nodes
+    seal(s1, f1, "v6", "head -c 100000 /dev/urandom > f3")
+    s2.check_output(f"zfs snapshot {VOL}@by-hand")
+    before = snaps(s2)
+    res = f1("replicate", f"{NAME}@v6", "--to", "storage2")
+    assert res.rc == 1 and "changed since" in res.stderr and "by-hand" in res.stderr and "--force" in res.stderr
+    assert snaps(s2) == before
+    out = f1.json("replicate", f"{NAME}@v6", "--to", "storage2", "--force")
+    assert out["nodes"][0]["transfers"][0]["force"] is True
+    assert "by-hand" not in snaps(s2) and snaps(s2)[-1] == "v6"
+
+
+def test_a_version_that_diverged_is_refused_naming_both_guids(nodes, f1):
+    s1, s2 = nodes
+    f1.json("dataset", "create", "repldiv", "--size", "64M")
+    s1.check_output("mkdir -p /srv/repldiv && head -c 1M /dev/urandom > /srv/repldiv/a")
+    f1.json("dataset", "ingest", "repldiv", "/srv/repldiv/")
+    f1.json("dataset", "seal", "repldiv", "v1")
+    f1.json("replicate", "repldiv@v1", "--to", "storage2")
+    there = zget(s2, "guid", f"{ROOT}/repldiv@v1")
+    f1.json("dataset", "destroy", "repldiv", "--force")
+    # the replica is untouched by the destroy here
+    assert zget(s2, "guid", f"{ROOT}/repldiv@v1") == there
+    f1.json("dataset", "create", "repldiv", "--size", "64M")
+    f1.json("dataset", "ingest", "repldiv", "/srv/repldiv/")
+    f1.json("dataset", "seal", "repldiv", "v1")
+    here = zget(s1, "guid", f"{ROOT}/repldiv@v1")
+    res = f1("replicate", "repldiv@v1", "--to", "storage2")
+    assert res.rc == 1 and there in res.stderr and here in res.stderr and "diverged" in res.stderr, res.stderr
+    assert zget(s2, "guid", f"{ROOT}/repldiv@v1") == there
+    f1.json("dataset", "destroy", "repldiv", "--force")
+    s2.check_output(f"zfs destroy -r {ROOT}/repldiv")
+
+
+def test_checkpoints_replicate_too(nodes, f1):
+    s1, s2 = nodes
+    job = "repljob"
+    if s1.run(f"zfs list tank/checkpoints/{job}").rc != 0:
+        f1.json("checkpoint", "volume", "create", job, "--size", "64M", "--writer", "gpu1")
+    for stepno in (10, 20):
+        f1.json("checkpoint", "snapshot", job, "--step", str(stepno))
+    out = f1.json("checkpoint", "replicate", job, "--to", "storage2")
+    assert [t["kind"] for t in out["nodes"][0]["transfers"]] == ["full", "incremental"]
+    assert snaps(s2, f"tank/checkpoints/{job}")[-2:] == ["step-10", "step-20"]
+    assert zget(s2, "fabric:step", f"tank/checkpoints/{job}@step-20") == "20"
+    f1("checkpoint", "volume", "destroy", job, "--force")
+    s2.check_output(f"zfs destroy -r tank/checkpoints/{job}")
+
+
+# ---- the attack: storage1's key on storage2 serves replication and nothing else
+
+
+@pytest.mark.parametrize("request_", [
+    "id > /tmp/pwned", "sh -c 'touch /tmp/pwned'", "state tank/datasets/repl; touch /tmp/pwned",
+    "receive tank/other/x - storage1", "state ../../etc", "destroy tank/datasets/repl",
+    "receive tank/datasets/repl - storage1 --force; touch /tmp/pwned",
+])
+def test_the_peer_key_runs_only_replica_serve_on_the_other_node(nodes, request_):
+    s1, s2 = nodes
+    s2.run("rm -f /tmp/pwned")
+    before = s2.check_output("zfs list -H -t all -o name -r tank | sort | md5sum")
+    res = s1.run(f"ssh -i {KEY} -o BatchMode=yes -o UserKnownHostsFile=/etc/fabricctl/known_hosts "
+                 f"-o StrictHostKeyChecking=yes root@10.77.0.12 {shlex.quote(request_)} </dev/null")
+    assert res.rc != 0 and "fabricctl: error:" in res.stderr, (res.rc, res.stdout, res.stderr)
+    assert s2.run("test -e /tmp/pwned").rc != 0
+    assert s2.check_output("zfs list -H -t all -o name -r tank | sort | md5sum") == before
+    # sshd itself says the key ran the forced command (storage2's journal, another read path)
+    journal = s2.check_output("journalctl -u ssh -u sshd --since '-2min' --no-pager -o cat | tail -n 50")
+    assert "Accepted publickey" in journal
+
+
+def test_the_peer_key_cannot_forward_ports_to_the_other_node(nodes):
+    s1, _ = nodes
+    res = s1.run(f"timeout 60 ssh -i {KEY} -o BatchMode=yes -o UserKnownHostsFile=/etc/fabricctl/known_hosts "
+                 "-o StrictHostKeyChecking=yes -o ExitOnForwardFailure=yes -R 0:127.0.0.1:22 -N root@10.77.0.12")
+    assert res.rc == 255 and "forwarding failed" in res.stderr, (res.rc, res.stderr)
