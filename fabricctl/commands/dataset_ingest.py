@@ -23,6 +23,7 @@ Examples:
 
 from __future__ import annotations
 
+import errno
 import os
 
 from fabric_core import ingest
@@ -30,7 +31,7 @@ from fabric_core.errors import NotFound, UserError
 from fabric_core.names import validate_fabric_name
 
 from .. import datasets, faults
-from ..output import ProgressBar
+from ..output import ProgressBar, human_bytes
 
 PATH = ("dataset", "ingest")
 HELP = "copy files into a dataset's staging volume (resumable)"
@@ -58,6 +59,13 @@ def run(ctx, args) -> int:
     root = datasets.mount_staging(ctx, name, vol.get("fabric:fs") or "ext4")
     dest_root = os.path.join(root, into)
     total = sum(f.size for f in files)
+    need = sum(f.size for f in files if not ingest.up_to_date(os.path.normpath(os.path.join(dest_root, f.rel)), f))
+    free = _free_bytes(root)
+    if need > free:
+        size = human_bytes(vol.get("volsize") or 0)
+        raise UserError(f"the staging volume of {name} ({size}) has {human_bytes(free)} free, the files to copy take "
+                        f"{human_bytes(need)}", "ingest fewer files, or make a dataset with a larger --size "
+                        "(`fabricctl dataset create NAME --size SIZE`)")
     copied = skipped = copied_bytes = 0
     bar = None if (ctx.dry_run or args.json) else ProgressBar(len(files), total, label=f"ingest {name}")
     done_files = done_bytes = 0
@@ -68,7 +76,14 @@ def run(ctx, args) -> int:
             if ingest.up_to_date(dest, file):
                 skipped += 1
             else:
-                copied_bytes += ingest.copy(open_file(), dest, file) if open_file else file.size
+                try:
+                    copied_bytes += ingest.copy(open_file(), dest, file) if open_file else file.size
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                        raise
+                    raise UserError(f"the staging volume of {name} is full ({file.rel} did not fit; {copied} files "
+                                    "copied, the partial one removed)", "make room in it, or re-create the dataset "
+                                    "with a larger --size; re-running the ingest continues where it stopped") from None
                 copied += 1
             done_files += 1
             done_bytes += file.size
@@ -82,3 +97,10 @@ def run(ctx, args) -> int:
     ctx.report(out, f"{name}: {ctx.tense('would copy', 'copied')} {copied} files ({copied_bytes} bytes), {skipped} "
                f"already present, into {dest_root}")
     return 0
+
+
+def _free_bytes(path: str) -> int:
+    """Bytes a copy may still write under ``path`` (its file system's blocks available to non-root: what
+    ext4 and xfs keep back for root is not counted, so a copy never fills the reserve)."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize

@@ -79,6 +79,14 @@ def test_create_a_staging_volume(storage, fctl):
     assert "rw" in opts.split(",")
 
 
+def test_an_ingest_larger_than_the_staging_volume_is_refused_before_copying(storage, fctl):
+    storage.check_output("rm -rf /srv/huge && mkdir -p /srv/huge && truncate -s 300M /srv/huge/big")  # sparse
+    assert_refused_and_nothing_changed(storage, fctl, ["dataset", "ingest", NAME, "/srv/huge/"],
+                                       ["free", "300 MiB", "--size"])
+    assert storage.run(f"ls /srv/fabricctl/staging/{NAME}/big*").rc != 0
+    storage.check_output("rm -rf /srv/huge")
+
+
 @pytest.mark.parametrize("args, words", [
     (["dataset", "create", NAME, "--size", "256M"], ["exists already"]),
     (["dataset", "create", "Bad_Name", "--size", "256M"], ["invalid dataset name"]),
