@@ -1,15 +1,22 @@
 """List datasets and their sealed versions, with metadata and where each version is published.
 
+With --nodes, also where each version lives: this node and every other storage node (the configuration's
+storage_nodes, asked over their replica-serve) that holds the same snapshot (the same GUID), and for a
+replica the node it came from (fabric:origin). A node that cannot be reached is named in a warning; the
+listing goes on.
+
 Examples:
   fabricctl list
   fabricctl list imagenet --json
+  fabricctl list --nodes
 """
 
 from __future__ import annotations
 
+from fabric_core import replicate
 from fabric_core.names import validate_fabric_name
 
-from .. import datasets
+from .. import datasets, replication
 from ..output import human_bytes, print_rows
 
 PATH = ("list",)
@@ -19,9 +26,10 @@ MUTATING = False  # read-only: no node lock, no journal record
 
 def configure(p) -> None:
     p.add_argument("name", metavar="NAME", nargs="?", help="only this dataset")
+    p.add_argument("--nodes", action="store_true", help="also which storage nodes hold each version (asks them)")
 
 
-def collect(ctx, name: str | None = None) -> dict:
+def collect(ctx, name: str | None = None, nodes: bool = False) -> dict:
     cfg = ctx.config
     vols = datasets.all_volumes(ctx)
     if name is not None:
@@ -41,11 +49,43 @@ def collect(ctx, name: str | None = None) -> dict:
                          "published_to": index.published_to(export), "used": r.get("used")})
         listing.append({"name": dname, "volume": vol["name"], "size": vol.get("volsize"), "fs": vol.get("fabric:fs"),
                         "staging": datasets.staging_dir(cfg, dname), "versions": rows})
-    return {"datasets": listing}
+    out = {"datasets": listing}
+    if nodes:
+        out["unreachable"] = where(ctx, listing)
+    return out
+
+
+def where(ctx, listing: list[dict]) -> dict[str, str]:
+    """Fill in each version's ``nodes`` (this node and the storage nodes holding the same GUID) and each
+    dataset's ``origin``; returns {node: why} of the storage nodes that could not be asked."""
+    cfg = ctx.config
+    peers = [replication.Peer(n, cfg.ssh) for _, n in sorted(cfg.storage_nodes.items())]
+    unreachable: dict[str, str] = {}
+    for d in listing:
+        here = replicate.read_side(ctx.local, d["volume"])
+        d["origin"] = here.origin or None
+        held = {p.guid: [cfg.node or "this node"] for p in here.snapshots}
+        for peer in peers:
+            if peer.name in unreachable:
+                continue
+            try:
+                there = peer.state(d["volume"])
+            except replication.PeerError as exc:
+                unreachable[peer.name] = exc.problem
+                continue
+            for p in there.snapshots:
+                if p.guid in held:
+                    held[p.guid].append(peer.name)
+        guid_of = {p.name: p.guid for p in here.snapshots}
+        for v in d["versions"]:
+            v["nodes"] = held.get(guid_of.get(v["version"], ""), [])
+    return unreachable
 
 
 def run(ctx, args) -> int:
-    data = collect(ctx, args.name)
+    data = collect(ctx, args.name, args.nodes)
+    for node, why in data.get("unreachable", {}).items():
+        ctx.note(f"fabricctl: warning: could not ask {node} which versions it holds: {why}")
     if args.json:
         ctx.emit(data)
         return 0
@@ -55,9 +95,14 @@ def run(ctx, args) -> int:
             rows.append([d["name"], "(staging only)", "", "", "", "", ""])
         for v in d["versions"]:
             rows.append([d["name"], v["version"], v["created_at"] or "", str(v["files"] or 0),
-                         human_bytes(v["bytes"] or 0), ",".join(v["published_to"]) or "-", v["note"] or ""])
+                         human_bytes(v["bytes"] or 0), ",".join(v["published_to"]) or "-", v["note"] or "",
+                         *([",".join(v["nodes"])] if args.nodes else [])])
     if not rows:
         print("no datasets yet: `fabricctl dataset create NAME --size SIZE`")
         return 0
-    print_rows(rows, ["DATASET", "VERSION", "CREATED", "FILES", "BYTES", "PUBLISHED TO", "NOTE"])
+    print_rows(rows, ["DATASET", "VERSION", "CREATED", "FILES", "BYTES", "PUBLISHED TO", "NOTE",
+                      *(["NODES"] if args.nodes else [])])
+    for d in data["datasets"]:
+        if d.get("origin"):
+            print(f"{d['name']}: a replica from {d['origin']}")
     return 0

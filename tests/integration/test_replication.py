@@ -98,6 +98,15 @@ def test_the_next_version_goes_incrementally_and_a_second_run_sends_nothing(node
     assert again["nodes"][0]["transfers"] == [] and again["nodes"][0]["present"] == ["v1", "v2"]
 
 
+def test_list_says_where_each_version_lives(nodes, f1, f2):
+    mine = next(d for d in f1.json("list", NAME, "--nodes")["datasets"])
+    assert {v["version"]: v["nodes"] for v in mine["versions"]} == {"v1": ["storage1", "storage2"],
+                                                                     "v2": ["storage1", "storage2"]}
+    assert mine["origin"] is None
+    replica = next(d for d in f2.json("list", NAME, "--nodes")["datasets"])
+    assert replica["origin"] == "storage1" and [v["version"] for v in replica["versions"]] == ["v1", "v2"]
+
+
 def test_a_replica_is_published_from_its_own_node_with_the_same_lun_serial(nodes, f1, f2, hosts):
     s1, s2 = nodes
     try:
