@@ -17,7 +17,7 @@ DEBIAN       ?=
 SHUFFLE      ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication lint lock clean
+.PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication lint docs lock clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -87,6 +87,9 @@ bench-checkpoint: venv ## issue 5 benchmark on the running lab: rotate vs sanoid
 
 lint: venv ## ruff over the Python code
 	$(VENV)/bin/ruff check lab fabricctl module_utils library tests plugins bench
+
+docs: venv ## regenerate docs/fabricctl-reference.md from fabricctl's parser (a unit test fails while it is stale)
+	$(PY) -m fabricctl.reference docs/fabricctl-reference.md
 
 lock: ## re-pin requirements/constraints.txt from requirements/dev.in
 	rm -rf $(VENV).lock && $(PYTHON) -m venv $(VENV).lock

@@ -44,7 +44,8 @@ Exit statuses:
 GROUP_HELP = {"dataset": "staging volumes and sealed versions of training datasets",
               "checkpoint": "checkpoint volumes and snapshots of training jobs",
               "access": "who may log in to this node's exports (per-host CHAP, revocation)",
-              "plan": "capacity planning from the fabric's measured figures (pure arithmetic, changes nothing)"}
+              "plan": "capacity planning from the fabric's measured figures (pure arithmetic, changes nothing)",
+              "config": "fabricctl's configuration file (/etc/fabricctl/config.yml)"}
 # the options every command shares, declared once
 JSON_HELP = "print the result as JSON (for scripts)"
 DRY_RUN_HELP = "do every read and every check, change nothing, and print the plan"
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "and open-iscsi found on this node, then exit")
     parser.add_argument("--config", metavar="PATH",
                         help="configuration file (default: $FABRICCTL_CONFIG or /etc/fabricctl/config.yml)")
+    parser.set_defaults(command_tree=parser)  # the whole tree, for `completion` (commands never import main)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     groups: dict = {}
     for module in COMMANDS:
@@ -67,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
             if key not in groups:
                 gp = where.add_parser(word, help=GROUP_HELP.get(word, ""), description=GROUP_HELP.get(word, ""))
                 gp.set_defaults(func=None, group_parser=gp)
-                groups[key] = gp.add_subparsers(dest="_".join(key), metavar="COMMAND")
+                groups[key] = gp.add_subparsers(dest="_".join(("group", *key)), metavar="COMMAND")  # not --config's
             where = groups[key]
         doc = (module.__doc__ or "").strip()
         p = where.add_parser(leaf, help=module.HELP, description=doc or module.HELP,

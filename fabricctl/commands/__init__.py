@@ -9,6 +9,8 @@ from . import (
     checkpoint_snapshot,
     checkpoint_volume_create,
     checkpoint_volume_destroy,
+    completion,
+    config_check,
     dataset_create,
     dataset_destroy,
     dataset_ingest,
@@ -27,4 +29,4 @@ from . import (
 ALL = [dataset_create, dataset_ingest, dataset_seal, dataset_destroy, publish, unpublish, replicate, list_versions,
        status, verify, checkpoint_volume_create, checkpoint_volume_destroy, checkpoint_snapshot, checkpoint_list,
        checkpoint_restore, checkpoint_rollback, checkpoint_replicate, rotate, access_sync, plan_checkpoint,
-       replica_serve]
+       replica_serve, config_check, completion]

@@ -249,7 +249,7 @@ def test_every_command_has_help_and_runs_through_main(capsys):
         out = capsys.readouterr().out
         assert "usage: fabricctl " + " ".join(module.PATH) in out
         changes = module.PATH not in {("list",), ("status",), ("verify",), ("checkpoint", "list"),
-                                      ("plan", "checkpoint")}
+                                      ("plan", "checkpoint"), ("config", "check"), ("completion",)}
         assert ("--dry-run" in out) == changes, module.PATH
         if not changes:
             assert "--json" in out
