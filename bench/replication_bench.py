@@ -63,7 +63,7 @@ def cleanup(lab: dict) -> list[str]:
     left = []
     for size in SIZES:
         n = names(lab, size)
-        sh(SRC, f"zfs list {n['src']} >/dev/null 2>&1 && fabricctl dataset destroy {n['name']} --force >/dev/null",
+        sh(SRC, f"zfs list {n['src']} >/dev/null 2>&1 && fabricctl dataset destroy {n['name']} --yes >/dev/null",
            check=False)
         sh(SRC, f"zfs destroy -r {n['src']} 2>/dev/null", check=False)
         for vol in (n["src"], n["floor"], n["sync"]):

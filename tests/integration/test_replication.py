@@ -32,10 +32,17 @@ def nodes(lab, hosts, storage2):
     assert res.rc == 0, res.output[-6000:]
     s1, s2 = hosts["storage1"], hosts["storage2"]
     for host, job in ((s1, NAME), (s2, NAME)):
-        host.run(f"fabricctl unpublish {job}@v1 --to gpu_nodes --force")  # left by an earlier run, if any
-    s2.run(f"zfs destroy -r {VOL}")  # a replica left by an earlier run on this lab
-    s1.run(f"zfs list {VOL} >/dev/null 2>&1 && fabricctl dataset destroy {NAME} --force")
-    return s1, s2
+        host.run(f"fabricctl unpublish {job}@v1 --force")  # left by an earlier run, if any
+    clean(s1, s2)
+    yield s1, s2
+    clean(s1, s2)
+
+
+def clean(s1, s2) -> None:
+    """What this file makes, gone from both nodes (a replica by zfs: fabricctl destroys only its own node's)."""
+    for name in (NAME, "repldiv"):
+        s2.run(f"zfs destroy -r {ROOT}/{name}")
+        s1.run(f"zfs list {ROOT}/{name} >/dev/null 2>&1 && fabricctl dataset destroy {name} --yes")
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +127,8 @@ def test_a_replica_is_published_from_its_own_node_with_the_same_lun_serial(nodes
                                   "awk -F'\\t' '{print $1\"  \"$3}' | sha256sum -c --quiet")
         assert check.rc == 0, check.stdout + check.stderr
     finally:
-        f2("unpublish", f"{NAME}@v1", "--to", "gpu2")
-        f1("unpublish", f"{NAME}@v1", "--to", "gpu1")
+        gone = [f2("unpublish", f"{NAME}@v1"), f1("unpublish", f"{NAME}@v1")]
+    assert [r.rc for r in gone] == [0, 0], [r.stderr for r in gone]
     assert s2.check_output(f"zfs holds -H {VOL}@v1") == ""
 
 
@@ -220,7 +227,7 @@ def test_a_version_that_diverged_is_refused_naming_both_guids(nodes, f1):
     f1.json("dataset", "seal", "repldiv", "v1")
     f1.json("replicate", "repldiv@v1", "--to", "storage2")
     there = zget(s2, "guid", f"{ROOT}/repldiv@v1")
-    f1.json("dataset", "destroy", "repldiv", "--force")
+    f1.json("dataset", "destroy", "repldiv", "--yes")
     # the replica is untouched by the destroy here
     assert zget(s2, "guid", f"{ROOT}/repldiv@v1") == there
     f1.json("dataset", "create", "repldiv", "--size", "64M")
@@ -230,7 +237,7 @@ def test_a_version_that_diverged_is_refused_naming_both_guids(nodes, f1):
     res = f1("replicate", "repldiv@v1", "--to", "storage2")
     assert res.rc == 1 and there in res.stderr and here in res.stderr and "diverged" in res.stderr, res.stderr
     assert zget(s2, "guid", f"{ROOT}/repldiv@v1") == there
-    f1.json("dataset", "destroy", "repldiv", "--force")
+    f1.json("dataset", "destroy", "repldiv", "--yes")
     s2.check_output(f"zfs destroy -r {ROOT}/repldiv")
 
 
@@ -245,7 +252,7 @@ def test_checkpoints_replicate_too(nodes, f1):
     assert [t["kind"] for t in out["nodes"][0]["transfers"]] == ["full", "incremental"]
     assert snaps(s2, f"tank/checkpoints/{job}")[-2:] == ["step-10", "step-20"]
     assert zget(s2, "fabric:step", f"tank/checkpoints/{job}@step-20") == "20"
-    f1("checkpoint", "volume", "destroy", job, "--force")
+    f1("checkpoint", "volume", "destroy", job, "--yes", "--force")
     s2.check_output(f"zfs destroy -r tank/checkpoints/{job}")
 
 
