@@ -212,8 +212,10 @@ def serve(ctx, request: dict) -> int:
     dataset = request["dataset"]
     if request["verb"] == "state":
         side = replicate.read_side(ctx.local, dataset)
-        if not side.exists:  # the space the volume would get: its parent's
-            side.available = replicate.read_side(ctx.local, dataset.rpartition("/")[0]).available
+        # the space a receive may take: the parent's (its quota and the pool's), never more than the volume's
+        # own (a volume's "available" counts its unused refreservation, which a snapshot's blocks do not get)
+        parent = replicate.read_side(ctx.local, dataset.rpartition("/")[0]).available
+        side.available = min(side.available, parent) if side.exists else parent
         ctx.emit(side.to_dict())
         return 0
     base = f"{dataset}@{request['base']}" if request["base"] else None
