@@ -16,6 +16,7 @@ from . import (
     dataset_ingest,
     dataset_seal,
     list_versions,
+    metrics,
     plan_checkpoint,
     publish,
     replica_serve,
@@ -27,6 +28,6 @@ from . import (
 )
 
 ALL = [dataset_create, dataset_ingest, dataset_seal, dataset_destroy, publish, unpublish, replicate, list_versions,
-       status, verify, checkpoint_volume_create, checkpoint_volume_destroy, checkpoint_snapshot, checkpoint_list,
-       checkpoint_restore, checkpoint_rollback, checkpoint_replicate, rotate, access_sync, plan_checkpoint,
-       replica_serve, config_check, completion]
+       status, metrics, verify, checkpoint_volume_create, checkpoint_volume_destroy, checkpoint_snapshot,
+       checkpoint_list, checkpoint_restore, checkpoint_rollback, checkpoint_replicate, rotate, access_sync,
+       plan_checkpoint, replica_serve, config_check, completion]

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import time
 
-from fabric_core import health, lzc, zfs, zpool
+from fabric_core import health
 from fabric_core.errors import FabricError
 
-from .. import datasets
+from .. import readings
 from ..output import human_bytes, print_rows
 
 PATH = ("status",)
@@ -34,89 +34,22 @@ def configure(p) -> None:
     """Only the options every command has (--json)."""
 
 
-def _why(exc: Exception) -> str:
-    """An error on one line (its problem, without the fix)."""
-    text = exc.problem if isinstance(exc, FabricError) else f"{type(exc).__name__}: {exc}"
-    return " ".join(str(text).split())
-
-
-def _created(ctx, pool: str) -> float | None:
-    """When the pool was made (its root dataset's creation), the age of a pool never scrubbed; None unknown."""
-    try:
-        value = zfs.get_props(ctx.local, pool, ["creation"]).get(pool, {}).get("creation", ("",))[0]
-        return float(value)
-    except Exception:  # noqa: BLE001 - only a scrub's reference point: unknown, never a failure
-        return None
-
-
-def read_pool(ctx, name: str, now: float, thresholds) -> tuple[dict | None, list]:
-    """(the `zpool list` row or None, the pool's checks); a pool that cannot be read is one UNKNOWN check."""
-    try:  # a health check reports what it could not read instead of failing: any error is UNKNOWN
-        pool = zpool.pool_exists(ctx.local, name)  # `zpool list -j --json-int`: name, size, alloc, free, cap
-        if pool is None:
-            return None, [health.missing_pool(name)]
-        _layout, pool_health = zpool.get_layout(ctx.local, name)  # `zpool status -j --json-int -P`
-    except Exception as exc:  # noqa: BLE001
-        return None, [health.unknown("pool_state", f"cannot read pool {name}: {_why(exc)}")]
-    return pool, health.pool_checks(pool_health, pool, now, thresholds, _created(ctx, name))
-
-
-def read_exports(ctx) -> tuple[dict, list]:
-    """(published versions, sessions and access as `status --json` has them, the LIO checks); LIO that
-    cannot be read is one UNKNOWN check."""
-    cfg = ctx.config
-    pub = ctx.publisher
-    try:
-        index = pub.index()
-        published = []
-        for r in datasets.sealed(ctx):
-            export = datasets.export_of(ctx, r)
-            to = index.published_to(export)
-            holds = lzc.holds(r["name"]) if r.get("userrefs") else []
-            if to or holds:
-                published.append({"ref": f"{r['name_short']}@{r['snapshot']}",
-                                  "target": pub.settings.target_iqn(export), "published_to": to, "holds": holds})
-        acls = {t: index.target_initiators(t) for t in index.targets()}
-        logged_in = {h: sorted(t) for h, t in sorted(index.sessions().items())}
-        closed = index.discovery_closed()
-    except Exception as exc:  # noqa: BLE001 - as read_pool
-        data = {"published": [], "sessions": {}, "access": None, "warnings": []}
-        return data, [health.chap(not cfg.insecure_no_chap),
-                      health.unknown("exports", f"cannot read LIO's exports: {_why(exc)}")]
-    access = {"chap": "off (insecure_no_chap)" if cfg.insecure_no_chap else "per-host",
-              "discovery": "closed" if closed else "open"}
-    checks = [health.chap(not cfg.insecure_no_chap), health.discovery(closed),
-              health.sessions({t: [index.name_of(i) for i in inits] for t, inits in acls.items()}, logged_in),
-              health.foreign_acls({t: [i for i in inits if i not in index.hosts] for t, inits in acls.items()})]
-    return {"published": published, "sessions": logged_in, "access": access,
-            "warnings": access_warnings(access)}, checks
-
-
 def collect(ctx, now: float | None = None) -> tuple[dict, list]:
     """(what `status --json` prints: the overall state, the plugin's line, every check, and the pool, published
     versions, sessions, access and access warnings; the checks as fabric_core.health.Check)."""
-    cfg = ctx.config
     now = clock() if now is None else now
-    pool, checks = read_pool(ctx, cfg.pool, now, cfg.health)
-    exports, more = read_exports(ctx)
-    checks += more
+    reading = readings.read(ctx, now)
+    checks = reading.checks
     return {"state": health.overall(checks).state, "summary": health.status_line(checks),
-            "checks": [c.to_dict() for c in checks], "pool": pool, **exports}, checks
+            "checks": [c.to_dict() for c in checks], "pool": reading.pool.row, **reading.exports}, checks
 
 
-def access_warnings(access: dict) -> list[str]:
-    """What an operator must know about how this node's exports are guarded."""
-    out = []
-    if access["chap"] != "per-host":
-        out.append(health.NO_CHAP)
-    if access["discovery"] != "closed":
-        out.append(health.OPEN_DISCOVERY)
-    return out
+access_warnings = readings.access_warnings  # what an operator must know about how this node's exports are guarded
 
 
 def _unreadable(ctx, args, exc: FabricError) -> int:
     """The configuration could not be loaded: UNKNOWN (exit 3), the error on stderr."""
-    check = health.unknown("config", _why(exc))
+    check = health.unknown("config", readings.why(exc))
     ctx.note(f"fabricctl: error: {exc}")
     if args.json:
         ctx.emit({"state": check.state, "summary": health.status_line([check]), "checks": [check.to_dict()]})

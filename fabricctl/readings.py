@@ -1,0 +1,150 @@
+"""What this storage node is, read once for `fabricctl status` and `fabricctl metrics`: the pool (`zpool list`,
+`zpool status`, its creation), LIO's exports and sessions (the publishing service's ExportIndex), and the health
+checks of fabric_core.health on them. A source that cannot be read is one UNKNOWN check, never a failure; the
+metrics add the ARC's statistics and the checkpoint snapshots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fabric_core import health, lzc, versions, zfs, zpool
+from fabric_core.errors import FabricError
+from fabric_core.metrics import ARCSTATS
+from fabric_core.rules import KIND_CHECKPOINT
+
+from . import datasets
+
+
+def why(exc: Exception) -> str:
+    """An error on one line (its problem, without the fix)."""
+    text = exc.problem if isinstance(exc, FabricError) else f"{type(exc).__name__}: {exc}"
+    return " ".join(str(text).split())
+
+
+@dataclass
+class PoolReading:
+    """The pool as read: its `zpool list` row (None: not imported, or unreadable), its PoolHealth, its creation
+    (epoch seconds, None unknown), whether it is missing (not imported), and its checks."""
+
+    name: str
+    row: dict | None = None
+    health: zpool.PoolHealth | None = None
+    created: float | None = None
+    missing: bool = False
+    checks: list = field(default_factory=list)
+
+
+@dataclass
+class Reading:
+    """The node as read: the pool, the exports as `status --json` has them (published, sessions, access, warnings;
+    access None when LIO could not be read) and every check, the pool's first."""
+
+    pool: PoolReading
+    exports: dict
+    checks: list
+
+
+def _created(ctx, pool: str) -> float | None:
+    """When the pool was made (its root dataset's creation), the age of a pool never scrubbed; None unknown."""
+    try:
+        value = zfs.get_props(ctx.local, pool, ["creation"]).get(pool, {}).get("creation", ("",))[0]
+        return float(value)
+    except Exception:  # noqa: BLE001 - only a scrub's reference point: unknown, never a failure
+        return None
+
+
+def read_pool(ctx, name: str, now: float, thresholds) -> PoolReading:
+    """The pool and its checks; a pool that cannot be read is one UNKNOWN check."""
+    try:  # a health check reports what it could not read instead of failing: any error is UNKNOWN
+        row = zpool.pool_exists(ctx.local, name)  # `zpool list -j --json-int`: name, size, alloc, free, cap
+        if row is None:
+            return PoolReading(name, missing=True, checks=[health.missing_pool(name)])
+        _layout, pool_health = zpool.get_layout(ctx.local, name)  # `zpool status -j --json-int -P`
+    except Exception as exc:  # noqa: BLE001
+        return PoolReading(name, checks=[health.unknown("pool_state", f"cannot read pool {name}: {why(exc)}")])
+    created = _created(ctx, name)
+    return PoolReading(name, row, pool_health, created,
+                       checks=health.pool_checks(pool_health, row, now, thresholds, created))
+
+
+def access_warnings(access: dict) -> list[str]:
+    """What an operator must know about how this node's exports are guarded."""
+    out = []
+    if access["chap"] != "per-host":
+        out.append(health.NO_CHAP)
+    if access["discovery"] != "closed":
+        out.append(health.OPEN_DISCOVERY)
+    return out
+
+
+def read_exports(ctx) -> tuple[dict, list]:
+    """(published versions, sessions and access as `status --json` has them, the LIO checks); LIO that
+    cannot be read is one UNKNOWN check."""
+    cfg = ctx.config
+    pub = ctx.publisher
+    try:
+        index = pub.index()
+        published = []
+        for r in datasets.sealed(ctx):
+            export = datasets.export_of(ctx, r)
+            to = index.published_to(export)
+            holds = lzc.holds(r["name"]) if r.get("userrefs") else []
+            if to or holds:
+                published.append({"ref": f"{r['name_short']}@{r['snapshot']}",
+                                  "target": pub.settings.target_iqn(export), "published_to": to, "holds": holds})
+        acls = {t: index.target_initiators(t) for t in index.targets()}
+        logged_in = {h: sorted(t) for h, t in sorted(index.sessions().items())}
+        closed = index.discovery_closed()
+    except Exception as exc:  # noqa: BLE001 - as read_pool
+        data = {"published": [], "sessions": {}, "access": None, "warnings": []}
+        return data, [health.chap(not cfg.insecure_no_chap),
+                      health.unknown("exports", f"cannot read LIO's exports: {why(exc)}")]
+    access = {"chap": "off (insecure_no_chap)" if cfg.insecure_no_chap else "per-host",
+              "discovery": "closed" if closed else "open"}
+    checks = [health.chap(not cfg.insecure_no_chap), health.discovery(closed),
+              health.sessions({t: [index.name_of(i) for i in inits] for t, inits in acls.items()}, logged_in),
+              health.foreign_acls({t: [i for i in inits if i not in index.hosts] for t, inits in acls.items()})]
+    return {"published": published, "sessions": logged_in, "access": access,
+            "warnings": access_warnings(access)}, checks
+
+
+def read(ctx, now: float) -> Reading:
+    """The pool, the exports and every check (the configuration is loaded first: its errors are raised)."""
+    cfg = ctx.config
+    pool = read_pool(ctx, cfg.pool, now, cfg.health)
+    exports, more = read_exports(ctx)
+    return Reading(pool, exports, pool.checks + more)
+
+
+def published_versions(exports: dict) -> list[dict] | None:
+    """The versions published to at least one host, [{"dataset", "version", "acl": [host], "sessions": [host]}]
+    (the hosts with an ACL, those of them logged in to the version's target), of read_exports' answer; None when
+    LIO could not be read."""
+    if exports.get("access") is None:
+        return None
+    out = []
+    for p in exports["published"]:
+        if not p["published_to"]:
+            continue
+        dataset, _, version = p["ref"].partition("@")
+        out.append({"dataset": dataset, "version": version, "acl": list(p["published_to"]),
+                    "sessions": [h for h in p["published_to"] if p["target"] in exports["sessions"].get(h, [])]})
+    return out
+
+
+def read_arcstats(path: str = ARCSTATS) -> str | None:
+    """The text of the ARC's kstat (None: unreadable, e.g. the zfs module is not loaded)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def checkpoint_snapshots(ctx) -> list[dict] | None:
+    """Every job's checkpoint snapshots (one `zfs list` under the checkpoint root; rows with name_short: the job,
+    creation), None when they cannot be listed."""
+    try:
+        return versions.list_snapshots(ctx.local, ctx.config.checkpoint_root, kinds=(KIND_CHECKPOINT,))
+    except Exception:  # noqa: BLE001 - a metrics source: reported as not up
+        return None
