@@ -20,6 +20,7 @@ from .topology import VM
 
 REPO = Path(__file__).resolve().parents[2]
 BOOT_TIMEOUT = float(os.environ.get("FABRIC_LAB_BOOT_TIMEOUT", "600"))
+BOOT_RETRIES = 2  # starts again of a guest whose kernel panicked while booting (a TCG flake)
 
 
 def log(msg: str) -> None:
@@ -115,7 +116,7 @@ class Lab:
                     log(f"{vm.name}: already running (pid {self.pid(vm)})")
                     continue
                 self.start(vm, img, accel)
-            self.wait_for_ssh(vms)
+            self.wait_for_ssh(vms, restart=lambda vm: self.start(vm, img, accel))
             self.write_access_files(vms, mirror=image.image_mirror(img))
             self.check_identity(vms)
         log(f"lab is up ({', '.join(vm.name for vm in vms)}, Debian {release}) in {time.monotonic() - started:.0f} s; "
@@ -157,9 +158,27 @@ class Lab:
                         check=False)
         return proc.stdout.strip() if proc.returncode == 0 else ""
 
-    def wait_for_ssh(self, vms: tuple[VM, ...]) -> None:
+    def panicked(self, vm: VM) -> bool:
+        """Whether the guest's kernel panicked (its serial console says so). Seen under TCG with several vCPUs:
+        an "Oops: int3" while the kernel patches its own code at boot, then "Kernel panic - not syncing"."""
+        console = self.vmdir(vm) / "console.log"
+        return console.exists() and "Kernel panic - not syncing" in console.read_text(errors="replace")
+
+    def stop(self, vm: VM) -> None:
+        pid = self.pid(vm)
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            for _ in range(50):
+                if not self.pid(vm):
+                    break
+                time.sleep(0.2)
+
+    def wait_for_ssh(self, vms: tuple[VM, ...], restart=None) -> None:
+        """Until every VM answers on SSH. A guest whose kernel panicked while booting is started again (at most
+        BOOT_RETRIES times, its console kept as console.panic-N.log) when ``restart(vm)`` is given."""
         deadline = time.monotonic() + BOOT_TIMEOUT
         pending = {vm.name: vm for vm in vms}
+        retries = {vm.name: 0 for vm in vms}
         self.host_keys: dict[str, str] = {}
         t0 = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(vms)) as pool:
@@ -171,6 +190,15 @@ class Lab:
                         self.host_keys[name] = line.split(None, 1)[1]
                         log(f"{name}: ssh up after {time.monotonic() - t0:.0f} s")
                         del pending[name]
+                    elif restart is not None and retries[name] < BOOT_RETRIES and self.panicked(vm):
+                        retries[name] += 1
+                        kept = self.vmdir(vm) / f"console.panic-{retries[name]}.log"
+                        shutil.copy(self.vmdir(vm) / "console.log", kept)
+                        log(f"{name}: the guest kernel panicked while booting (console kept in {kept}); "
+                            f"starting it again ({retries[name]} of {BOOT_RETRIES})")
+                        self.stop(vm)
+                        restart(vm)
+                        deadline = max(deadline, time.monotonic() + BOOT_TIMEOUT / 2)
                     elif not self.pid(vm):
                         raise LabError(f"{name}: QEMU exited during boot; see {self.vmdir(vm) / 'console.log'}",
                                        "check the console log, then run `make lab-up` again")

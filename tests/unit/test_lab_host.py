@@ -160,3 +160,32 @@ def test_pruning_keeps_the_other_releases_image(tmp_path, monkeypatch):
         (images / name).mkdir(parents=True)
     image.prune_old_images(keep="trixie-new", log=lambda msg: None)
     assert sorted(p.name for p in images.iterdir()) == ["bookworm-kept", "trixie-new", "trixie-x.building"]
+
+
+def test_a_guest_that_panicked_while_booting_is_started_again_and_its_console_kept(tmp_path, monkeypatch):
+    """Seen on the lab: storage1's kernel hit "Oops: int3" under TCG at boot and panicked; labctl waited 600 s.
+    Now wait_for_ssh notices the panic on the console, keeps it, and starts the VM again (at most twice)."""
+    from fabric_lab import lab as labmod
+    from fabric_lab.topology import plan
+
+    lab = labmod.Lab(state_dir=tmp_path / "state", inventory_dir=tmp_path / "inv")
+    vm = plan(with_storage2=False)[0]
+    lab.vmdir(vm).mkdir(parents=True)
+    console = lab.vmdir(vm) / "console.log"
+    console.write_text("[   30.567136] Kernel panic - not syncing: Fatal exception in interrupt\n")
+    up = {"now": False}
+    restarted = []
+
+    def restart(v):
+        restarted.append(v.name)
+        console.write_text("booting again\n")
+        up["now"] = True
+
+    monkeypatch.setattr(lab, "keyscan", lambda v: "x ssh-ed25519 AAAA" if up["now"] else "")
+    monkeypatch.setattr(lab, "pid", lambda v: 4242)
+    monkeypatch.setattr(lab, "stop", lambda v: None)
+    monkeypatch.setattr(labmod.time, "sleep", lambda s: None)
+    lab.wait_for_ssh((vm,), restart=restart)
+    assert restarted == [vm.name] and lab.host_keys == {vm.name: "ssh-ed25519 AAAA"}
+    assert "Kernel panic" in (lab.vmdir(vm) / "console.panic-1.log").read_text()
+    assert not lab.panicked(vm)
