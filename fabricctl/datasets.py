@@ -35,13 +35,18 @@ def sealed(ctx, name: str | None = None) -> list[dict]:
 
 
 def require_version(ctx, name: str, version: str) -> dict:
-    """The row of NAME@VERSION; NotFound names the dataset's versions."""
-    require(ctx, name)
+    """The row of NAME@VERSION; NotFound names the dataset's versions (and, on a node with peers, how to
+    replicate it here)."""
+    try:
+        require(ctx, name)
+    except NotFound as exc:
+        raise NotFound(exc.problem, exc.fix + _replicate_hint(ctx, f"{name}@{version}")) from None
     rows = {r["snapshot"]: r for r in sealed(ctx, name)}
     if version not in rows:
         known = ", ".join(rows) or "none sealed yet"
         raise NotFound(f"unknown version {name}@{version} (versions of {name}: {known})",
-                       f"seal it first with `fabricctl dataset seal {name} {version}`, or check the version")
+                       f"seal it first with `fabricctl dataset seal {name} {version}`, or check the version"
+                       + _replicate_hint(ctx, f"{name}@{version}"))
     return rows[version]
 
 
@@ -71,3 +76,12 @@ def unmount_staging(ctx, name: str) -> bool:
     ctx.local.run(["sync", "-f", where], mutating=True)
     ctx.local.run(["umount", where], mutating=True)
     return True
+
+
+def _replicate_hint(ctx, ref: str) -> str:
+    """How a version another storage node holds gets here (when this node has peers)."""
+    cfg = ctx.config
+    if not cfg.storage_nodes:
+        return ""
+    return (f"; if another storage node ({', '.join(sorted(cfg.storage_nodes))}) has it, replicate it here from "
+            f"there: `fabricctl replicate {ref} --to {cfg.node or 'THIS_NODE'}`")

@@ -132,8 +132,11 @@ def test_a_replica_is_published_from_its_own_node_with_the_same_lun_serial(nodes
     assert s2.check_output(f"zfs holds -H {VOL}@v1") == ""
 
 
-def test_bad_input_is_refused_and_changes_nothing(nodes, f1):
+def test_bad_input_is_refused_and_changes_nothing(nodes, f1, f2):
     s1, s2 = nodes
+    # publishing on a node that lacks the version says how to replicate it there
+    assert_refused_and_nothing_changed(s2, f2, ["publish", "nosuch@v1", "--to", "gpu2"],
+                                       ["unknown dataset 'nosuch'", "fabricctl replicate nosuch@v1 --to storage2"])
     before = s2.check_output("zfs list -H -t all -o name -r tank | sort | md5sum")
     assert_refused_and_nothing_changed(s1, f1, ["replicate", f"{NAME}@v2", "--to", "storage9"],
                                        ["unknown storage node 'storage9'", "storage2"])
