@@ -331,3 +331,31 @@ def run_case(name: str, case: dict, *, extra_patches: list | None = None) -> dic
     if "prepared_starts" in case:
         assert result["prepared"].startswith(case["prepared_starts"])
     return result
+
+
+# ---- a storage node's fabricctl as the command tests see it (test_publishing, test_health, test_metrics)
+
+FCTL_IQN_BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
+GPU1, GPU2, GPU9 = (f"iqn.2026-11.io.fabric.lab:{h}" for h in ("gpu1", "gpu2", "gpu9"))
+
+
+def fabricctl_config(*, node: str = "", groups: bool = True) -> str:
+    """fabricctl's configuration with gpu1 and gpu2, each with its own CHAP (and the gpu_nodes group)."""
+    return "".join([
+        f"pool: tank\niqn_base: {FCTL_IQN_BASE}\nportal: {{ip: 10.77.0.11}}\n",
+        f"node: {node}\n" if node else "",
+        "hosts:\n",
+        f'  gpu1: {{address: 10.77.0.21, initiator: "{GPU1}", chap: {{userid: gpu1, password: gpu1-s3cret-1}}}}\n',
+        f'  gpu2: {{address: 10.77.0.22, initiator: "{GPU2}", chap: {{userid: gpu2, password: gpu2-s3cret-1}}}}\n',
+        "groups:\n  gpu_nodes: [gpu1, gpu2]\n" if groups else ""])
+
+
+def lio_target(name: str, *initiators: str, lun: str | None = None) -> dict:
+    """A fabricctl target in rtslib's dump: one read-only LUN (of backstore fctl_LUN, by default fctl_NAME; ""
+    none) mapped to an ACL per initiator."""
+    lun = name if lun is None else lun
+    return {"wwn": f"{FCTL_IQN_BASE}:{name}", "fabric": "iscsi", "tpgs": [{
+        "tag": 1, "enable": True, "attributes": {}, "portals": [{"ip_address": "10.77.0.11", "port": 3260}],
+        "luns": [{"index": 0, "storage_object": f"/backstores/block/fctl_{lun}"}] if lun else [],
+        "node_acls": [{"node_wwn": i, "mapped_luns": [{"index": 0, "tpg_lun": 0, "write_protect": True}]}
+                      for i in initiators]}]}

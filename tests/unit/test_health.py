@@ -14,7 +14,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import AnsweringRunner, data, derive_json, snapshot_listing
+from support import (
+    FCTL_IQN_BASE,
+    GPU1,
+    GPU2,
+    GPU9,
+    AnsweringRunner,
+    data,
+    derive_json,
+    fabricctl_config,
+    lio_target,
+    snapshot_listing,
+)
 
 # isort: split
 from fabric_core import health, lio, lzc, zpool
@@ -263,8 +274,7 @@ def test_capacity_thresholds_are_configurable():
 
 # --- access and sessions --------------------------------------------------------------------------
 
-BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
-GPU1, GPU2, GPU9 = (f"iqn.2026-11.io.fabric.lab:{h}" for h in ("gpu1", "gpu2", "gpu9"))
+BASE = FCTL_IQN_BASE
 V1, V2, RW = f"{BASE}:ds.imagenet.v1", f"{BASE}:ds.imagenet.v2", f"{BASE}:ck.llama.rw"
 
 
@@ -350,24 +360,10 @@ def test_bad_thresholds_name_the_key_and_the_problem(section, words):
 
 # --- fabricctl status -----------------------------------------------------------------------------
 
-CONFIG = f"""\
-pool: tank
-iqn_base: {BASE}
-portal: {{ip: 10.77.0.11}}
-hosts:
-  gpu1: {{address: 10.77.0.21, initiator: "{GPU1}", chap: {{userid: gpu1, password: gpu1-s3cret-1}}}}
-  gpu2: {{address: 10.77.0.22, initiator: "{GPU2}", chap: {{userid: gpu2, password: gpu2-s3cret-1}}}}
-groups:
-  gpu_nodes: [gpu1, gpu2]
-"""
+CONFIG = fabricctl_config()
 
 
-def _target(name: str, *initiators: str) -> dict:
-    return {"wwn": f"{BASE}:{name}", "fabric": "iscsi", "tpgs": [{
-        "tag": 1, "enable": True, "attributes": {}, "portals": [{"ip_address": "10.77.0.11", "port": 3260}],
-        "luns": [{"index": 0, "storage_object": f"/backstores/block/fctl_{name}"}],
-        "node_acls": [{"node_wwn": i, "mapped_luns": [{"index": 0, "tpg_lun": 0, "write_protect": True}]}
-                      for i in initiators]}]}
+_target = lio_target
 
 
 def live(sessions=((V1, GPU1), (V1, GPU2)), acls=(GPU1, GPU2), closed=True) -> dict:

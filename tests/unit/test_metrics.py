@@ -21,7 +21,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import AnsweringRunner, data, derive_json, snapshot_listing
+from support import (
+    FCTL_IQN_BASE,
+    GPU1,
+    GPU2,
+    AnsweringRunner,
+    data,
+    derive_json,
+    fabricctl_config,
+    lio_target,
+    snapshot_listing,
+)
 
 # isort: split
 from fabric_core import health, lio, lzc, zpool
@@ -34,8 +44,7 @@ from fabricctl.commands import metrics as metrics_command
 
 REPO = Path(__file__).resolve().parents[2]
 DAY = 86400
-BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
-GPU1, GPU2 = (f"iqn.2026-11.io.fabric.lab:{h}" for h in ("gpu1", "gpu2"))
+BASE = FCTL_IQN_BASE
 V1 = f"{BASE}:ds.imagenet.v1"
 HDD = "/dev/disk/by-id/ata-LAB_HDD_8TB_7200_HDD100{}"  # tank's raidz2 members (zfs23b/tank_status.json), 0-5
 TANK_SCRUB_END = 1795511136  # zfs23b/status_cksum.json's scrub end
@@ -252,23 +261,10 @@ def test_sources_not_read_have_no_metrics_and_say_so():
 
 # --- fabricctl metrics --------------------------------------------------------------------------------
 
-CONFIG = f"""\
-pool: tank
-iqn_base: {BASE}
-portal: {{ip: 10.77.0.11}}
-node: storage1
-hosts:
-  gpu1: {{address: 10.77.0.21, initiator: "{GPU1}", chap: {{userid: gpu1, password: gpu1-s3cret-1}}}}
-  gpu2: {{address: 10.77.0.22, initiator: "{GPU2}", chap: {{userid: gpu2, password: gpu2-s3cret-1}}}}
-"""
+CONFIG = fabricctl_config(node="storage1", groups=False)
 
 
-def _target(name: str, *initiators: str) -> dict:
-    return {"wwn": f"{BASE}:{name}", "fabric": "iscsi", "tpgs": [{
-        "tag": 1, "enable": True, "attributes": {}, "portals": [{"ip_address": "10.77.0.11", "port": 3260}],
-        "luns": [{"index": 0, "storage_object": f"/backstores/block/fctl_{name}"}],
-        "node_acls": [{"node_wwn": i, "mapped_luns": [{"index": 0, "tpg_lun": 0, "write_protect": True}]}
-                      for i in initiators]}]}
+_target = lio_target
 
 
 LIVE = {"dump": {"storage_objects": [{"name": "fctl_imagenet.v1", "plugin": "block", "readonly": True,

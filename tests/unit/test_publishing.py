@@ -13,12 +13,21 @@ from fabric_core import lio, lzc, publish, zfs
 from fabric_core.errors import UserError
 from fabric_core.rules import Chap
 from fabric_core.runner import Runner
-from support import DATA, AnsweringRunner, snapshot_listing
+from support import (
+    DATA,
+    FCTL_IQN_BASE,
+    GPU1,
+    GPU2,
+    GPU9,
+    AnsweringRunner,
+    fabricctl_config,
+    lio_target,
+    snapshot_listing,
+)
 
 from fabricctl import context, main
 
-BASE = "iqn.2026-11.io.fabric.lab.fabricctl"
-GPU1, GPU2, GPU9 = (f"iqn.2026-11.io.fabric.lab:{h}" for h in ("gpu1", "gpu2", "gpu9"))
+BASE = FCTL_IQN_BASE
 CHAPS = {GPU1: Chap("gpu1", "gpu1-s3cret-1", "storage1", "gpu1-mutual-1"),
          GPU2: Chap("gpu2", "gpu2-s3cret-1", "storage1", "gpu2-mutual-1")}
 SECRETS = ("gpu1-s3cret-1", "gpu1-mutual-1", "gpu2-s3cret-1", "gpu2-mutual-1")
@@ -36,11 +45,7 @@ HOSTS = [Host("gpu1", GPU1), Host("gpu2", GPU2)]
 
 
 def target(name: str, *initiators: str, lun: str = "") -> dict:
-    return {"wwn": f"{BASE}:{name}", "fabric": "iscsi", "tpgs": [{
-        "tag": 1, "enable": True, "attributes": {}, "portals": [{"ip_address": "10.77.0.11", "port": 3260}],
-        "luns": [{"index": 0, "storage_object": f"/backstores/block/fctl_{lun}"}] if lun else [],
-        "node_acls": [{"node_wwn": i, "mapped_luns": [{"index": 0, "tpg_lun": 0, "write_protect": True}]}
-                      for i in initiators]}]}
+    return lio_target(name, *initiators, lun=lun)
 
 
 def backstore(lun: str, dev: str, target_name: str, readonly: bool = True) -> dict:
@@ -272,16 +277,7 @@ def test_detach_moves_current_to_the_newest_version_the_host_still_has(lio_state
 
 # --- whole commands, through fabricctl's entry point, in dry runs -----------------------------------
 
-CONFIG = f"""\
-pool: tank
-iqn_base: {BASE}
-portal: {{ip: 10.77.0.11}}
-hosts:
-  gpu1: {{address: 10.77.0.21, initiator: "{GPU1}", chap: {{userid: gpu1, password: gpu1-s3cret-1}}}}
-  gpu2: {{address: 10.77.0.22, initiator: "{GPU2}", chap: {{userid: gpu2, password: gpu2-s3cret-1}}}}
-groups:
-  gpu_nodes: [gpu1, gpu2]
-"""
+CONFIG = fabricctl_config()
 
 
 def listing(rows: list[dict]) -> tuple:
