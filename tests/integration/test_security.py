@@ -404,7 +404,7 @@ def test_every_export_has_its_hosts_own_chap_and_discovery_is_closed(storage, fc
 ], ids=["one secret for every host", "two hosts sharing a secret", "a host without CHAP"])
 def test_a_configuration_without_per_host_chap_is_refused(storage, fctl, secrets, change, words):
     env = private_config(storage, "refused", change)
-    res = fctl("status", env=env)
+    res = fctl("list", env=env)  # any command but status (a monitoring check: a configuration it cannot load is 3)
     assert res.rc == 1, masked(f"exit {res.rc}: {res.stdout} {res.stderr}", secrets)
     for word in words:
         assert word in res.stderr, masked(res.stderr, secrets)
@@ -416,10 +416,14 @@ def test_exports_without_chap_need_the_one_loud_switch_and_status_warns(storage,
     env = private_config(storage, "insecure", "c['insecure_no_chap'] = True; "
                                               "[h.pop('chap', None) for h in c['hosts'].values()]")
     res = fctl("status", "--json", env=env)
-    assert res.rc == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["access"]["chap"].startswith("off") and any("insecure_no_chap" in w for w in out["warnings"])
-    assert "warning" in res.stderr and "insecure_no_chap" in res.stderr
+    # status is a monitoring check: the switch is a WARNING check, and the exit status is the worst check's
+    chap = next(c for c in out["checks"] if c["name"] == "chap")
+    assert chap["state"] == "WARNING" and "insecure_no_chap" in chap["summary"], chap
+    assert out["state"] in ("WARNING", "CRITICAL") and res.rc == {"WARNING": 1, "CRITICAL": 2}[out["state"]], res
+    line = fctl("status", env=env)
+    assert "insecure_no_chap" in line.stdout and line.stdout.startswith(f"FABRIC {out['state']}")
 
 
 def test_secrets_at_rest_are_readable_by_root_only(hosts, storage):
