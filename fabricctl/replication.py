@@ -13,6 +13,7 @@ or receive into one; it cannot run a shell, read another volume, or destroy anyt
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -22,7 +23,7 @@ import tempfile
 
 from fabric_core import lzc, replicate
 from fabric_core.errors import CommandError, FabricError, UserError
-from fabric_core.names import validate_dataset_name, validate_hostname
+from fabric_core.names import validate_dataset_name, validate_hostname, validate_snapshot_component
 
 from .output import ProgressBar, human_bytes
 
@@ -95,8 +96,7 @@ def replicate_to(ctx, dataset: str, wanted: list[str], node_names: list[str], *,
             res = ctx.local.run(["zfs", "send", "-n", "-v", "-t", dst.resume_token], check=False)
             resume_name = replicate.parse_token_name(res.stdout + res.stderr)
         p = replicate.plan(src, dst, wanted, node=peer.name, force=force, resume_name=resume_name)
-        transfers = [replicate.Transfer(t.snapshot, t.base, t.resume_token, t.force,
-                                        _estimate(ctx, dataset, t, src)) for t in p.transfers]
+        transfers = [dataclasses.replace(t, estimate=_estimate(ctx, dataset, t, src)) for t in p.transfers]
         need = sum(t.estimate for t in transfers)
         if need and dst.available and need > dst.available:
             raise UserError(f"{peer.name} has {human_bytes(dst.available)} available for {dataset}, the send needs "
@@ -199,8 +199,8 @@ def parse_request(words: list[str], roots: tuple[str, ...]) -> dict:
     out = {"verb": verb, "dataset": dataset}
     if verb == "receive":
         base, origin, *flag = rest[1:]
-        if base != "-" and not base.replace("-", "").replace("_", "").replace(".", "").isalnum():
-            raise UserError(f"replica-serve: bad base snapshot {base!r}", "a version or step-N name")
+        if base != "-":
+            validate_snapshot_component(base)  # the rulebook's part after '@': a version or step-N
         if flag and flag != ["--force"]:
             raise UserError(f"replica-serve: unknown option {flag[0]!r}", "only --force")
         out.update(base=None if base == "-" else base, origin=validate_hostname(origin), force=bool(flag))

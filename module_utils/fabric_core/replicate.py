@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,9 +79,6 @@ class Side:
     encrypted: bool = False
     managed: bool = False  # fabric:managed=true
     origin: str = ""  # fabric:origin: the node it was received from ("" made here)
-
-    def snapshot(self, name: str) -> Point | None:
-        return next((p for p in self.snapshots if p.name == name), None)
 
     def to_dict(self) -> dict:
         return {"dataset": self.dataset, "exists": self.exists, "resume_token": self.resume_token,
@@ -348,7 +344,6 @@ class Pump:
         started = self.clock()
         while True:
             chunk = SPLICE_CHUNK if not self.limit else max(4096, min(SPLICE_CHUNK, self.limit // 10))
-            select.select([src], [], [])
             try:
                 moved = os.splice(src, dst, chunk)
             except BrokenPipeError:
