@@ -540,11 +540,13 @@ class SessionPlan:
         return any(step.op == "create_record" for step in self.steps)
 
 
-def plan_session(spec: SessionSpec, live: SessionLive, *, dry_run: bool = False, unmounting: tuple = ()) -> SessionPlan:
+def plan_session(spec: SessionSpec, live: SessionLive, *, dry_run: bool = False, unmounting: tuple = (),
+                 paths_left: bool = False) -> SessionPlan:
     """The steps from ``live`` to ``spec`` (pure). A missing record is planned as created with none of the
     wanted settings (the applier plans again from the record ``-o new`` made); the CHAP secrets are one
     ``write_secrets`` step (into the record file, from stdin). In a dry run, mount points in ``unmounting``
-    (the caller's own planned unmounts) do not count as mounted."""
+    (the caller's own planned unmounts) do not count as mounted. ``paths_left``: the disk is one path of a
+    multipath map with other paths left, so its logout is safe while the map is mounted."""
     wanted = spec.wanted()
     record = live.record
     before = {"logged_in": live.session is not None, "record": record is not None,
@@ -554,7 +556,8 @@ def plan_session(spec: SessionSpec, live: SessionLive, *, dry_run: bool = False,
     warnings: list[str] = []
     if spec.state == "logged_out":
         if live.session is not None:
-            mounted = [m for m in live.mounted if not (dry_run and m.split(" on ", 1)[1] in unmounting)]
+            mounted = [m for m in live.mounted if not (dry_run and m.split(" on ", 1)[1] in unmounting)
+                       and not paths_left]
             if mounted:
                 conflicts.append(Busy(f"{spec.target_iqn} at {spec.portal} is in use: {', '.join(mounted)}",
                                       "unmount it first (stop and disable its .mount unit); logging out under a "
@@ -639,7 +642,8 @@ def apply_session(runner, spec: SessionSpec, live: SessionLive, plan: SessionPla
 
 def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = None, startup: str = "automatic",
                    state: str = "logged_in", lun: int = 0, settings: dict | None = None,
-                   device_timeout: float = 60.0, sleep=time.sleep, unmounting: tuple = ()) -> dict:
+                   device_timeout: float = 60.0, sleep=time.sleep, unmounting: tuple = (),
+                   paths_left: bool = False) -> dict:
     """Converge one target's node record and session on this host: read, plan, apply.
 
     logged_in: make the node record if it is missing (from the target name given: the portal is not
@@ -649,7 +653,8 @@ def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = 
     an unreachable portal or unknown target is ``PortalUnreachable``.
     logged_out: log out (refused while the disk is mounted) and delete the node record. In a dry
     run, mount points in ``unmounting`` (the caller's own planned unmounts, still mounted because
-    nothing ran) do not count as mounted.
+    nothing ran) do not count as mounted; with ``paths_left`` (the disk is one path of a mounted
+    multipath map that keeps other paths) nothing does.
 
     Returns {changed, commands, session, device, kernel_device, record_created, updated, warnings,
     before, after}; commands are redacted command lines of the changes (run or, in a dry run, planned).
@@ -657,7 +662,7 @@ def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = 
     spec = session_spec(portal=portal, target_iqn=target_iqn, chap=chap, startup=startup, state=state, lun=lun,
                         settings=settings)
     live = read_session(runner, spec)
-    plan = plan_session(spec, live, dry_run=runner.dry_run, unmounting=unmounting)
+    plan = plan_session(spec, live, dry_run=runner.dry_run, unmounting=unmounting, paths_left=paths_left)
     return apply_session(runner, spec, live, plan, device_timeout=device_timeout, sleep=sleep)
 
 

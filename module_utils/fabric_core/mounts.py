@@ -58,6 +58,14 @@ def unit_text(*, device: str, mountpoint: str, fstype: str, readonly: bool, desc
     return "\n".join(lines)
 
 
+def unit_device(runner, mountpoint: str) -> str | None:
+    """The device (What=) of the .mount unit of a mount point, None when there is no unit."""
+    res = runner.run(["cat", f"{UNIT_DIR}/{unit_name(runner, mountpoint)}"], check=False)
+    if res.rc != 0:
+        return None
+    return next((line[len("What="):].strip() for line in res.stdout.splitlines() if line.startswith("What=")), None)
+
+
 def current_mount(runner, mountpoint: str) -> dict | None:
     """{source, fstype, options} of what is mounted at mountpoint, or None."""
     res = runner.run(["findmnt", "-n", "-r", "-o", "SOURCE,FSTYPE,OPTIONS", "--mountpoint", mountpoint], check=False)

@@ -19,6 +19,11 @@ mount unit (``mounts.ensure_mount``) and, for a dataset, the atomic switch of th
 to the newest version the host has. Every step converges, so an interrupted publish is finished by
 running it again; unpublish runs it backwards (hosts first, refused while a process uses the mount).
 
+On a host that runs multipathd (role iscsi_initiator), a read-only export is mounted through its
+multipath map (``multipath.claim``), named by WWID: the same version published from another storage
+node (same GUID, same LUN serial) adds a path to the same map, and unpublishing from one node logs
+out its path only while another node's path remains; the mount goes with the last path.
+
 ``ExportIndex`` is what the live LIO state says about exports: who has a version, which snapshots
 are exported, which restores exist, which sessions are logged in. Commands ask it; none reads an
 LIO dump.
@@ -30,13 +35,16 @@ import posixpath
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from . import blockfs, iscsi, lio, lzc, mounts, zfs
+from . import blockfs, iscsi, lio, lzc, mounts, multipath, zfs
 from .errors import UserError
 from .names import validate_fabric_name, validate_version
 from .rules import OPEN_ISCSI, Chap
 from .runner import Runner
 
 KINDS = {"ds": "dataset version", "ck": "checkpoint"}
+# seconds a lost path of a multipath map waits for its storage node before its I/O fails over to the other
+# paths (open-iscsi's node.session.timeo.replacement_timeout; single-path sessions keep iscsid.conf's 120)
+MULTIPATH_REPLACEMENT_TIMEOUT = 5
 WRITABLE_VERSION = "rw"  # the "version" of a job's writable checkpoint volume
 
 
@@ -472,7 +480,8 @@ class Publisher:
                created: Mapping[str, int] | None = None) -> dict:
         """On a host: its initiator name checked, the session, the mount unit; with ``created`` (a dataset's
         versions -> creation time), ``current`` moves to this version when it is the newest the host has.
-        Returns {changed, device, mountpoint, commands[, current, switched]}."""
+        A read-only export on a host with multipathd is mounted through its multipath map (``_device``).
+        Returns {changed, device, mountpoint, commands, multipath[, current, switched]}."""
         runner = self.connect(host)
         step("check initiator")
         actual = iscsi.read_initiator_name(runner)
@@ -480,14 +489,17 @@ class Publisher:
             raise UserError(f"{host.name} has initiator name {actual!r}, the config says {host.initiator!r}",
                             "run playbooks/site.yml (it sets both from the inventory) or fix hosts in the fabricctl "
                             "config")
+        paths = not export.writable and multipath.active(runner)
         step("login")
-        session = self.login(runner, host, self.settings.target_iqn(export))
+        session = self.login(runner, host, self.settings.target_iqn(export), multipath=paths)
+        device, claimed = self._device(runner, export, session, paths, step)
         step("mount")
-        mount = mounts.ensure_mount(runner, device=session["device"], mountpoint=export.mountpoint,
+        mount = mounts.ensure_mount(runner, device=device, mountpoint=export.mountpoint,
                                     fstype=export.fstype, readonly=not export.writable,
                                     description=f"fabric {KINDS[export.kind]} {export.name}@{export.version}")
-        res = {"changed": session["changed"] or mount["changed"], "device": session["device"],
-               "mountpoint": export.mountpoint, "commands": session["commands"] + mount["commands"]}
+        commands = session["commands"] + claimed["commands"] + mount["commands"]
+        res = {"changed": bool(commands), "device": device, "mountpoint": export.mountpoint, "commands": commands,
+               "multipath": claimed.get("wwid")}
         if created is not None and export.current_link:
             step("current")
             now = read_link(runner, export.current_link)
@@ -497,13 +509,35 @@ class Publisher:
             res["changed"] = res["changed"] or switched
         return res
 
-    def login(self, runner: Runner, host, target_iqn: str) -> dict:
+    @staticmethod
+    def _device(runner: Runner, export: Export, session: dict, paths: bool, step) -> tuple[str, dict]:
+        """The device to mount: the session's disk, or with ``paths`` its multipath map. A version mounted
+        from the plain disk already (published before multipathd ran) stays so: claiming a disk in use fails,
+        and the readers must not lose their mount."""
+        none = {"changed": False, "commands": []}
+        if not paths:
+            return session["device"], none
+        current = mounts.current_mount(runner, export.mountpoint)
+        unit_device = mounts.unit_device(runner, export.mountpoint)
+        if current is not None and multipath.wwid_of_device(unit_device or "") is None:
+            return session["device"], none
+        if runner.dry_run and session["session"] is None:  # no disk yet: its WWID is read after the login
+            return multipath.device_of("WWID"), {"changed": True,
+                                                 "commands": [f"multipath -a (the WWID of {session['device']})"]}
+        step("multipath")
+        claimed = multipath.claim(runner, session["device"])
+        return claimed["device"], claimed
+
+    def login(self, runner: Runner, host, target_iqn: str, *, multipath: bool = False) -> dict:
         """The host's session to a target, with its own CHAP credentials written to the node record (never on a
         command line); a session already there stays, its record gets the current secrets
-        (``iscsi.ensure_session``)."""
+        (``iscsi.ensure_session``). A path of a multipath map gives up on a lost connection after
+        MULTIPATH_REPLACEMENT_TIMEOUT seconds (its I/O then goes on over the other paths)."""
         chap = self.settings.chap_of(host.initiator)
+        settings = {"node.session.timeo.replacement_timeout": MULTIPATH_REPLACEMENT_TIMEOUT} if multipath else None
         return iscsi.ensure_session(runner, portal=self.settings.portal, target_iqn=target_iqn,
-                                    chap=chap.fields(OPEN_ISCSI, compact=True) if chap else None, startup="automatic")
+                                    chap=chap.fields(OPEN_ISCSI, compact=True) if chap else None, startup="automatic",
+                                    settings=settings)
 
     def refresh(self, host, targets: Iterable[str], step: Callable[[str], None] = _quiet) -> dict:
         """On a host: the node records of its sessions to ``targets`` get its current CHAP credentials (a rotated
@@ -526,14 +560,28 @@ class Publisher:
                index: ExportIndex | None = None, created: Mapping[str, int] | None = None) -> dict:
         """On a host: the mount unit removed (refused while in use unless ``force``), then the logout; with
         ``index`` and ``created``, a ``current`` link pointing at this version moves to the newest other
-        version published to the host (or goes). Returns {changed, commands[, current]}."""
+        version published to the host (or goes). A multipath map with another storage node's path left keeps
+        its mount: only this node's path is logged out. Returns {changed, commands, paths_left[, current]}."""
         runner = self.connect(host)
-        step("unmount")
-        mount = mounts.remove_mount(runner, export.mountpoint, force=force)
+        target = self.settings.target_iqn(export)
+        ident = multipath.wwid_of_device(mounts.unit_device(runner, export.mountpoint) or "")
+        others = [s for s in (iscsi.read_sessions(runner) if ident else [])
+                  if s["target"] == target and iscsi.normalize_portal(s["portal"]) != self.settings.portal]
+        commands: list[str] = []
+        if others:
+            step("other paths stay")
+        else:
+            step("unmount")
+            commands += mounts.remove_mount(runner, export.mountpoint, force=force)["commands"]
+            if ident:
+                commands += multipath.release(runner, ident)["commands"]
         step("logout")
-        session = iscsi.ensure_session(runner, portal=self.settings.portal, target_iqn=self.settings.target_iqn(export),
-                                       state="logged_out", unmounting=(export.mountpoint,) if mount["changed"] else ())
-        res = {"changed": mount["changed"] or session["changed"], "commands": mount["commands"] + session["commands"]}
+        session = iscsi.ensure_session(runner, portal=self.settings.portal, target_iqn=target, state="logged_out",
+                                       unmounting=(export.mountpoint,) if commands else (), paths_left=bool(others))
+        commands += session["commands"]
+        res = {"changed": bool(commands), "commands": commands, "paths_left": len(others)}
+        if others:
+            return res  # the version stays mounted on the host: its current link stays too
         if index is not None and created is not None and export.current_link:
             if read_link(runner, export.current_link) == export.version:
                 others = sorted((created[v], v) for v in index.versions_on(export, host.initiator) if v in created)

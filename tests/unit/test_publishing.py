@@ -224,11 +224,14 @@ def test_withdrawing_some_hosts_revokes_their_acls(lio_state):
 PORTAL = "10.77.0.11:3260"
 
 
-def gpu(initiator: str = GPU1, link: str | None = None) -> AnsweringRunner:
-    """A GPU node with no session, no record and no mount, whose portal offers every imagenet version."""
+def gpu(initiator: str = GPU1, link: str | None = None, extra: dict | None = None) -> AnsweringRunner:
+    """A GPU node with no session, no record and no mount, whose portal offers every imagenet version, and
+    no multipathd (``extra`` answers first)."""
     offer = "".join(f"{PORTAL},1 {BASE}:ds.imagenet.{v}\n" for v in ("v1", "v2", "v3"))
     return answering({
+        **(extra or {}),
         ("cat", "/etc/iscsi/initiatorname.iscsi"): (0, f"InitiatorName={initiator}\n", ""),
+        ("systemctl", "is-active", "multipathd.service"): (3, "inactive\n", ""),
         ("iscsiadm", "-m", "session"): (21, "", "iscsiadm: No active sessions.\n"),
         ("iscsiadm", "-m", "discovery"): (0, offer, ""),
         ("iscsiadm", "-m", "node"): (21, "", "iscsiadm: No records found\n"),
@@ -331,8 +334,8 @@ def test_a_dry_run_publish_from_the_command_line(fabricctl_node, capsys):
     assert out["target"] == f"{BASE}:ds.imagenet.v2" and out["dry_run"] is True
     assert set(out["storage"]) == {"held", "snapdev", "lio_changed", "lio_actions", "revoked", "warnings"}
     assert {h: r["status"] for h, r in out["hosts"].items()} == {"gpu1": "ok", "gpu2": "ok"}
-    assert set(out["hosts"]["gpu2"]["result"]) == {"changed", "device", "mountpoint", "commands", "current",
-                                                   "switched"}
+    assert set(out["hosts"]["gpu2"]["result"]) == {"changed", "device", "mountpoint", "commands", "multipath",
+                                                   "current", "switched"}
     assert out["planned"][:2] == ["zfs set snapdev=visible tank/datasets/imagenet",
                                   "lzc_hold tank/datasets/imagenet@v2 fabric:published"]
     assert f"rtslib create_acl {BASE}:ds.imagenet.v2 initiator={GPU2}" in out["planned"]

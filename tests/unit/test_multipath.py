@@ -1,0 +1,86 @@
+"""fabric_core.multipath: the maps of read-only versions served by several storage nodes (recorded outputs
+of multipathd 0.11 and scsi_id on the lab's Debian 13 GPU nodes), and how publish's host side uses them."""
+
+from __future__ import annotations
+
+import pytest
+from fabric_core import iscsi, multipath
+from fabric_core.errors import Busy, FabricError
+from support import AnsweringRunner
+
+WWID = "36001405103bbe1c6d8b51d9bdbb547d3"
+OTHER = "3600140594f2d93441f35d519fbd1f14d"
+# multipathd show paths raw format "%w %d %t %T", storage1's path up, storage2's failed, one unclaimed disk
+PATHS = f"""{OTHER} sda undef undef
+{WWID} sdb active ready
+{WWID} sdc failed faulty
+"""
+
+
+def test_paths_are_read_by_wwid_and_only_active_ready_ones_count_as_up():
+    paths = multipath.parse_paths(PATHS + "garbage line\n")
+    assert sorted(paths) == sorted([OTHER, WWID])
+    assert [p["dev"] for p in paths[WWID]] == ["sdb", "sdc"]
+    assert multipath.paths_up(paths[WWID]) == 1 and multipath.paths_up(paths[OTHER]) == 0
+
+
+def test_a_map_is_named_by_its_wwid_and_back():
+    dev = multipath.device_of(WWID)
+    assert dev == f"/dev/disk/by-id/dm-uuid-mpath-{WWID}"
+    assert multipath.wwid_of_device(dev) == WWID
+    assert multipath.wwid_of_device("/dev/disk/by-path/ip-10.77.0.11:3260-iscsi-iqn.x:y-lun-0") is None
+
+
+def node(*, listed: bool, mapped: bool, dry_run: bool = False, wwid: str = WWID) -> AnsweringRunner:
+    return AnsweringRunner({
+        (multipath.SCSI_ID,): (0, wwid + "\n", ""),
+        ("grep", "-qxF"): (0, "", "") if listed else (1, "", ""),
+        ("test", "-e"): (0, "", "") if mapped else (1, "", ""),
+    }, dry_run=dry_run, default=(0, "", ""))
+
+
+def test_claim_lists_the_wwid_and_makes_the_map_once():
+    dry = node(listed=False, mapped=False, dry_run=True)
+    out = multipath.claim(dry, "/dev/sdb")
+    assert out == {"changed": True, "wwid": WWID, "device": multipath.device_of(WWID),
+                   "commands": [f"multipath -a {WWID}", "multipath /dev/sdb"]}
+    assert dry.planned == [("multipath", "-a", WWID), ("multipath", "/dev/sdb")]
+    done = node(listed=True, mapped=True)
+    assert multipath.claim(done, "/dev/sdc") == {"changed": False, "wwid": WWID, "device": multipath.device_of(WWID),
+                                                 "commands": []}
+    assert not any(argv[0] == "multipath" for argv in done.seen)
+
+
+def test_claim_waits_for_the_map_and_names_the_disk_when_it_never_comes():
+    ticks = iter(range(0, 1000, 10))
+    with pytest.raises(multipath.MapTimeout, match="no multipath map for /dev/sdb"):
+        multipath.claim(node(listed=True, mapped=False), "/dev/sdb", timeout=30, sleep=lambda s: None,
+                        clock=lambda: next(ticks))
+
+
+def test_a_disk_without_a_wwid_is_refused_before_any_change():
+    runner = node(listed=False, mapped=False, wwid="")
+    with pytest.raises(FabricError, match="no usable SCSI WWID"):
+        multipath.claim(runner, "/dev/sdb")
+    assert runner.executed == []
+
+
+def test_release_flushes_the_map_and_unlists_the_wwid():
+    dry = node(listed=True, mapped=True, dry_run=True)
+    assert multipath.release(dry, WWID)["commands"] == [f"multipath -f {WWID}", f"multipath -w {WWID}"]
+    assert multipath.release(node(listed=False, mapped=False), WWID) == {"changed": False, "commands": []}
+
+
+def _logout_plan(paths_left: bool):
+    spec = iscsi.session_spec(portal="10.77.0.11", target_iqn="iqn.2026-11.io.fabric.lab.fabricctl:ds.a.v1",
+                              state="logged_out")
+    live = iscsi.SessionLive({"target": spec.target_iqn, "portal": spec.portal},
+                             {"node.startup": "automatic"}, mounted=["/dev/sdb on /datasets/a/v1"])
+    return iscsi.plan_session(spec, live, paths_left=paths_left)
+
+
+def test_a_path_logs_out_under_a_mounted_map_only_while_other_paths_are_left():
+    alone = _logout_plan(paths_left=False)
+    assert alone.conflicts and isinstance(alone.conflicts[0], Busy)
+    spare = _logout_plan(paths_left=True)
+    assert not spare.conflicts and [s.op for s in spare.steps] == ["logout", "delete_record"]
