@@ -86,7 +86,7 @@ bench-checkpoint: venv ## issue 5 benchmark on the running lab: rotate vs sanoid
 	$(PY) bench/checkpoint_bench.py
 
 lint: venv ## ruff over the Python code
-	$(VENV)/bin/ruff check lab fabricctl module_utils library tests plugins bench
+	$(VENV)/bin/ruff check lab fabricctl tests plugins bench
 
 docs: venv ## regenerate docs/fabricctl-reference.md from fabricctl's parser (a unit test fails while it is stale)
 	$(PY) -m fabricctl.reference docs/fabricctl-reference.md

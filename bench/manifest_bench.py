@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import RESULTS, write_section  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-MANIFEST_PY = REPO / "module_utils" / "fabric_core" / "manifest.py"
+MANIFEST_PY = REPO / "plugins" / "module_utils" / "fabric_core" / "manifest.py"
 SECTION = "manifest"
 BENCH_DIR = Path(os.environ.get("FABRIC_BENCH_DIR", "/var/tmp/fabric-bench/tree-1m"))
 DIRS, FILES_PER_DIR, MIN_SIZE, MAX_SIZE, SEED = 1000, 1000, 1024, 8192, 20261104

@@ -56,20 +56,13 @@ import fcntl
 import os
 import tempfile
 
-import ansible.module_utils
 import yaml
-from ansible import constants
 from ansible.parsing.vault import VaultLib, match_encrypt_secret, parse_vaulttext_envelope
 from ansible.plugins.action import ActionBase
-
-for _path in constants.DEFAULT_MODULE_UTILS_PATH or []:  # the controller does not add them itself
-    if _path not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(_path)
-
-from ansible.module_utils.fabric_core import chap  # noqa: E402
-from ansible.module_utils.fabric_core.errors import FabricError, UserError  # noqa: E402
-from ansible.module_utils.fabric_core.inventory import HostVars, initiator_name  # noqa: E402
-from ansible.module_utils.fabric_core.rules import LIO  # noqa: E402
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import chap
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError, UserError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.inventory import HostVars, initiator_name
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.rules import LIO
 
 HEADER = ("# Per-GPU-node CHAP secrets, generated and rotated by the fabric_chap action plugin (Ansible Vault).\n"
           "# Do not edit: remove a host's entry to have a new secret generated, or set fabric_chap_rotate.\n")

@@ -28,18 +28,16 @@ options:
 author: gpu-storage-fabric
 """
 
-import ansible.module_utils
-from ansible import constants
 from ansible.plugins.action import ActionBase
 
-for _path in constants.DEFAULT_MODULE_UTILS_PATH or []:  # the controller does not add them itself
-    if _path not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(_path)
-
 # the core library, imported as the modules (and plugins/test/fabric.py) import it
-from ansible.module_utils.fabric_core import site  # noqa: E402
-from ansible.module_utils.fabric_core.errors import FabricError  # noqa: E402
-from ansible.module_utils.fabric_core.inventory import HostVars, initiator_name, role_default  # noqa: E402
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import site
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.inventory import (
+    HostVars,
+    initiator_name,
+    role_default,
+)
 
 
 class ActionModule(ActionBase):

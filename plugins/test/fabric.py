@@ -12,16 +12,9 @@ library is imported from there as ``ansible.module_utils.fabric_core``, as the m
 
 from __future__ import annotations
 
-import ansible.module_utils
-from ansible import constants
-
-for _path in constants.DEFAULT_MODULE_UTILS_PATH or []:  # the controller does not add them itself
-    if _path not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(_path)
-
-from ansible.module_utils.fabric_core import names, rules  # noqa: E402
-from ansible.module_utils.fabric_core.errors import UserError  # noqa: E402
-from ansible.module_utils.fabric_core.iscsi import normalize_portal  # noqa: E402
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import names, rules
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import UserError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.iscsi import normalize_portal
 
 
 def _passes(rule, value) -> bool:

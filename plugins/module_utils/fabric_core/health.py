@@ -1,0 +1,380 @@
+"""A storage node's health as checks: pure functions of what was read, the clock passed in (``now``, epoch
+seconds), each returning a ``Check`` that says why in one line.
+
+A check's state is one of the monitoring-plugin states (Nagios, Icinga, Checkmk, Zabbix's and Sensu's
+plugin runners): OK 0, WARNING 1, CRITICAL 2, UNKNOWN 3 (``EXIT_CODES``). ``overall`` folds the checks into
+one state, the worst (CRITICAL > WARNING > UNKNOWN > OK: a degraded pool stays CRITICAL even when another
+source could not be read), and ``status_line`` into the plugin's one line with performance data:
+``FABRIC CRITICAL - pool tank DEGRADED: /dev/disk/by-id/ata-X UNAVAIL | capacity=12%;80;90;0;100 ...``.
+
+The checks and their policies (the thresholds are ``Thresholds``; fabricctl's ``health:`` configuration):
+
+- ``pool_state``: ONLINE is OK; any other pool state (DEGRADED, FAULTED, UNAVAIL, SUSPENDED, ...) is CRITICAL
+  and names the devices that are not ONLINE (a pulled disk, named by the path it had); an ONLINE pool with a
+  device that is not (a cache device gone) is WARNING.
+- ``device_errors``: any nonzero READ/WRITE/CKSUM counter of any node of the vdev tree is WARNING, naming the
+  device and its counts (``zpool clear`` resets them once the cause is known).
+- ``data_errors``: permanent data errors (``error_count``) are CRITICAL.
+- ``scrub``: the age of the last completed scrub (from its end) against scrub_warn_days/scrub_critical_days; a
+  scrub in progress (or paused) is aged from its start; a pool never scrubbed from its creation when that is
+  known (else WARNING); a resilver in progress is WARNING; a last scan that found errors or repaired data is
+  WARNING; a canceled scrub is WARNING (zpool keeps only the last scan: after a resilver or a canceled scrub
+  the scrub before it is no longer known).
+- ``capacity``: the pool's capacity against capacity_warn_percent/capacity_critical_percent.
+- ``chap``, ``discovery``: exports without CHAP and open SendTargets discovery are WARNING.
+- ``sessions``: a host with an ACL on a target of the fabric but no session to it is WARNING (it was published
+  to and is not logged in: down, or logged out by hand).
+- ``foreign_acls``: an ACL of an initiator no configured host has is WARNING (``fabricctl access sync`` revokes it).
+- ``unknown(name, why)``: a source that could not be read; ``missing_pool``: the pool is not imported (CRITICAL).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from .units import human_bytes
+
+OK, WARNING, CRITICAL, UNKNOWN = "OK", "WARNING", "CRITICAL", "UNKNOWN"
+EXIT_CODES = {OK: 0, WARNING: 1, CRITICAL: 2, UNKNOWN: 3}  # the monitoring-plugin convention
+_RANK = {OK: 0, UNKNOWN: 1, WARNING: 2, CRITICAL: 3}  # which state wins in ``overall``
+DAY = 86400
+_LISTED = 5  # devices, hosts or targets named in a one-line summary; the rest are counted ("and 3 more")
+_FINE = ("ONLINE", "AVAIL")  # device states that need nobody's attention
+_IN_USE = "INUSE"  # a hot spare standing in for a member (the member itself is reported)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a check turns WARNING or CRITICAL (fabricctl's ``health:`` configuration; these are its defaults).
+
+    Scrub ages: Debian's zfsutils-linux scrubs every pool on the second Sunday of each month, at most 35 days
+    apart; 40 days warns after one missed scrub (with a margin for a scrub that takes days), 60 after two."""
+
+    capacity_warn_percent: int = 80  # ZFS allocates more slowly and fragments past ~80%
+    capacity_critical_percent: int = 90
+    scrub_warn_days: int = 40
+    scrub_critical_days: int = 60
+
+
+DEFAULTS = Thresholds()
+KEYS = ("capacity_warn_percent", "capacity_critical_percent", "scrub_warn_days", "scrub_critical_days")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's result: its name, state, one line saying why (naming the device, pool or value), details
+    for scripts, and its Nagios performance data (``label=value[UOM];warn;crit;min;max`` items)."""
+
+    name: str
+    state: str
+    summary: str
+    details: dict = field(default_factory=dict)
+    perf: tuple = ()
+
+    @property
+    def code(self) -> int:
+        return EXIT_CODES[self.state]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "state": self.state, "code": self.code, "summary": self.summary,
+                "details": dict(self.details)}
+
+
+def worst(states) -> str:
+    """The state that wins: CRITICAL over WARNING over UNKNOWN over OK (OK when there is none)."""
+    return max(states, key=_RANK.__getitem__, default=OK)
+
+
+def exit_code(checks) -> int:
+    """The monitoring-plugin exit status of a list of checks: that of the worst state."""
+    return EXIT_CODES[worst(c.state for c in checks)]
+
+
+def unknown(name: str, why: str) -> Check:
+    """A check whose source could not be read: UNKNOWN, saying why."""
+    return Check(name, UNKNOWN, why)
+
+
+def _listing(items: list) -> str:
+    shown = ", ".join(items[:_LISTED])
+    return shown + (f" and {len(items) - _LISTED} more" if len(items) > _LISTED else "")
+
+
+def _when(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 2 * DAY:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / DAY:.0f} days"
+
+
+# --------------------------------------------------------------------------------------------------
+# the pool (a zpool.PoolHealth of `zpool status -j --json-int -P POOL`, a row of `zpool list -j --json-int`)
+
+
+def missing_pool(pool: str) -> Check:
+    """The configured pool is not imported on this node: nothing can be exported."""
+    return Check("pool_state", CRITICAL, f"pool {pool} is not imported on this node (`zpool import {pool}`)",
+                 {"pool": pool, "state": "MISSING"})
+
+
+def _device(d) -> str:
+    """A device as a person finds it: its path (a missing device: the path it had), else zpool's name."""
+    return d.path or d.name
+
+
+def _problem_devices(health) -> list:
+    """The devices (and vdevs) that are the reason a pool is not fine: every leaf that is not ONLINE/AVAIL and
+    not a spare in use, and every vdev that is lost as a whole (a DEGRADED vdev is explained by its leaves)."""
+    out = []
+    for d in health.devices:
+        if d.depth == 0 or d.state in _FINE or d.state == _IN_USE:
+            continue
+        if not d.path and d.state == "DEGRADED":  # a vdev node (mirror-0, raidz1-0, spare-2): see its leaves
+            continue
+        out.append(d)
+    return out
+
+
+def pool_state(health) -> Check:
+    """ONLINE: OK; any other pool state: CRITICAL naming the devices that are not ONLINE; an ONLINE pool with a
+    device that is not (a cache or spare gone): WARNING."""
+    problems = _problem_devices(health)
+    named = [f"{_device(d)} {d.state}" + (f" ({d.aux.lower()})" if d.aux else "") for d in problems]
+    spares = [_device(d) for d in health.devices if d.state == _IN_USE]
+    details = {"pool": health.name, "state": health.state, "status": health.status, "action": health.action,
+               "devices": [d.to_dict() for d in problems], "spares_in_use": spares}
+    why = f": {_listing(named)}" if named else ""
+    spared = f"; spare {_listing(spares)} in use" if spares else ""
+    if health.state == "ONLINE":
+        if problems:
+            return Check("pool_state", WARNING, f"pool {health.name} ONLINE but{why[1:]}{spared}", details)
+        return Check("pool_state", OK, f"pool {health.name} ONLINE", details)
+    if not health.state:
+        return Check("pool_state", UNKNOWN, f"zpool status shows no state for pool {health.name}", details)
+    return Check("pool_state", CRITICAL, f"pool {health.name} {health.state}{why}{spared}", details)
+
+
+def _counts(d) -> str:
+    return ", ".join(f"{n} {what}" for n, what in ((d.read, "read"), (d.write, "write"), (d.cksum, "cksum")) if n)
+
+
+def _kinds(d) -> str:
+    kinds = [what for n, what in ((d.read, "read"), (d.write, "write"), (d.cksum, "checksum")) if n]
+    return " and ".join(kinds)
+
+
+def device_errors(health) -> Check:
+    """Every node of the vdev tree with a nonzero READ, WRITE or CKSUM counter: WARNING, naming each and its
+    counts (the counters stay until `zpool clear`)."""
+    bad = [d for d in health.devices if d.read or d.write or d.cksum]
+    details = {"pool": health.name, "devices": [{"device": _device(d) if d.depth else f"{health.name} (pool)",
+                                                 "read": d.read, "write": d.write, "cksum": d.cksum} for d in bad]}
+    perf = (f"devices_with_errors={len(bad)};1;;0",)
+    if not bad:
+        return Check("device_errors", OK, "no read, write or checksum errors", details, perf)
+    each = [f"{_kinds(d)} errors on {_device(d) if d.depth else 'pool ' + health.name}: {_counts(d)}" for d in bad]
+    if len(bad) == 1:
+        return Check("device_errors", WARNING, each[0], details, perf)
+    return Check("device_errors", WARNING, f"{len(bad)} devices with errors: {'; '.join(each[:_LISTED])}"
+                 + (f"; and {len(bad) - _LISTED} more" if len(bad) > _LISTED else ""), details, perf)
+
+
+def data_errors(health) -> Check:
+    """Permanent data errors (files ZFS could not repair): CRITICAL."""
+    details = {"pool": health.name, "error_count": health.error_count}
+    perf = (f"data_errors={health.error_count};;1;0",)
+    if health.error_count:
+        return Check("data_errors", CRITICAL, f"pool {health.name} has {health.error_count} data errors "
+                     f"(files listed by `zpool status -v {health.name}`)", details, perf)
+    return Check("data_errors", OK, "no data errors", details, perf)
+
+
+def _aged(age: float, thresholds: Thresholds) -> str:
+    if age >= thresholds.scrub_critical_days * DAY:
+        return CRITICAL
+    if age >= thresholds.scrub_warn_days * DAY:
+        return WARNING
+    return OK
+
+
+def scrub(health, now: float, thresholds: Thresholds = DEFAULTS, created: float | None = None) -> Check:
+    """The last scrub against the thresholds, at ``now`` (epoch seconds); ``created``: when the pool was made
+    (its root dataset's ``creation``), the age of a pool never scrubbed.
+
+    zpool keeps one scan, the last or current one (scan_stats): a finished scrub is aged from its end; a scrub
+    in progress or paused from its start (it has not completed since then); a pool that has no scan from its
+    creation. A resilver in progress is WARNING; a finished one is aged from its end (zpool no longer knows the
+    scrub before it). A last scan that found errors or repaired data, and a canceled scrub, are WARNING."""
+    scan = health.scan_stats or {}
+    function, state = scan.get("function", "NONE"), scan.get("state", "NONE")
+    limits = f"warning at {thresholds.scrub_warn_days} days, critical at {thresholds.scrub_critical_days}"
+    details: dict = {"pool": health.name, "function": function, "state": state, "warn_days": thresholds.scrub_warn_days,
+                     "critical_days": thresholds.scrub_critical_days}
+
+    def perf(age):
+        return (f"scrub_age={age:.0f}s;{thresholds.scrub_warn_days * DAY};{thresholds.scrub_critical_days * DAY};0",)
+
+    def result(states: list, text: str, age: float | None) -> Check:
+        details["age_seconds"] = None if age is None else round(max(0.0, age))
+        return Check("scrub", worst(states), text, details, perf(max(0.0, age)) if age is not None else ())
+
+    start, end = scan.get("start_time", 0), scan.get("end_time", 0)
+    errors, repaired = scan.get("errors", 0), scan.get("processed", 0)
+    details.update(start_time=start or None, end_time=end or None, errors=errors, repaired_bytes=repaired)
+    if function == "NONE" or state == "NONE":
+        if created is None:
+            return result([WARNING], f"pool {health.name} has never been scrubbed (`zpool scrub {health.name}`)",
+                          None)
+        age = now - created
+        return result([_aged(age, thresholds)], f"pool {health.name} never scrubbed, created {_age(age)} ago "
+                      f"({limits})", age)
+    total = scan.get("to_examine", 0)
+    done = f", {100 * scan.get('issued', 0) / total:.0f}% done" if total else ""
+    details["percent_done"] = round(100 * scan.get("issued", 0) / total, 1) if total else None
+    if state == "SCANNING" and function == "RESILVER":
+        return result([WARNING], f"resilver of pool {health.name} in progress since {_when(start)}{done}",
+                      now - start)
+    if state == "SCANNING":
+        age = now - start
+        paused = scan.get("scrub_pause", 0)
+        how = f"paused since {_when(paused)}" if paused else f"in progress since {_when(start)}{done}"
+        aged = _aged(age, thresholds)
+        tail = f" (not completed for {_age(age)}; {limits})" if aged != OK else ""
+        return result([aged], f"{function.lower()} of pool {health.name} {how}{tail}", age)
+    what = function.lower()
+    if state == "CANCELED":
+        return result([WARNING], f"last {what} of pool {health.name} was canceled on {_when(end or start)}; "
+                      "no completed scrub is recorded since", now - (end or start))
+    age = now - end
+    states = [_aged(age, thresholds)]
+    found = []
+    if errors:
+        found.append(f"found {errors} errors")
+        states.append(WARNING)
+    if repaired:
+        found.append(f"repaired {human_bytes(repaired)}")
+        states.append(WARNING)
+    text = f"last {what} of pool {health.name} ended {_age(age)} ago ({_when(end)})"
+    if found:
+        text += f" and {' and '.join(found)}"
+    if function != "SCRUB":
+        text += "; zpool keeps no record of the scrub before it"
+    if states[0] != OK:
+        text += f" ({limits})"
+    return result(states, text, age)
+
+
+def capacity(pool: dict, thresholds: Thresholds = DEFAULTS) -> Check:
+    """A row of `zpool list` ({name, size, alloc, free, cap}) against the capacity thresholds."""
+    cap, name = int(pool.get("cap") or 0), pool.get("name", "")
+    warn, crit = thresholds.capacity_warn_percent, thresholds.capacity_critical_percent
+    details = {"pool": name, "percent": cap, "size": pool.get("size"), "alloc": pool.get("alloc"),
+               "free": pool.get("free"), "warn_percent": warn, "critical_percent": crit}
+    perf = (f"capacity={cap}%;{warn};{crit};0;100",)
+    used = f"pool {name} {cap}% full ({human_bytes(pool.get('alloc'))} of {human_bytes(pool.get('size'))}"
+    if cap >= crit:
+        return Check("capacity", CRITICAL, f"{used}; critical at {crit}%)", details, perf)
+    if cap >= warn:
+        return Check("capacity", WARNING, f"{used}; warning at {warn}%)", details, perf)
+    return Check("capacity", OK, f"{used})", details, perf)
+
+
+def pool_checks(health, pool: dict, now: float, thresholds: Thresholds = DEFAULTS,
+                created: float | None = None) -> list:
+    """Every check of a pool: state, device errors, data errors, scrub, capacity."""
+    return [pool_state(health), device_errors(health), data_errors(health),
+            scrub(health, now, thresholds, created), capacity(pool, thresholds)]
+
+
+# --------------------------------------------------------------------------------------------------
+# access and sessions (what fabric_core.publish.ExportIndex answers)
+
+NO_CHAP = ("exports have no CHAP (insecure_no_chap: true): any host on the storage network that sets another's "
+           "initiator name gets its exports, its writable checkpoint volumes included; only for an isolated lab "
+           "(fabric_insecure_no_chap in the inventory)")
+OPEN_DISCOVERY = ("SendTargets discovery is open on this node: any host on the storage network can list target "
+                  "names; the next publish (or playbooks/site.yml) closes it")
+
+
+def chap(per_host: bool) -> Check:
+    """Exports without CHAP: WARNING."""
+    if per_host:
+        return Check("chap", OK, "every host logs in with its own CHAP secret", {"chap": "per-host"})
+    return Check("chap", WARNING, NO_CHAP, {"chap": "off"})
+
+
+def discovery(closed: bool) -> Check:
+    """SendTargets discovery open: WARNING."""
+    if closed:
+        return Check("discovery", OK, "SendTargets discovery closed", {"discovery": "closed"})
+    return Check("discovery", WARNING, OPEN_DISCOVERY, {"discovery": "open"})
+
+
+def _short(target: str) -> str:
+    return target.split(":", 1)[-1]
+
+
+def sessions(acls: dict, logged_in: dict) -> Check:
+    """``acls`` {target IQN: [host names with an ACL]}, ``logged_in`` {host name: [target IQNs]}: a host with an
+    ACL on a target and no session to it is WARNING (published to it, not logged in)."""
+    missing: dict = {}
+    for target, hosts in sorted(acls.items()):
+        for host in hosts:
+            if target not in logged_in.get(host, []):
+                missing.setdefault(host, []).append(target)
+    pairs = sum(len(acls[t]) for t in acls)
+    details = {"missing": {h: list(t) for h, t in sorted(missing.items())}, "acls": pairs}
+    perf = (f"sessions_missing={sum(len(t) for t in missing.values())};1;;0",)
+    if not missing:
+        return Check("sessions", OK, f"every host with an ACL is logged in ({pairs} ACLs)", details, perf)
+    named = [f"{h} ({', '.join(_short(t) for t in ts)})" for h, ts in sorted(missing.items())]
+    return Check("sessions", WARNING, f"{len(missing)} host{'s' if len(missing) > 1 else ''} not logged in to "
+                 f"targets they have an ACL on: {_listing(named)}", details, perf)
+
+
+def foreign_acls(foreign: dict) -> Check:
+    """``foreign`` {target IQN: [initiators no configured host has]}: WARNING (a host taken out of the
+    configuration keeps its access until `fabricctl access sync`)."""
+    foreign = {t: list(i) for t, i in sorted(foreign.items()) if i}
+    if not foreign:
+        return Check("foreign_acls", OK, "every ACL belongs to a configured host", {"foreign": {}})
+    named = [f"{i} on {_short(t)}" for t, inits in foreign.items() for i in inits]
+    return Check("foreign_acls", WARNING, f"ACLs of initiators no configured host has: {_listing(named)} "
+                 "(`fabricctl access sync` revokes them)", {"foreign": foreign})
+
+
+# --------------------------------------------------------------------------------------------------
+# the result
+
+
+def overall(checks: list) -> Check:
+    """The checks as one: the worst state and a summary of what is not OK, worst first (all OK: the first
+    check's summary and how many passed), with every check's performance data."""
+    state = worst(c.state for c in checks)
+    bad = sorted((c for c in checks if c.state != OK), key=lambda c: -_RANK[c.state])
+    if bad:
+        text = "; ".join(c.summary for c in bad)
+    elif checks:
+        text = f"{checks[0].summary}; all {len(checks)} checks OK"
+    else:
+        text, state = "nothing was checked", UNKNOWN
+    perf = tuple(p for c in checks for p in c.perf)
+    return Check("fabric", state, text, {"checks": len(checks), "not_ok": [c.name for c in bad]}, perf)
+
+
+def status_line(checks: list, label: str = "FABRIC") -> str:
+    """The monitoring plugin's line: ``FABRIC STATE - summary | perfdata``."""
+    total = overall(checks)
+    line = f"{label} {total.state} - {' '.join(total.summary.split())}"
+    return f"{line} | {' '.join(total.perf)}" if total.perf else line
+
+
+__all__ = ["CRITICAL", "Check", "DAY", "DEFAULTS", "EXIT_CODES", "KEYS", "NO_CHAP", "OK", "OPEN_DISCOVERY",
+           "Thresholds", "UNKNOWN", "WARNING", "capacity", "chap", "data_errors", "device_errors", "discovery",
+           "exit_code", "foreign_acls", "missing_pool", "overall", "pool_checks", "pool_state", "scrub", "sessions",
+           "status_line", "unknown", "worst"]

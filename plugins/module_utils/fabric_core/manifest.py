@@ -1,0 +1,717 @@
+#!/usr/bin/env python3
+"""Dataset manifest: every file's relative path, size and SHA-256, built and verified as a stream.
+
+``fabricctl dataset seal`` builds it (``build``) into ``ROOT/.fabric/manifest.tsv`` so that it travels
+inside the filesystem with the snapshot, and puts ``files``, ``bytes`` and the manifest's own SHA-256 in
+the snapshot's user properties. ``fabricctl verify`` checks a tree against it (``verify``) on the storage
+node, or on a GPU node where the version is mounted: fabricctl copies this one file there and runs it as
+a script, so it uses only the standard library and works without its package::
+
+    python3 manifest.py build  ROOT [OUT]      [--workers N] [--json] [--progress]
+    python3 manifest.py verify ROOT [MANIFEST] [--workers N] [--json] [--progress]
+
+(OUT and MANIFEST default to ROOT/.fabric/manifest.tsv.) Exit codes: 0 ok, 1 differences found or bad
+input (message on stderr), 130 interrupted. Imported as ``fabric_core.manifest`` it raises the typed
+errors of ``fabric_core.errors``; run as a script, plain messages.
+
+Format (UTF-8 text, lines ending in ``\\n``, fields separated by one tab)::
+
+    # fabric-manifest v1 sha256
+    <sha256 hex, 64 lowercase>\\t<size in bytes>\\t<path>          a regular file
+    D\\t-\\t<path>                                                  a directory (every one, empty or not)
+    L\\t-\\t<path>\\t<target>                                        a symbolic link (not followed)
+    # end files=<n> bytes=<n> dirs=<n> symlinks=<n>
+
+- ``<path>`` is relative to ROOT, components joined by ``/``. The top-level directory ``.fabric`` (where
+  the manifest lives) is left out of the walk and of verification; a ``.fabric`` deeper in the tree is
+  ordinary content. ROOT itself is not listed.
+- Order: lines are sorted by the path's raw bytes (the name as the kernel holds it; on Linux the
+  surrogateescape encoding of the str), strictly increasing, no duplicates. A directory's own line sits
+  at its name (``a``) while its contents sit under ``a/``: ``a`` < ``a.txt`` (``.`` is 0x2e) < ``a/x``
+  (``/`` is 0x2f) < ``a0``. The walk produces this order without a global sort: each directory's
+  entries are sorted by path, with each subdirectory entered a second time under ``<path>/``.
+- Escaping, in ``<path>`` and ``<target>``: backslash -> ``\\\\``, tab -> ``\\t``, newline -> ``\\n``,
+  carriage return -> ``\\r``, and every byte that is not part of valid UTF-8 -> ``\\xHH`` (two lowercase
+  hex digits). Everything else is written as it is (UTF-8). Sorting is on the unescaped bytes.
+- Only regular files count in ``files`` and ``bytes``. Permissions, owners and times are not recorded.
+  FIFOs, sockets and device nodes are refused by ``build`` (an error naming the path).
+- The trailer makes a truncated manifest detectable. The manifest digest is the SHA-256 of the file's
+  bytes.
+
+Memory: the walk holds the sorted listing of each directory on the current path (so one directory of
+n entries costs O(n)), the batches in flight (at most ``workers * 4`` batches of 256 paths) and, in
+``verify``, the differences found. Never the whole file list.
+
+Parallelism: the calling process walks and writes in order; ``workers`` > 1 hashes batches of paths in
+that many worker processes (``spawn``), because hashing many small files from threads is bound by the
+GIL. A tree that fits in one batch is hashed in the calling process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import stat
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing
+from dataclasses import asdict, dataclass, field
+
+try:  # part of the fabric_core package: its typed errors
+    from .errors import NotFound, UserError
+except ImportError:  # run as a standalone script (e.g. copied to a GPU node): plain errors
+
+    class UserError(Exception):  # type: ignore[no-redef]
+        exit_code = 1
+
+        def __init__(self, problem: str, fix: str = ""):
+            super().__init__(problem)
+            self.problem = problem
+            self.fix = fix
+
+        def __str__(self) -> str:
+            return f"{self.problem}\n  fix: {self.fix}" if self.fix else self.problem
+
+    class NotFound(UserError):  # type: ignore[no-redef]
+        pass
+
+
+HEADER = b"# fabric-manifest v1 sha256\n"
+TRAILER_PREFIX = b"# end "
+META_DIR = b".fabric"
+MANIFEST_RELPATH = ".fabric/manifest.tsv"
+
+FILE, DIRECTORY, SYMLINK = "file", "directory", "symlink"
+_SUBTREE = "subtree"  # walk-internal: enter a directory (sorted under "<path>/")
+
+_BATCH = 256  # paths per hashing job
+_WINDOW_PER_WORKER = 4  # batches in flight per worker
+_CHUNK = 1 << 20  # read size for files of 1 MiB and more
+_PROGRESS_EVERY = 0.1  # seconds between progress callbacks
+
+# results of hashing one path (in a worker)
+_OK, _GONE, _NOT_REGULAR, _ERROR = 0, 1, 2, 3
+
+Progress = Callable[[int, int], None]
+
+
+# ---------------------------------------------------------------------------------------------- escaping
+
+_ESCAPE_RE = re.compile("[\\\\\t\n\r\udc80-\udcff]")
+_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+_UNESCAPE_RE = re.compile(rb"\\(x[0-9a-f]{2}|[\\tnr]|)")
+_UNESCAPES = {b"\\": b"\\", b"t": b"\t", b"n": b"\n", b"r": b"\r"}
+
+
+def _escape_char(match: re.Match) -> str:
+    char = match.group()
+    return _ESCAPES.get(char) or f"\\x{ord(char) - 0xDC00:02x}"
+
+
+def escape(raw: bytes) -> bytes:
+    """A path or link target as written in the manifest: valid UTF-8 without tab, newline or CR."""
+    text = raw.decode("utf-8", "surrogateescape")
+    if _ESCAPE_RE.search(text) is None:
+        return raw
+    return _ESCAPE_RE.sub(_escape_char, text).encode("utf-8")
+
+
+def _unescape_sequence(match: re.Match) -> bytes:
+    code = match.group(1)
+    if not code:
+        raise ValueError(f"a backslash that starts no escape sequence at byte {match.start()}")
+    return bytes([int(code[1:], 16)]) if code[:1] == b"x" else _UNESCAPES[code]
+
+
+def unescape(text: bytes) -> bytes:
+    """Inverse of escape(); ValueError on a backslash that starts no known sequence."""
+    if b"\\" not in text:
+        return text
+    return _UNESCAPE_RE.sub(_unescape_sequence, text)
+
+
+def display(raw: bytes) -> str:
+    """A relative path for people and JSON: its escaped manifest form."""
+    return escape(raw).decode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------- results
+
+
+@dataclass
+class Summary:
+    """What a manifest holds: regular files and their bytes (the snapshot's properties), and its digest."""
+
+    files: int
+    bytes: int
+    manifest_sha256: str
+    seconds: float
+    dirs: int = 0
+    symlinks: int = 0
+    path: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Difference:
+    path: str  # escaped relative path, as in the manifest
+    expected: str | int | None
+    actual: str | int | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+KINDS = ("missing", "extra", "type_changed", "size_changed", "digest_changed", "target_changed")
+
+
+@dataclass
+class Report:
+    """Every difference between a tree and its manifest. ``files``/``bytes``: what the manifest lists."""
+
+    root: str
+    manifest: str
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    missing: list[Difference] = field(default_factory=list)  # expected: kind; actual: None
+    extra: list[Difference] = field(default_factory=list)  # expected: None; actual: kind
+    type_changed: list[Difference] = field(default_factory=list)  # kind -> kind
+    size_changed: list[Difference] = field(default_factory=list)  # bytes -> bytes
+    digest_changed: list[Difference] = field(default_factory=list)  # sha256 -> sha256 (same size)
+    target_changed: list[Difference] = field(default_factory=list)  # symlink target -> target
+
+    @property
+    def ok(self) -> bool:
+        return not any(getattr(self, kind) for kind in KINDS)
+
+    def count(self) -> int:
+        return sum(len(getattr(self, kind)) for kind in KINDS)
+
+    def to_dict(self) -> dict:
+        out: dict = {"ok": self.ok, "root": self.root, "manifest": self.manifest, "files": self.files,
+                     "bytes": self.bytes, "seconds": round(self.seconds, 3), "differences": self.count()}
+        for kind in KINDS:
+            out[kind] = [diff.to_dict() for diff in getattr(self, kind)]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- the walk
+
+
+def _mode_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISREG, FILE), (stat.S_ISDIR, DIRECTORY), (stat.S_ISLNK, SYMLINK),
+                       (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return kind
+    return "unknown file type"
+
+
+def _entry_kind(entry: os.DirEntry) -> str:
+    if entry.is_symlink():
+        return SYMLINK
+    if entry.is_dir(follow_symlinks=False):
+        return DIRECTORY
+    if entry.is_file(follow_symlinks=False):
+        return FILE
+    return _mode_kind(entry.stat(follow_symlinks=False).st_mode)
+
+
+def _listing(root: bytes, rel: bytes) -> list[tuple[bytes, str]]:
+    """One directory's entries as sorted (path, kind); each subdirectory also as (path + b"/", _SUBTREE)."""
+    items: list[tuple[bytes, str]] = []
+    path = root + b"/" + rel if rel else root
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                name = entry.name
+                if not rel and name == META_DIR:
+                    continue
+                child = rel + b"/" + name if rel else name
+                try:
+                    kind = _entry_kind(entry)
+                except FileNotFoundError:  # removed while we walk
+                    continue
+                items.append((child, kind))
+                if kind == DIRECTORY:
+                    items.append((child + b"/", _SUBTREE))
+    except OSError as err:
+        raise UserError(f"cannot list {os.fsdecode(path)}: {err.strerror}",
+                        "make the tree readable by this user (fabricctl runs as root)") from err
+    items.sort()
+    return items
+
+
+def walk(root: str | bytes) -> Iterator[tuple[bytes, str]]:
+    """(relative path, kind) of everything under root but the top-level .fabric, in manifest order."""
+    root_b = os.fsencode(root).rstrip(b"/") or b"/"
+    stack = [iter(_listing(root_b, b""))]
+    while stack:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+        elif item[1] == _SUBTREE:
+            stack.append(iter(_listing(root_b, item[0][:-1])))
+        else:
+            yield item
+
+
+# ---------------------------------------------------------------------------------------------- hashing
+
+
+def _hash_path(path: bytes, expected_size: int) -> tuple:
+    """(_OK, hex, size) | (_OK, None, size) when the size is not the expected one (>= 0) |
+    (_GONE,) | (_NOT_REGULAR, kind) | (_ERROR, message)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return (_GONE,)
+    except OSError as err:
+        if err.errno == 40:  # ELOOP: replaced by a symlink
+            return (_NOT_REGULAR, SYMLINK)
+        return (_ERROR, err.strerror)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return (_NOT_REGULAR, _mode_kind(st.st_mode))
+        if expected_size >= 0 and st.st_size != expected_size:
+            return (_OK, None, st.st_size)
+        if st.st_size < _CHUNK:
+            data = os.read(fd, st.st_size + 1)
+            if len(data) == st.st_size:  # asked for one byte more: this is the end of the file
+                return (_OK, hashlib.sha256(data).hexdigest(), len(data))
+            digest, size = hashlib.sha256(data), len(data)
+        else:
+            digest, size = hashlib.sha256(), 0
+        while data := os.read(fd, _CHUNK):
+            digest.update(data)
+            size += len(data)
+        if expected_size >= 0 and size != expected_size:
+            return (_OK, None, size)
+        return (_OK, digest.hexdigest(), size)
+    except OSError as err:
+        return (_ERROR, err.strerror)
+    finally:
+        os.close(fd)
+
+
+def _hash_batch(root: bytes, jobs: list[tuple[bytes, int]]) -> list[tuple]:
+    """Hash a batch of (relative path, expected size or -1); runs in a worker process."""
+    return [_hash_path(root + b"/" + rel, size) for rel, size in jobs]
+
+
+class _Done:
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def _pipeline(root: bytes, records: Iterable, job_of: Callable, workers: int) -> Iterator[tuple]:
+    """Yield (record, hash result or None) in the order of records; job_of(record) -> (rel, size) | None.
+
+    Jobs are hashed in batches by ``workers`` processes with a bounded number of batches in flight; the
+    pool starts only when there is more than one batch.
+    """
+    window: deque = deque()
+    pool = None
+    batch: list[tuple] = []
+    jobs: list[tuple[bytes, int]] = []
+
+    def submit(last: bool) -> None:
+        nonlocal pool
+        if pool is None and workers > 1 and not (last and not window):
+            from concurrent.futures import ProcessPoolExecutor
+            from multiprocessing import get_context
+
+            pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+        future = pool.submit(_hash_batch, root, jobs) if pool is not None else _Done(_hash_batch(root, jobs))
+        window.append((batch, future))
+
+    def drain() -> Iterator[tuple]:
+        records_, future = window.popleft()
+        results = iter(future.result())
+        for record, has_job in records_:
+            yield record, next(results) if has_job else None
+
+    try:
+        for record in records:
+            job = job_of(record)
+            batch.append((record, job is not None))
+            if job is not None:
+                jobs.append(job)
+            if len(jobs) >= _BATCH or len(batch) >= 4 * _BATCH:
+                submit(last=False)
+                batch, jobs = [], []
+                while len(window) > max(1, workers) * _WINDOW_PER_WORKER:
+                    yield from drain()
+        if batch:
+            submit(last=True)
+        while window:
+            yield from drain()
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Ticker:
+    def __init__(self, progress: Progress | None):
+        self.progress = progress
+        self.last = time.monotonic()
+
+    def tick(self, files: int, size: int, final: bool = False) -> None:
+        if self.progress is None:
+            return
+        now = time.monotonic()
+        if final or now - self.last >= _PROGRESS_EVERY:
+            self.last = now
+            self.progress(files, size)
+
+
+def _check_root(root: str | bytes) -> bytes:
+    root_b = os.fsencode(root)
+    try:
+        st = os.stat(root_b)
+    except FileNotFoundError:
+        raise NotFound(f"{os.fsdecode(root_b)} does not exist", "give the root of the dataset's tree") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{os.fsdecode(root_b)} is not a directory", "give the root of the dataset's tree")
+    return root_b.rstrip(b"/") or b"/"
+
+
+def _check_workers(workers: int) -> int:
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise UserError(f"workers must be a whole number >= 1, not {workers!r}", "use for example workers=4")
+    return workers
+
+
+# ---------------------------------------------------------------------------------------------- build
+
+
+def default_path(root: str | bytes) -> str:
+    return os.path.join(os.fsdecode(root), MANIFEST_RELPATH)
+
+
+def build(root: str | bytes, out_path: str | bytes, *, workers: int = 4,
+          progress: Progress | None = None) -> Summary:
+    """Write the manifest of the tree at root to out_path (atomically) and return its Summary.
+
+    out_path is normally ROOT/.fabric/manifest.tsv; it may not be elsewhere inside the tree. Raises
+    NotFound (no root), UserError (a special file, an unreadable file or directory, a bad out_path).
+    """
+    started = time.monotonic()
+    root_b = _check_root(root)
+    workers = _check_workers(workers)
+    out = os.path.abspath(os.fsdecode(out_path))
+    real_root = os.path.realpath(os.fsdecode(root_b))
+    real_out = os.path.join(os.path.realpath(os.path.dirname(out)), os.path.basename(out))
+    inside = real_out.startswith(real_root.rstrip("/") + "/")
+    if inside and not real_out.startswith(os.path.join(real_root, ".fabric") + "/"):
+        raise UserError(f"the manifest {out} would be inside the tree it lists ({real_root})",
+                        f"write it to {default_path(real_root)} (excluded from the walk) or outside the tree")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    tmp = f"{out}.tmp.{os.getpid()}"
+    digest = hashlib.sha256()
+    files = total = dirs = links = 0
+    ticker = _Ticker(progress)
+
+    def job_of(record: tuple[bytes, str]) -> tuple[bytes, int] | None:
+        return (record[0], -1) if record[1] == FILE else None
+
+    try:
+        with open(tmp, "wb", buffering=1 << 20) as manifest:
+            def emit(line: bytes) -> None:
+                manifest.write(line)
+                digest.update(line)
+
+            emit(HEADER)
+            with closing(_pipeline(root_b, walk(root_b), job_of, workers)) as results:  # pool shut on errors
+                for (rel, kind), result in results:
+                    if kind == FILE:
+                        if result[0] != _OK:
+                            _raise_hash_error(root_b, rel, result)
+                        emit(b"%s\t%d\t%s\n" % (result[1].encode(), result[2], escape(rel)))
+                        files += 1
+                        total += result[2]
+                        ticker.tick(files, total)
+                    elif kind == DIRECTORY:
+                        emit(b"D\t-\t%s\n" % escape(rel))
+                        dirs += 1
+                    elif kind == SYMLINK:
+                        try:
+                            target = os.readlink(root_b + b"/" + rel)
+                        except OSError as err:
+                            raise UserError(f"cannot read the symlink {_show(root_b, rel)}: {err.strerror}",
+                                            "leave the tree unchanged while it is sealed") from err
+                        emit(b"L\t-\t%s\t%s\n" % (escape(rel), escape(target)))
+                        links += 1
+                    else:
+                        raise UserError(f"{_show(root_b, rel)} is a {kind}, which a dataset cannot hold",
+                                        "remove it (only regular files, directories and symlinks are allowed)")
+            emit(b"%sfiles=%d bytes=%d dirs=%d symlinks=%d\n" % (TRAILER_PREFIX, files, total, dirs, links))
+            manifest.flush()
+            os.fsync(manifest.fileno())
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    ticker.tick(files, total, final=True)
+    return Summary(files=files, bytes=total, manifest_sha256=digest.hexdigest(),
+                   seconds=time.monotonic() - started, dirs=dirs, symlinks=links, path=out)
+
+
+def _show(root: bytes, rel: bytes) -> str:
+    return os.fsdecode(root).rstrip("/") + "/" + display(rel)
+
+
+def _raise_hash_error(root: bytes, rel: bytes, result: tuple) -> None:
+    where = _show(root, rel)
+    if result[0] == _GONE:
+        raise UserError(f"{where} disappeared while the manifest was built",
+                        "leave the tree unchanged while it is sealed")
+    if result[0] == _NOT_REGULAR:
+        raise UserError(f"{where} became a {result[1]} while the manifest was built",
+                        "leave the tree unchanged while it is sealed")
+    raise UserError(f"cannot read {where}: {result[1]}", "make the tree readable by this user (fabricctl runs as root)")
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+@dataclass
+class Entry:
+    path: bytes  # raw relative path
+    kind: str  # FILE, DIRECTORY or SYMLINK
+    size: int = -1  # files only
+    sha256: str = ""  # files only
+    target: bytes = b""  # symlinks only
+
+
+_HEX = re.compile(rb"^[0-9a-f]{64}$")
+
+
+def _bad(path: str, lineno: int, what: str) -> UserError:
+    return UserError(f"{path} line {lineno}: {what}; this is not an intact fabric manifest",
+                     "rebuild it with `manifest.py build`, or take it from the sealed snapshot again")
+
+
+def read_entries(manifest_path: str | bytes, totals: dict | None = None) -> Iterator[Entry]:
+    """Stream a manifest's entries, checking header, syntax, order and trailer.
+
+    When the whole manifest was read, ``totals`` (if given) holds files, bytes, dirs, symlinks and the
+    manifest's sha256. Raises NotFound or UserError (with the line number).
+    """
+    name = os.fsdecode(manifest_path)
+    try:
+        handle = open(manifest_path, "rb", buffering=1 << 20)
+    except FileNotFoundError:
+        raise NotFound(f"no manifest at {name}",
+                       "seal the version first (it writes ROOT/.fabric/manifest.tsv)") from None
+    except OSError as err:
+        raise UserError(f"cannot read the manifest {name}: {err.strerror}", "check its permissions") from err
+    digest = hashlib.sha256()
+    counts = {FILE: 0, DIRECTORY: 0, SYMLINK: 0}
+    total = 0
+    previous = b""
+    trailer: bytes | None = None
+    lineno = 0
+    with handle:
+        for lineno, line in enumerate(handle, 1):
+            digest.update(line)
+            if lineno == 1:
+                if line != HEADER:
+                    raise _bad(name, 1, f"the header is {line[:60]!r}, expected {HEADER!r}")
+                continue
+            if not line.endswith(b"\n"):
+                raise _bad(name, lineno, "the last line is cut short")
+            if trailer is not None:
+                raise _bad(name, lineno, "a line after the trailer")
+            if line.startswith(TRAILER_PREFIX):
+                trailer = line
+                continue
+            fields = line[:-1].split(b"\t")
+            try:
+                if fields[0] == b"D" and len(fields) == 3 and fields[1] == b"-":
+                    entry = Entry(unescape(fields[2]), DIRECTORY)
+                elif fields[0] == b"L" and len(fields) == 4 and fields[1] == b"-":
+                    entry = Entry(unescape(fields[2]), SYMLINK, target=unescape(fields[3]))
+                elif len(fields) == 3 and _HEX.match(fields[0]) and fields[1].isdigit():
+                    entry = Entry(unescape(fields[2]), FILE, int(fields[1]), fields[0].decode())
+                else:
+                    raise ValueError("not a file, directory or symlink line")
+            except ValueError as err:
+                raise _bad(name, lineno, str(err)) from None
+            rel = entry.path
+            framed = b"/" + rel + b"/"
+            if not rel or b"//" in framed or b"/./" in framed or b"/../" in framed or framed.startswith(b"/.fabric/"):
+                raise _bad(name, lineno, f"the path {display(rel)!r} is not a clean relative path")
+            if rel <= previous:
+                raise _bad(name, lineno, f"{display(rel)!r} is out of order (after {display(previous)!r})")
+            previous = rel
+            counts[entry.kind] += 1
+            if entry.kind == FILE:
+                total += entry.size
+            yield entry
+    if lineno == 0:
+        raise _bad(name, 1, "the file is empty")
+    expected = b"%sfiles=%d bytes=%d dirs=%d symlinks=%d\n" % (
+        TRAILER_PREFIX, counts[FILE], total, counts[DIRECTORY], counts[SYMLINK])
+    if trailer is None:
+        raise _bad(name, lineno, "no trailer: the manifest is truncated")
+    if trailer != expected:
+        raise _bad(name, lineno, f"the trailer {trailer!r} does not match the lines ({expected!r})")
+    if totals is not None:
+        totals.update(files=counts[FILE], bytes=total, dirs=counts[DIRECTORY], symlinks=counts[SYMLINK],
+                      manifest_sha256=digest.hexdigest())
+
+
+def read_summary(manifest_path: str | bytes) -> Summary:
+    """files, bytes, dirs, symlinks and the sha256 of a manifest, read as a stream (and checked)."""
+    started = time.monotonic()
+    totals: dict = {}
+    for _ in read_entries(manifest_path, totals):
+        pass
+    return Summary(seconds=time.monotonic() - started, path=os.fsdecode(manifest_path), **totals)
+
+
+# ---------------------------------------------------------------------------------------------- verify
+
+
+def _merge(manifest: Iterator[Entry], tree: Iterator[tuple[bytes, str]]) -> Iterator[tuple]:
+    """Merge two sorted streams: (expected Entry | None, (rel, actual kind) | None)."""
+    expected = next(manifest, None)
+    actual = next(tree, None)
+    while expected is not None or actual is not None:
+        if actual is None or (expected is not None and expected.path < actual[0]):
+            yield expected, None
+            expected = next(manifest, None)
+        elif expected is None or actual[0] < expected.path:
+            yield None, actual
+            actual = next(tree, None)
+        else:
+            yield expected, actual
+            expected, actual = next(manifest, None), next(tree, None)
+
+
+def verify(root: str | bytes, manifest_path: str | bytes, *, workers: int = 4,
+           progress: Progress | None = None) -> Report:
+    """Compare the tree at root with its manifest; return a Report of every difference.
+
+    progress(files, bytes) reports the files hashed so far. Raises NotFound / UserError when the root
+    or the manifest is missing, the manifest is not intact, or a file cannot be read.
+    """
+    started = time.monotonic()
+    root_b = _check_root(root)
+    workers = _check_workers(workers)
+    report = Report(root=os.fsdecode(root_b), manifest=os.fsdecode(manifest_path))
+    totals: dict = {}
+    entries = read_entries(manifest_path, totals)
+    ticker = _Ticker(progress)
+    hashed = hashed_bytes = 0
+
+    def job_of(pair: tuple) -> tuple[bytes, int] | None:
+        expected, actual = pair
+        if expected is not None and actual is not None and expected.kind == FILE and actual[1] == FILE:
+            return (expected.path, expected.size)
+        return None
+
+    with closing(_pipeline(root_b, _merge(entries, walk(root_b)), job_of, workers)) as results:  # pool shut on errors
+        for (expected, actual), result in results:
+            if actual is None:
+                report.missing.append(Difference(display(expected.path), expected.kind, None))
+            elif expected is None:
+                report.extra.append(Difference(display(actual[0]), None, actual[1]))
+            elif expected.kind != actual[1]:
+                report.type_changed.append(Difference(display(expected.path), expected.kind, actual[1]))
+            elif expected.kind == SYMLINK:
+                try:
+                    target = os.readlink(root_b + b"/" + expected.path)
+                except FileNotFoundError:
+                    report.missing.append(Difference(display(expected.path), SYMLINK, None))
+                    continue
+                except OSError as err:
+                    raise UserError(f"cannot read the symlink {_show(root_b, expected.path)}: {err.strerror}",
+                                    "check the tree's permissions") from err
+                if target != expected.target:
+                    report.target_changed.append(Difference(display(expected.path), display(expected.target),
+                                                            display(target)))
+            elif expected.kind == FILE:
+                status = result[0]
+                if status == _GONE:
+                    report.missing.append(Difference(display(expected.path), FILE, None))
+                elif status == _NOT_REGULAR:
+                    report.type_changed.append(Difference(display(expected.path), FILE, result[1]))
+                elif status == _ERROR:
+                    _raise_hash_error(root_b, expected.path, result)
+                elif result[2] != expected.size:
+                    report.size_changed.append(Difference(display(expected.path), expected.size, result[2]))
+                elif result[1] != expected.sha256:
+                    report.digest_changed.append(Difference(display(expected.path), expected.sha256, result[1]))
+                if status == _OK:
+                    hashed += 1
+                    hashed_bytes += result[2]
+                    ticker.tick(hashed, hashed_bytes)
+    ticker.tick(hashed, hashed_bytes, final=True)
+    report.files, report.bytes = totals["files"], totals["bytes"]
+    report.seconds = time.monotonic() - started
+    return report
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+
+def _print_progress(files: int, size: int) -> None:
+    print(f"{files} files, {size} bytes", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="manifest.py", description="Build or verify a dataset manifest.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command, out_help in (("build", "where to write it"), ("verify", "the manifest to check against")):
+        cmd = sub.add_parser(command)
+        cmd.add_argument("root", help="the tree")
+        cmd.add_argument("manifest", nargs="?", help=f"{out_help} (default: ROOT/{MANIFEST_RELPATH})")
+        cmd.add_argument("--workers", type=int, default=4, help="hashing processes (default 4)")
+        cmd.add_argument("--json", action="store_true", help="the result as JSON on stdout")
+        cmd.add_argument("--progress", action="store_true", help="progress lines on stderr")
+    args = parser.parse_args(argv)
+    manifest_path = args.manifest or default_path(args.root)
+    progress = _print_progress if args.progress else None
+    try:
+        if args.command == "build":
+            summary = build(args.root, manifest_path, workers=args.workers, progress=progress)
+            if args.json:
+                print(json.dumps(summary.to_dict()))
+            else:
+                print(f"{summary.path}: {summary.files} files, {summary.bytes} bytes, {summary.dirs} directories, "
+                      f"{summary.symlinks} symlinks in {summary.seconds:.1f} s; sha256 {summary.manifest_sha256}")
+            return 0
+        report = verify(args.root, manifest_path, workers=args.workers, progress=progress)
+    except UserError as err:
+        print(f"manifest.py {args.command}: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    else:
+        for kind in KINDS:
+            for diff in getattr(report, kind):
+                print(f"{kind}\t{diff.path}\texpected={diff.expected}\tactual={diff.actual}")
+        verdict = "OK" if report.ok else f"{report.count()} differences"
+        print(f"{verdict}: {report.root} against {report.manifest} ({report.files} files, {report.bytes} bytes "
+              f"listed) in {report.seconds:.1f} s")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,363 @@
+"""Replication of versions and checkpoints between storage nodes, with ZFS's own send and receive.
+
+A version never changes, so every storage node that holds the same snapshot (the same GUID: send and
+receive keep it) serves the same bytes. Replication copies snapshots of a volume from this node (the
+source) to another storage node (the target); nothing else moves data, and no protocol of the
+fabric's own carries it.
+
+The three parts, as everywhere in the core:
+
+* **read**: ``read_side`` reads one side's volume (does it exist, its snapshots and bookmarks with their
+  GUIDs, an interrupted receive's resume token, bytes written since its newest snapshot, the space
+  left, encryption), locally or, for the target, through its restricted SSH command (``serve``), which
+  answers with the same reading as JSON (``Side.to_dict``/``from_dict``);
+* **plan** (pure): ``plan`` compares the two sides for the snapshots wanted and gives the transfers:
+  nothing for a snapshot the target has (same GUID), a resume of an interrupted receive first, a full
+  send only when the target has no volume, otherwise an incremental send from the newest snapshot (or
+  bookmark, if the snapshot is gone here) both sides share; it refuses, naming the problem and the
+  fix, a target whose snapshot of the same name has another GUID (diverged), a target with no
+  snapshot in common, a snapshot older than the target's newest, and a target changed since the base
+  (unless ``force``: the receive then rolls it back to the base, which the plan says);
+* **apply**: ``send_argv``/``receive_argv`` are the two ends of a transfer, ``pump`` moves the stream
+  between them (``os.splice``, no copy through Python's memory) with an optional bandwidth limit and a
+  progress callback; the fabricctl command holds both sides' snapshots while a transfer is in flight
+  and bookmarks what arrived, so the next incremental has a base even after the version is destroyed
+  here.
+
+The stream: ``zfs send -p`` (the volume's and the snapshot's properties travel with it: the version's
+``fabric:*`` metadata; its manifest is inside the volume's file system), ``-w`` (raw) for an encrypted
+volume, else ``-c -L -e`` (blocks as they are stored, compressed, large, embedded). The receive is
+resumable (``-s``), leaves the volume read-only and marks where it came from (``fabric:origin``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import zjson
+from .errors import FabricError, NotFound, UnsafeOperation, UserError
+from .names import validate_dataset_name
+from .runner import Runner
+
+HOLD_SENDING = "fabric:sending"  # on the source's snapshots while a send is in flight
+HOLD_RECEIVING = "fabric:receiving"  # on the target's incremental base while a receive is in flight
+ORIGIN_PROP = "fabric:origin"  # set on a received volume: the storage node it came from
+READ_PROPS = ("receive_resume_token", "written", "available", "encryption", "fabric:managed", ORIGIN_PROP,
+              "fabric:kind")
+RECEIVE_PROPS = {"readonly": "on"}  # a replica is never written but by a receive
+
+
+@dataclass(frozen=True)
+class Point:
+    """A snapshot (``@v1``) or bookmark (``#v1``) of a volume, by the GUID that send and receive keep."""
+
+    name: str  # the short name, after the @ or #
+    guid: str
+    txg: int
+    bookmark: bool = False
+
+    @property
+    def ref(self) -> str:
+        return ("#" if self.bookmark else "@") + self.name
+
+
+@dataclass
+class Side:
+    """One volume as read on one storage node."""
+
+    dataset: str
+    exists: bool = False
+    snapshots: list = field(default_factory=list)  # list[Point], oldest first
+    bookmarks: list = field(default_factory=list)  # list[Point], oldest first
+    resume_token: str = ""  # an interrupted resumable receive left this ("" none)
+    written: int = 0  # bytes written to the volume since its newest snapshot
+    available: int = 0  # bytes the volume may still grow by (its pool's free space, quotas applied)
+    encrypted: bool = False
+    managed: bool = False  # fabric:managed=true
+    origin: str = ""  # fabric:origin: the node it was received from ("" made here)
+
+    def to_dict(self) -> dict:
+        return {"dataset": self.dataset, "exists": self.exists, "resume_token": self.resume_token,
+                "written": self.written, "available": self.available, "encrypted": self.encrypted,
+                "managed": self.managed, "origin": self.origin,
+                "snapshots": [[p.name, p.guid, p.txg] for p in self.snapshots],
+                "bookmarks": [[p.name, p.guid, p.txg] for p in self.bookmarks]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Side:
+        try:
+            return cls(dataset=str(d["dataset"]), exists=bool(d["exists"]), resume_token=str(d["resume_token"]),
+                       written=int(d["written"]), available=int(d["available"]), encrypted=bool(d["encrypted"]),
+                       managed=bool(d["managed"]), origin=str(d["origin"]),
+                       snapshots=[Point(str(n), str(g), int(t)) for n, g, t in d["snapshots"]],
+                       bookmarks=[Point(str(n), str(g), int(t), True) for n, g, t in d["bookmarks"]])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FabricError(f"the target's state is not what fabricctl replica-serve prints ({exc!r})",
+                              "install the same fabricctl on every storage node (playbooks/fabricctl.yml)") from None
+
+
+# --------------------------------------------------------------------------------------------
+# read
+
+
+def parse_points(text: str, dataset: str) -> tuple[list, list]:
+    """(snapshots, bookmarks) of `zfs list -j -p -t snapshot,bookmark -o name,guid,createtxg -d 1 DATASET`,
+    oldest first."""
+    doc = zjson.loads(("zfs", "list"), text)
+    snaps, marks = [], []
+    for obj in zjson.objects(doc, "datasets"):
+        name = str(obj.get("name", ""))
+        props = obj.get("properties") or {}
+        guid = zjson.value_text((props.get("guid") or {}).get("value"))
+        txg = _int(zjson.value_text((props.get("createtxg") or {}).get("value")) or obj.get("createtxg"))
+        for sep, out, bookmark in (("@", snaps, False), ("#", marks, True)):
+            parent, found, short = name.partition(sep)
+            if found and parent == dataset:
+                out.append(Point(short, guid, txg, bookmark))
+    return sorted(snaps, key=lambda p: p.txg), sorted(marks, key=lambda p: p.txg)
+
+
+def _int(value) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def read_side(runner: Runner, dataset: str) -> Side:
+    """The volume ``dataset`` as ``runner``'s node has it (every read, in a dry run too)."""
+    validate_dataset_name(dataset)
+    doc = zjson.run(runner, ["zfs", "get", *zjson.ZFS_JSON, ",".join(READ_PROPS), dataset], missing=zjson.NO_DATASET)
+    if doc is None:
+        return Side(dataset)
+    props = zjson.properties(next(iter(zjson.objects(doc, "datasets")), {}))
+
+    def value(prop: str) -> str:
+        v = props.get(prop)
+        v = v[0] if isinstance(v, tuple) else v
+        return "" if v in (None, "-") else str(v)
+
+    res = runner.run(["zfs", "list", *zjson.ZFS_JSON, "-t", "snapshot,bookmark", "-o", "name,guid,createtxg",
+                      "-d", "1", dataset])
+    snaps, marks = parse_points(res.stdout, dataset)
+    return Side(dataset, exists=True, snapshots=snaps, bookmarks=marks, resume_token=value("receive_resume_token"),
+                written=_int(value("written")), available=_int(value("available")),
+                encrypted=value("encryption") not in ("", "off"), managed=value("fabric:managed") == "true",
+                origin=value(ORIGIN_PROP))
+
+
+# --------------------------------------------------------------------------------------------
+# plan
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One send/receive: ``snapshot`` arrives on the target, from ``base`` (``@v1``/``#v1``; None: a full
+    send), or the interrupted receive of ``resume_token`` is finished."""
+
+    snapshot: str
+    base: str | None = None
+    resume_token: str = ""
+    force: bool = False  # receive -F: the target is rolled back to the base first
+    estimate: int = 0  # bytes, from `zfs send -nP` (filled in by the caller)
+
+    @property
+    def kind(self) -> str:
+        return "resume" if self.resume_token else ("incremental" if self.base else "full")
+
+    def describe(self, dataset: str) -> str:
+        if self.resume_token:
+            return f"resume the interrupted receive of {dataset}@{self.snapshot}"
+        what = f"incremental from {self.base}" if self.base else "full"
+        return f"send {dataset}@{self.snapshot} ({what}{', rolling the target back to the base' if self.force else ''})"
+
+
+@dataclass
+class Plan:
+    source: str  # the dataset here
+    target: str  # the dataset there
+    transfers: list = field(default_factory=list)  # list[Transfer], in order
+    present: list = field(default_factory=list)  # snapshots the target has already (same GUID)
+    notes: list = field(default_factory=list)
+
+
+def plan(src: Side, dst: Side, wanted: list[str], *, node: str = "the target", force: bool = False,
+         resume_name: str = "") -> Plan:
+    """The transfers that bring the snapshots ``wanted`` (short names, any order) of ``src`` to ``dst``.
+
+    ``resume_name``: the snapshot ``dst.resume_token`` is for (`zfs send -nvt TOKEN` names it), planned as
+    arrived once resumed. Raises NotFound / UserError / UnsafeOperation naming the problem and the fix.
+    """
+    out = Plan(src.dataset, dst.dataset)
+    if not src.exists:
+        raise NotFound(f"{src.dataset} does not exist on this node", "name a dataset or job of `fabricctl list`")
+    order = {p.name: i for i, p in enumerate(src.snapshots)}
+    for name in wanted:
+        if name not in order:
+            have = ", ".join(p.name for p in src.snapshots) or "none"
+            raise NotFound(f"{src.dataset}@{name} does not exist on this node (its snapshots: {have})",
+                           "name a version of `fabricctl list`")
+    wanted = sorted(set(wanted), key=order.__getitem__)
+    if dst.exists and not dst.managed:
+        raise UnsafeOperation(f"{dst.dataset} on {node} exists but fabricctl does not own it (fabric:managed is not "
+                              "true)", f"fabricctl never writes over what it did not make: move it away on {node}")
+    # what the target has (or will have), by name -> GUID
+    there = {p.name: p.guid for p in dst.snapshots}
+    if dst.resume_token:
+        if not resume_name or resume_name not in order:
+            raise UserError(f"{dst.dataset} on {node} holds an interrupted receive of a snapshot this node does not "
+                            f"have ({resume_name or 'unknown'})",
+                            f"discard it on {node} with `zfs receive -A {dst.dataset}`, then replicate again")
+        out.transfers.append(Transfer(resume_name, resume_token=dst.resume_token))
+        there[resume_name] = src.snapshots[order[resume_name]].guid
+    changed_checked = False
+    for name in wanted:
+        mine = src.snapshots[order[name]]
+        if name in there:
+            if there[name] != mine.guid:
+                raise UserError(f"{dst.dataset}@{name} on {node} is not this node's {name}: GUID {there[name]} there, "
+                                f"{mine.guid} here (the two diverged: made separately under one name)",
+                                "keep the one you want: destroy the other version with `fabricctl dataset destroy` on "
+                                "its node, then replicate again")
+            if not any(t.snapshot == name for t in out.transfers):
+                out.present.append(name)
+            continue
+        if not there and not dst.exists:
+            out.transfers.append(Transfer(name))
+            there[name] = mine.guid
+            continue
+        base = _base(src, there, mine)
+        if base is None:
+            raise UserError(f"{dst.dataset} on {node} shares no snapshot with this node's {src.dataset} (it has: "
+                            f"{', '.join(p.name for p in dst.snapshots) or 'none'}), so no incremental send can "
+                            "reach it; a full send would replace it", f"if it is not needed, destroy it on {node} "
+                            "(`zfs destroy -r`), then replicate again")
+        newer = [p for p in dst.snapshots if _newer(p, base, src)]
+        if newer:
+            raise UserError(f"{node} has {dst.dataset}@{newer[-1].name}, newer than {name}: ZFS adds snapshots only "
+                            "after the newest one there", f"replicate {name} before newer versions, or leave it "
+                            f"out; to replace {node}'s copy destroy it there first")
+        force_this = False
+        if not changed_checked:
+            changed_checked = True
+            changed = _changed_since(dst, base, src)
+            if changed and not force:
+                raise UnsafeOperation(f"{dst.dataset} on {node} changed since {base.ref} ({changed}): a replica is "
+                                      "never written but by a receive",
+                                      f"find out who changed it; --force rolls it back to {base.ref} and discards "
+                                      f"those changes on {node} (held or published "
+                                      "snapshots newer than it make the receive fail, never lost)")
+            force_this = bool(changed)
+            if changed:
+                out.notes.append(f"--force: {node}'s {dst.dataset} is rolled back to {base.ref} ({changed})")
+        out.transfers.append(Transfer(name, base=base.ref, force=force_this))
+        there[name] = mine.guid
+    return out
+
+
+def _base(src: Side, there: dict, snap: Point) -> Point | None:
+    """The newest snapshot (or, when gone here, bookmark) older than ``snap`` that the target has."""
+    guids = set(there.values())
+    candidates = [p for p in (*src.snapshots, *src.bookmarks) if p.guid in guids and p.txg < snap.txg]
+    if not candidates:
+        return None
+    newest = max(p.txg for p in candidates)
+    return next(p for p in sorted(candidates, key=lambda p: p.bookmark) if p.txg == newest)  # a snapshot first
+
+
+def _newer(point: Point, base: Point, src: Side) -> bool:
+    """Whether the target's snapshot ``point`` is a version of this node's newer than the base (a snapshot this
+    node does not know was made there by hand: a change, which _changed_since reports)."""
+    mine = {p.guid: p for p in (*src.snapshots, *src.bookmarks)}
+    here = mine.get(point.guid)
+    return here is not None and here.txg > base.txg
+
+
+def _changed_since(dst: Side, base: Point, src: Side) -> str:
+    """How the target changed since the base: snapshots made there after it, data written; "" none."""
+    known = {p.guid for p in src.snapshots} | {p.guid for p in src.bookmarks}
+    extra = [p.name for p in dst.snapshots if p.guid not in known]
+    parts = []
+    if extra:
+        parts.append(f"snapshots made there: {', '.join(extra)}")
+    if dst.written:
+        parts.append(f"{dst.written} bytes written since its newest snapshot")
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# apply: the two ends of a transfer and the pump between them
+
+
+def send_argv(dataset: str, transfer: Transfer, *, raw: bool, estimate: bool = False) -> list[str]:
+    """`zfs send` of a transfer (``estimate``: the dry run `-nP` that prints its size)."""
+    dry = ["-n", "-P"] if estimate else []
+    if transfer.resume_token:
+        return ["zfs", "send", *dry, "-t", transfer.resume_token]
+    flags = ["-p", "-w"] if raw else ["-p", "-c", "-L", "-e"]
+    base = ["-i", dataset + transfer.base] if transfer.base else []
+    return ["zfs", "send", *dry, *flags, *base, f"{dataset}@{transfer.snapshot}"]
+
+
+def receive_argv(dataset: str, *, origin: str, force: bool = False) -> list[str]:
+    """`zfs receive` on the target: resumable, never mounted, read-only, marked with where it came from."""
+    props = [w for k, v in {**RECEIVE_PROPS, ORIGIN_PROP: origin}.items() for w in ("-o", f"{k}={v}")]
+    return ["zfs", "receive", "-s", "-u", *(["-F"] if force else []), *props, dataset]
+
+
+_SIZE = re.compile(r"^size\s+(\d+)\s*$", re.MULTILINE)
+_TONAME = re.compile(r"^\s*toname = (\S+)\s*$", re.MULTILINE)
+
+
+def parse_estimate(text: str) -> int:
+    """Bytes a `zfs send -nP` would send (its ``size`` line); 0 when it printed none."""
+    m = _SIZE.search(text)
+    return int(m.group(1)) if m else 0
+
+
+def parse_token_name(text: str) -> str:
+    """The snapshot's short name a resume token is for, from `zfs send -nvt TOKEN` ("toname = ds@snap")."""
+    m = _TONAME.search(text)
+    return m.group(1).partition("@")[2] if m else ""
+
+
+SPLICE_CHUNK = 1 << 20
+
+
+class Pump:
+    """Moves a stream from one file descriptor to another (pipes: ``os.splice``, no copy through Python),
+    at most ``limit`` bytes per second (0: no limit), calling ``progress(total_bytes)`` as it goes."""
+
+    def __init__(self, limit: int = 0, progress: Callable[[int], None] | None = None, *,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+        self.limit = limit
+        self.progress = progress
+        self.clock = clock
+        self.sleep = sleep
+        self.total = 0
+
+    def run(self, src: int, dst: int) -> int:
+        started = self.clock()
+        while True:
+            chunk = SPLICE_CHUNK if not self.limit else max(4096, min(SPLICE_CHUNK, self.limit // 10))
+            try:
+                moved = os.splice(src, dst, chunk)
+            except BrokenPipeError:
+                raise FabricError("the receiving side closed the stream", "") from None
+            if moved == 0:
+                return self.total
+            self.total += moved
+            if self.progress:
+                self.progress(self.total)
+            wait = pace(self.total, self.clock() - started, self.limit)
+            if wait > 0:
+                self.sleep(wait)
+
+
+def pace(total: int, elapsed: float, limit: int) -> float:
+    """Seconds to wait so that ``total`` bytes in ``elapsed`` seconds stay within ``limit`` bytes/s."""
+    return max(0.0, total / limit - elapsed) if limit else 0.0

@@ -1,0 +1,116 @@
+#!/usr/bin/python
+# Copyright: the gpu-storage-fabric authors. Apache-2.0.
+# gpu-storage-fabric: Ansible module fabric_platform (is this node a supported platform, and what
+# must happen to get it to OpenZFS 2.3). The logic lives in module_utils/fabric_core/platform.py.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fabric_platform
+short_description: Check that a node runs a supported Debian release and decide how it gets OpenZFS 2.3
+description:
+  - Reads, in one pass, C(/etc/os-release), the installed C(zfsutils-linux) package, the loaded zfs
+    module's version and the imported pools. Changes nothing.
+  - Fails, naming the two supported platforms, on anything but Debian 13 (trixie) and Debian 12
+    (bookworm, with OpenZFS 2.3 from bookworm-backports).
+  - With O(zfs=true) (storage nodes) it also decides what the storage_base role does about ZFS
+    (RV(decision)). A Debian 12 node that runs OpenZFS 2.1 with a pool imported or the module loaded is
+    refused with the exact upgrade steps unless O(allow_upgrade=true); a node whose loaded module is
+    older than its installed packages is refused (it needs a reboot) unless O(allow_reboot=true).
+version_added: "0.2.0"
+author: gpu-storage-fabric
+options:
+  zfs:
+    description: Decide about OpenZFS too (storage nodes); GPU nodes check only the release.
+    type: bool
+    default: false
+  allow_upgrade:
+    description: Allow installing OpenZFS 2.3 over a 2.1 that a pool or the loaded module uses.
+    type: bool
+    default: false
+  allow_reboot:
+    description: Allow the decision C(reboot) when the loaded module is older than the installed packages.
+    type: bool
+    default: false
+  packages:
+    description:
+      - Debian packages to look up (one C(dpkg-query)); RV(missing_packages) lists those not installed, so that
+        a role runs apt only when something is missing.
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: The node is a supported platform and OpenZFS 2.3 is (or will be) what it runs
+  fabric_platform:
+    zfs: true
+    allow_upgrade: "{{ storage_base_zfs_allow_upgrade }}"
+  register: platform
+"""
+
+RETURN = r"""
+facts:
+  description: What the node runs.
+  returned: always
+  type: dict
+  sample: {"distribution": "debian", "major": "13", "codename": "trixie", "pretty": "Debian GNU/Linux 13 (trixie)",
+           "zfs_package": "2.3.9-1", "zfs_module": "2.3.9-1", "pools": ["tank"]}
+missing_packages:
+  description: The packages of O(packages) that are not installed.
+  returned: always
+  type: list
+  elements: str
+  sample: [multipath-tools]
+decision:
+  description: With O(zfs=true), what to do about ZFS (ok, install, upgrade, reboot), whether the packages come from
+    bookworm-backports, and why.
+  returned: when zfs is true
+  type: dict
+  sample: {"action": "ok", "backports": false,
+           "explanation": "OpenZFS 2.3.9-1 from trixie contrib, module 2.3.9-1 loaded"}
+"""
+
+from dataclasses import asdict
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import platform
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.runner import ModuleRunner
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            zfs=dict(type="bool", default=False),
+            allow_upgrade=dict(type="bool", default=False),
+            allow_reboot=dict(type="bool", default=False),
+            packages=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    runner = ModuleRunner(module)
+    facts = platform.read(runner)
+    out = {"changed": False, "facts": facts.as_dict(),
+           "missing_packages": platform.missing_packages(runner, module.params["packages"])}
+    try:
+        if module.params["zfs"]:
+            decision = platform.zfs_decision(facts, allow_upgrade=module.params["allow_upgrade"],
+                                             allow_reboot=module.params["allow_reboot"])
+            out["decision"] = asdict(decision)
+        else:
+            platform.check_supported(facts)
+    except FabricError as err:
+        module.fail_json(msg=str(err), **out)
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()
