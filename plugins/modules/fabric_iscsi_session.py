@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # gpu-storage-fabric: Ansible module fabric_iscsi_session (open-iscsi node records and sessions).
-# The logic lives in module_utils/fabric_core/iscsi.py; this module only parses arguments.
+# The logic lives in plugins/module_utils/fabric_core/iscsi.py; this module only parses arguments.
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: the gpu-storage-fabric authors. Apache-2.0.
 # gpu-storage-fabric: Ansible module fabric_mounts (systemd .mount units of one owner).
-# The logic lives in module_utils/fabric_core/mounts.py (shared with fabricctl); this module only
+# The logic lives in plugins/module_utils/fabric_core/mounts.py (shared with fabricctl); this module only
 # parses arguments.
 
 from __future__ import annotations

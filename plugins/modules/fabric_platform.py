@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: the gpu-storage-fabric authors. Apache-2.0.
 # gpu-storage-fabric: Ansible module fabric_platform (is this node a supported platform, and what
-# must happen to get it to OpenZFS 2.3). The logic lives in module_utils/fabric_core/platform.py.
+# must happen to get it to OpenZFS 2.3). The logic lives in plugins/module_utils/fabric_core/platform.py.
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # gpu-storage-fabric: a ZFS dataset or volume with declared properties (never destroyed).
-# The logic lives in module_utils/fabric_core/zfs.py (read, a pure plan, one applier); this module parses
+# The logic lives in plugins/module_utils/fabric_core/zfs.py (read, a pure plan, one applier); this module parses
 # arguments and reports.
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ DOCUMENTATION = r"""
 name: fabric_linear
 short_description: The linear strategy, executed through Mitogen when it is available
 description:
-  - Behaves as C(ansible.builtin.linear). When the C(mitogen) Python package is installed on the
+  - "Behaves as C(ansible.builtin.linear). When the C(mitogen) Python package is installed on the
     controller (the project's virtualenv pins it), tasks run through Mitogen's connection
     multiplexer: one Python interpreter per host for the whole run instead of one per task, which
-    on the lab's emulated nodes cuts a converged site run from about 200 s to about 20 s.
+    on the lab's emulated nodes cuts a converged site run from about 200 s to about 20 s."
   - Without Mitogen, or with C(FABRIC_MITOGEN=0) in the environment, it is plain C(linear).
   - "The project's modules import the core library as the collection's module_utils
     (C(ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core)). Mitogen's module_utils
