@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-
 from ansible.plugins.action import ActionBase
 
 # the core library, imported as the modules (and plugins/test/fabric.py) import it
