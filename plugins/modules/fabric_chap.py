@@ -33,7 +33,23 @@ notes:
     (C({HOST: ROTATION_ID}), a new pair once per id), C(fabric_chap_mutual) (default true),
     C(fabric_chap_target_userid) (the targets' name in mutual CHAP, default C(fabric-target)),
     C(vault_fabric_chap) (the operator's pairs), C(fabric_insecure_no_chap).
+attributes:
+  check_mode:
+    support: full
+    details: Reports the secrets it would generate or rotate; writes no store.
+  diff_mode:
+    support: none
+  action:
+    support: full
 author: gpu-storage-fabric
+"""
+
+EXAMPLES = r"""
+- name: This host's own CHAP secrets (generated into the vault when missing)
+  gpufabric.storage.fabric_chap:
+    hosts: ["{{ inventory_hostname }}"]
+  register: chap
+  no_log: true
 """
 
 RETURN = r"""

@@ -28,5 +28,26 @@ options:
     description: The inventory group of GPU nodes.
     type: str
     default: gpu_nodes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; runs the same in check mode.
+  diff_mode:
+    support: none
+  action:
+    support: full
 author: gpu-storage-fabric
+"""
+
+EXAMPLES = r"""
+- name: The site-wide invariants hold (the whole inventory, before any change)
+  gpufabric.storage.fabric_site_invariants:
+  run_once: true
+"""
+
+RETURN = r"""
+msg:
+  description: What was checked, or (failed) every invariant that does not hold, with the fix.
+  type: str
+  returned: always
 """
