@@ -1,13 +1,14 @@
 # gpu-storage-fabric: Jinja tests for the roles' preflights, backed by the core library's rules.
-"""Jinja tests (``x is fabric_iqn``) that the roles' preflight asserts use instead of regular expressions.
+"""Jinja tests (``x is gpufabric.storage.fabric_iqn``) that the roles' preflight asserts use instead of regular expressions.
 
 Each test asks the rule of ``fabric_core`` (``names`` for names, ``rules`` for CHAP, paths and file
 systems) that fabricctl and the modules apply to the same value, so a preflight can neither accept
 what a module will refuse nor refuse what it accepts. The preflights keep only what spans several
 variables (uniqueness, overlaps, the portal being one of the node's addresses) and their messages.
 
-ansible.cfg names this directory (``test_plugins``) and the core library's (``module_utils``): the
-library is imported from there as ``ansible.module_utils.fabric_core``, as the modules import it.
+The tests belong to the collection gpufabric.storage: the roles call them by their fully qualified names
+(``x is gpufabric.storage.fabric_iqn``), and the core library is the collection's module_utils, imported as the
+modules import it.
 """
 
 from __future__ import annotations

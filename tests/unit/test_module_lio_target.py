@@ -1,5 +1,5 @@
 # ruff: noqa: I001  (support must be imported first: it puts module_utils on the import path)
-"""library/fabric_lio_target.py in-process, with rtslib patched out (reads come from the recorded
+"""plugins/modules/fabric_lio_target.py in-process, with rtslib patched out (reads come from the recorded
 lab dump in tests/unit/data/lio/, apply records its actions). The real rtslib path is covered by
 tests/integration/test_lio_target.py against the lab.
 

@@ -1,4 +1,4 @@
-"""library/fabric_platform.py as data: cases in tests/unit/data/module_platform.yaml.
+"""plugins/modules/fabric_platform.py as data: cases in tests/unit/data/module_platform.yaml.
 
 The node's /etc/os-release and /sys/module/zfs/version are files, not commands: fabric_core.platform.read
 takes their paths as parameters (os_release, module_version), and the module calls it with the defaults. The

@@ -1,4 +1,4 @@
-"""library/fabric_zfs_dataset.py as data: cases in tests/unit/data/module_zfs_dataset.yaml (recorded outputs)."""
+"""plugins/modules/fabric_zfs_dataset.py as data: cases in tests/unit/data/module_zfs_dataset.yaml (recorded outputs)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""library/fabric_zpool.py as data: cases in tests/unit/data/module_zpool.yaml (recorded outputs).
+"""plugins/modules/fabric_zpool.py as data: cases in tests/unit/data/module_zpool.yaml (recorded outputs).
 
 Layout-mode cases get their disks from the YAML (disk discovery patched). Spec-mode cases discover the
 disks the way the module does on a node: a case with `state` replays that recorded disk state
