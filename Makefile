@@ -17,7 +17,7 @@ DEBIAN       ?=
 SHUFFLE      ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication lint docs lock clean
+.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication lint docs lock clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -33,8 +33,9 @@ demo: venv lab-up ## boot the lab, converge site.yml, print the fabric, publish 
 	lab/demo-checkpoints.sh
 	@echo "== lab is still up: 'make lab-status', 'python3 lab/labctl.py ssh gpu1', 'make lab-down' =="
 
-test: venv ## all tests: unit (seconds, no root), then integration on the lab VMs (root); SHUFFLE=SEED shuffles the files, DEBIAN=12 runs them on Debian 12 guests
+test: venv ## all tests: unit (seconds, no root), linters (make lint), then integration on the lab VMs (root); SHUFFLE=SEED shuffles the files, DEBIAN=12 runs them on Debian 12 guests
 	$(PYTEST) tests/unit -q
+	$(MAKE) --no-print-directory lint
 	$(if $(DEBIAN),FABRIC_LAB_DEBIAN=$(DEBIAN)) $(PYTEST) tests/integration -v --durations=25 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE))
 
 unit: venv ## unit tests only
@@ -85,8 +86,13 @@ bench-replication: venv ## issue 13 benchmark on the running lab with storage2: 
 bench-checkpoint: venv ## issue 5 benchmark on the running lab: rotate vs sanoid, checkpoint list vs zfs list, freeze window -> docs/benchmarks.md
 	$(PY) bench/checkpoint_bench.py
 
-lint: venv ## ruff over the Python code
-	$(VENV)/bin/ruff check lab fabricctl module_utils library tests plugins bench
+lint: venv ## ruff, ansible-lint (production profile) and ansible-test sanity on the built collection (docs/testing.md, "Linters")
+	$(VENV)/bin/ruff check lab fabricctl tests plugins bench
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/ansible-lint -q
+	tests/sanity/run.sh $(VENV)
+
+collection: venv ## build the Ansible collection gpufabric.storage -> build/gpufabric-storage-VERSION.tar.gz (README.md)
+	$(VENV)/bin/ansible-galaxy collection build --force --output-path build
 
 docs: venv ## regenerate docs/fabricctl-reference.md from fabricctl's parser (a unit test fails while it is stale)
 	$(PY) -m fabricctl.reference docs/fabricctl-reference.md

@@ -18,7 +18,7 @@ from typing import TypeVar
 from report import RESULTS, write_section
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "module_utils"))
+sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 from fabric_core import zfs as core_zfs  # noqa: E402 - the core's reader of OpenZFS 2.3 JSON
 
 SSH_CONFIG = REPO / ".lab" / "ssh_config"

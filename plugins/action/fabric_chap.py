@@ -1,75 +1,21 @@
 # Copyright: the gpu-storage-fabric authors. Apache-2.0.
 # gpu-storage-fabric: action plugin fabric_chap (per-host CHAP secrets, on the controller). The rules live in
-# module_utils/fabric_core/chap.py.
+# plugins/module_utils/fabric_core/chap.py.
 
 from __future__ import annotations
-
-DOCUMENTATION = r"""
-module: fabric_chap
-short_description: Per-GPU-node CHAP secrets, generated into Ansible Vault when missing, rotated on request
-description:
-  - Runs on the controller. For every host of O(hosts), the host's own CHAP secrets (its password, and the
-    target's password for mutual CHAP): a rotation asked for in C(fabric_chap_rotate) and not done yet, else a
-    rotated pair of the store, else the operator's C(vault_fabric_chap[HOST]), else a generated pair of the store,
-    else a new pair generated into the store (fabric_core.chap).
-  - The store is an Ansible-Vault-encrypted YAML file (C(fabric_chap_store), default
-    C(<inventory_dir>/fabric-chap.vault.yml)), encrypted with the vault id of C(fabric_chap_vault_id), else the
-    one the store was encrypted with, else the only vault id loaded; never written in plaintext, written
-    atomically (mode 0600) under a lock, so the hosts of one run agree. Check mode writes nothing.
-  - Refuses two hosts sharing a secret and a malformed secret, never showing one.
-  - With C(fabric_insecure_no_chap) true (an isolated lab only) it returns no credentials.
-  - Its result carries the secrets and is always no_log; register it.
-options:
-  hosts:
-    description: The GPU nodes whose credentials are wanted (inventory names).
-    type: list
-    elements: str
-    required: true
-notes:
-  - Site variables read (task variables) C(fabric_chap_store), C(fabric_chap_vault_id), C(fabric_chap_rotate)
-    (C({HOST: ROTATION_ID}), a new pair once per id), C(fabric_chap_mutual) (default true),
-    C(fabric_chap_target_userid) (the targets' name in mutual CHAP, default C(fabric-target)),
-    C(vault_fabric_chap) (the operator's pairs), C(fabric_insecure_no_chap).
-author: gpu-storage-fabric
-"""
-
-RETURN = r"""
-chap:
-  description: HOST -> its credentials in LIO's names (userid, password, mutual_userid, mutual_password).
-  type: dict
-initiators:
-  description: The initiator name of each host of O(hosts) that is an inventory host -> the host.
-  type: dict
-generated:
-  description: Hosts whose secrets were generated in this call (or would be, in check mode).
-  type: list
-rotated:
-  description: Hosts whose secrets were rotated in this call (or would be, in check mode).
-  type: list
-insecure:
-  description: C(fabric_insecure_no_chap) is true; no credentials are returned.
-  type: bool
-"""
 
 import contextlib
 import fcntl
 import os
 import tempfile
 
-import ansible.module_utils
 import yaml
-from ansible import constants
 from ansible.parsing.vault import VaultLib, match_encrypt_secret, parse_vaulttext_envelope
 from ansible.plugins.action import ActionBase
-
-for _path in constants.DEFAULT_MODULE_UTILS_PATH or []:  # the controller does not add them itself
-    if _path not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(_path)
-
-from ansible.module_utils.fabric_core import chap  # noqa: E402
-from ansible.module_utils.fabric_core.errors import FabricError, UserError  # noqa: E402
-from ansible.module_utils.fabric_core.inventory import HostVars, initiator_name  # noqa: E402
-from ansible.module_utils.fabric_core.rules import LIO  # noqa: E402
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import chap
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError, UserError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.inventory import HostVars, initiator_name
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.rules import LIO
 
 HEADER = ("# Per-GPU-node CHAP secrets, generated and rotated by the fabric_chap action plugin (Ansible Vault).\n"
           "# Do not edit: remove a host's entry to have a new secret generated, or set fabric_chap_rotate.\n")

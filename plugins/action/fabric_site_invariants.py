@@ -1,45 +1,19 @@
 # Copyright: the gpu-storage-fabric authors. Apache-2.0.
 # gpu-storage-fabric: action plugin fabric_site_invariants (the site-wide checks, on the controller, over
-# the whole inventory). The rules live in module_utils/fabric_core/site.py.
+# the whole inventory). The rules live in plugins/module_utils/fabric_core/site.py.
 
 from __future__ import annotations
 
-DOCUMENTATION = r"""
-module: fabric_site_invariants
-short_description: Check what must hold across the hosts of the fabric before any host is changed
-description:
-  - Runs on the controller over every host of the inventory (C(groups['all'])), whatever C(--limit) selects,
-    and fails, naming the field, the value, both hosts and the fix, when an invariant does not hold
-    (fabric_core.site): initiator names valid and unique, storage addresses unique, exports naming a
-    storage node's address and one of its declared targets, ACLs naming GPU nodes of the inventory,
-    target names and LUN serials unique across storage nodes, CHAP secrets distinct per host, hosts
-    named by fabricctl_groups and fabricctl_hosts present.
-  - Reads the same variables the roles read, with the roles' own defaults for those the inventory
-    does not set (read from the roles' defaults files, so the rule is written once). Changes nothing.
-options:
-  storage_group:
-    description: The inventory group of storage nodes.
-    type: str
-    default: storage_nodes
-  gpu_group:
-    description: The inventory group of GPU nodes.
-    type: str
-    default: gpu_nodes
-author: gpu-storage-fabric
-"""
-
-import ansible.module_utils
-from ansible import constants
 from ansible.plugins.action import ActionBase
 
-for _path in constants.DEFAULT_MODULE_UTILS_PATH or []:  # the controller does not add them itself
-    if _path not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(_path)
-
 # the core library, imported as the modules (and plugins/test/fabric.py) import it
-from ansible.module_utils.fabric_core import site  # noqa: E402
-from ansible.module_utils.fabric_core.errors import FabricError  # noqa: E402
-from ansible.module_utils.fabric_core.inventory import HostVars, initiator_name, role_default  # noqa: E402
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import site
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.inventory import (
+    HostVars,
+    initiator_name,
+    role_default,
+)
 
 
 class ActionModule(ActionBase):

@@ -1,27 +1,22 @@
 # gpu-storage-fabric: Jinja tests for the roles' preflights, backed by the core library's rules.
-"""Jinja tests (``x is fabric_iqn``) that the roles' preflight asserts use instead of regular expressions.
+"""Jinja tests (``x is gpufabric.storage.fabric_iqn``) that the roles' preflight asserts use instead of regular
+expressions.
 
 Each test asks the rule of ``fabric_core`` (``names`` for names, ``rules`` for CHAP, paths and file
 systems) that fabricctl and the modules apply to the same value, so a preflight can neither accept
 what a module will refuse nor refuse what it accepts. The preflights keep only what spans several
 variables (uniqueness, overlaps, the portal being one of the node's addresses) and their messages.
 
-ansible.cfg names this directory (``test_plugins``) and the core library's (``module_utils``): the
-library is imported from there as ``ansible.module_utils.fabric_core``, as the modules import it.
+The tests belong to the collection gpufabric.storage: the roles call them by their fully qualified names
+(``x is gpufabric.storage.fabric_iqn``), and the core library is the collection's module_utils, imported as the
+modules import it.
 """
 
 from __future__ import annotations
 
-import ansible.module_utils
-from ansible import constants
-
-for _path in constants.DEFAULT_MODULE_UTILS_PATH or []:  # the controller does not add them itself
-    if _path not in ansible.module_utils.__path__:
-        ansible.module_utils.__path__.append(_path)
-
-from ansible.module_utils.fabric_core import names, rules  # noqa: E402
-from ansible.module_utils.fabric_core.errors import UserError  # noqa: E402
-from ansible.module_utils.fabric_core.iscsi import normalize_portal  # noqa: E402
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import names, rules
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import UserError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.iscsi import normalize_portal
 
 
 def _passes(rule, value) -> bool:

@@ -18,7 +18,7 @@ import pytest
 from conftest import run, step
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "module_utils"))
+sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 from fabric_core.lio import unit_serial  # noqa: E402
 
 ANSIBLE = str(REPO / ".venv" / "bin" / "ansible")
@@ -35,7 +35,8 @@ def initiator_name(host) -> str:
 
 def module(lab, args: dict, check: bool = False) -> dict:
     """Run fabric_lio_target on storage1 through ansible; return the module result."""
-    argv = [ANSIBLE, "storage1", "-i", str(lab.inventory), "-o", "-m", "fabric_lio_target", "-a", json.dumps(args)]
+    argv = [ANSIBLE, "storage1", "-i", str(lab.inventory), "-o", "-m", "gpufabric.storage.fabric_lio_target",
+            "-a", json.dumps(args)]
     if check:
         argv.append("--check")
     env = {**os.environ, "ANSIBLE_DEPRECATION_WARNINGS": "False", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}

@@ -20,7 +20,7 @@ VENV = "/opt/fabricctl"
 
 
 def built_version() -> str:
-    text = (REPO / "module_utils" / "fabric_core" / "__init__.py").read_text()
+    text = (REPO / "plugins" / "module_utils" / "fabric_core" / "__init__.py").read_text()
     return re.search(r'__version__ = "([^"]+)"', text).group(1)
 
 
@@ -28,12 +28,12 @@ def built_version() -> str:
 def next_wheel(tmp_path_factory) -> tuple[Path, str]:
     """A wheel of this checkout with the next version (a copy of the sources, version bumped)."""
     src = tmp_path_factory.mktemp("src")
-    for part in ("pyproject.toml", "README.md", "fabricctl", "module_utils/fabric_core"):
+    for part in ("pyproject.toml", "README.md", "fabricctl", "plugins/module_utils/fabric_core"):
         target = src / part
         target.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if (REPO / part).is_dir() else shutil.copy2)(REPO / part, target)
     version = built_version() + ".post1"
-    init = src / "module_utils" / "fabric_core" / "__init__.py"
+    init = src / "plugins" / "module_utils" / "fabric_core" / "__init__.py"
     init.write_text(re.sub(r'__version__ = "[^"]+"', f'__version__ = "{version}"', init.read_text()))
     cache = tmp_path_factory.mktemp("wheels")
     out = subprocess.run([str(BUILD), str(src), str(cache), str(REPO / ".venv" / "bin" / "python")],

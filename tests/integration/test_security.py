@@ -38,7 +38,7 @@ from conftest import (
     step,
 )
 
-sys.path.insert(0, str(REPO / "module_utils"))
+sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 from fabric_core.freeze import thaw_unit  # noqa: E402
 from fabric_core.iscsi import NODE_RECORD_ROOTS  # noqa: E402
 

@@ -24,12 +24,10 @@ from unittest import mock
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
 
-sys.path.insert(0, str(REPO / "module_utils"))  # `import fabric_core`
-
-import ansible.module_utils  # noqa: E402
-
-if str(REPO / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(REPO / "module_utils"))  # `ansible.module_utils.fabric_core`
+sys.path.insert(0, str(REPO / "plugins" / "module_utils"))  # `import fabric_core`
+# `ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core`, as the modules import it: the committed
+# symlink collections/ansible_collections/gpufabric/storage -> the repository root (ansible.cfg's collections_path)
+sys.path.insert(0, str(REPO / "collections"))
 
 from ansible.module_utils import basic  # noqa: E402
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
@@ -259,8 +257,8 @@ class _Exit(Exception):
 
 
 def load_module(name: str):
-    """Import library/<name>.py as a Python module."""
-    path = REPO / "library" / f"{name}.py"
+    """Import plugins/modules/<name>.py as a Python module."""
+    path = REPO / "plugins" / "modules" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"_fabric_test_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -269,7 +267,7 @@ def load_module(name: str):
 
 def run_module(name: str, args: dict, script: list[dict] | None = None, *, check_mode: bool = False,
                diff: bool = False, extra_patches: list | None = None) -> dict:
-    """Run library/<name>.py in-process; return its result dict with `failed` set on fail_json.
+    """Run plugins/modules/<name>.py in-process; return its result dict with `failed` set on fail_json.
 
     Every command goes through the script (see ScriptedRunner); leftover scripted commands fail.
     Messages given to ``module.warn`` come back as ``warnings``, as Ansible reports them.
@@ -318,7 +316,7 @@ def run_module(name: str, args: dict, script: list[dict] | None = None, *, check
 
 
 def run_case(name: str, case: dict, *, extra_patches: list | None = None) -> dict:
-    """Run library/<name>.py on one YAML case and check what every module's cases declare alike:
+    """Run plugins/modules/<name>.py on one YAML case and check what every module's cases declare alike:
     `failed`, words of `msg`, exact `expect` values and `prepared_starts`. Returns the result for the
     module's own checks."""
     result = run_module(name, case["args"], script_of(case), check_mode=case.get("check_mode", False),

@@ -14,7 +14,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "tasks" / "main.yml").exists())
-MODULES = sorted(p.stem for p in (REPO / "library").glob("fabric_*.py"))
+MODULES = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("fabric_*.py"))
 
 
 def test_the_five_roles_exist():
@@ -39,7 +39,7 @@ def test_role_variables_are_prefixed_and_documented(role):
 
 
 def _module_docs(name: str) -> dict:
-    tree = ast.parse((REPO / "library" / f"{name}.py").read_text())
+    tree = ast.parse((REPO / "plugins" / "modules" / f"{name}.py").read_text())
     docs = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):

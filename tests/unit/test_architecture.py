@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = {"fabricctl": REPO / "fabricctl", "fabric_core": REPO / "module_utils" / "fabric_core"}
+PACKAGES = {"fabricctl": REPO / "fabricctl", "fabric_core": REPO / "plugins" / "module_utils" / "fabric_core"}
 
 
 def project_modules() -> dict[str, Path]:
@@ -25,6 +25,7 @@ def project_modules() -> dict[str, Path]:
 
 
 MODULES = project_modules()
+COLLECTION = "ansible_collections.gpufabric.storage.plugins.module_utils."  # how the modules import fabric_core
 
 
 def imports(name: str) -> list[tuple[str, list[str]]]:
@@ -34,13 +35,13 @@ def imports(name: str) -> list[tuple[str, list[str]]]:
     out = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            out += [(a.name.removeprefix("ansible.module_utils."), []) for a in node.names]
+            out += [(a.name.removeprefix(COLLECTION), []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
-                target = (node.module or "").removeprefix("ansible.module_utils.")
+                target = (node.module or "").removeprefix(COLLECTION)
             out.append((target, [a.name for a in node.names]))
     return out
 

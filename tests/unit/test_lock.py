@@ -21,8 +21,9 @@ import pytest
 import yaml
 from support import DATA, REPO, run_case, run_module
 
-import ansible.module_utils.fabric_core.disks as fabric_disks
-import ansible.module_utils.fabric_core.lock as module_lock  # the modules' copy of fabric_core.lock
+import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.disks as fabric_disks
+# the modules' copy of fabric_core.lock
+import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.lock as module_lock
 from fabric_core import lock
 from fabric_core.errors import EXIT_LOCKED, FabricError, LockHeld, UserError
 from fabric_core.lock import node_lock
@@ -161,7 +162,7 @@ HOLDER = textwrap.dedent("""
 
 def test_a_holder_in_another_process_is_named_and_its_exit_releases_the_lock(tmp_path):
     path = str(tmp_path / "node.lock")
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(REPO / "module_utils"), path,
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(REPO / "plugins" / "module_utils"), path,
                              "ansible fabric_zpool tank"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "locked"

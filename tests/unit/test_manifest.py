@@ -14,7 +14,7 @@ from fabric_core import manifest
 from fabric_core.errors import NotFound, UserError
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "module_utils" / "fabric_core" / "manifest.py"
+SCRIPT = REPO / "plugins" / "module_utils" / "fabric_core" / "manifest.py"
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 

@@ -1,4 +1,4 @@
-"""library/fabric_config_keys.py in-process on a copy of Debian 13's /etc/iscsi/iscsid.conf
+"""plugins/modules/fabric_config_keys.py in-process on a copy of Debian 13's /etc/iscsi/iscsid.conf
 (tests/unit/data/conffile/iscsid.conf, recorded from the lab image; see its README). The module runs no
 command: run_module's empty script fails any."""
 

@@ -1,4 +1,5 @@
-"""library/fabric_disk_info.py as data: tests/unit/data/module_disk_info.yaml, replayed on recorded storage1 output.
+"""plugins/modules/fabric_disk_info.py as data: tests/unit/data/module_disk_info.yaml, replayed on recorded
+storage1 output.
 
 The module only reports; the planning it used to do is fabric_zpool's (spec mode, test_module_zpool.py)."""
 

@@ -1,4 +1,4 @@
-"""library/fabric_iscsi_session.py as data: tests/unit/data/iscsi/module_cases.yml (see its header)."""
+"""plugins/modules/fabric_iscsi_session.py as data: tests/unit/data/iscsi/module_cases.yml (see its header)."""
 
 from __future__ import annotations
 

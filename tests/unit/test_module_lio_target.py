@@ -1,5 +1,5 @@
 # ruff: noqa: I001  (support must be imported first: it puts module_utils on the import path)
-"""library/fabric_lio_target.py in-process, with rtslib patched out (reads come from the recorded
+"""plugins/modules/fabric_lio_target.py in-process, with rtslib patched out (reads come from the recorded
 lab dump in tests/unit/data/lio/, apply records its actions). The real rtslib path is covered by
 tests/integration/test_lio_target.py against the lab.
 
@@ -18,7 +18,8 @@ from unittest import mock
 import pytest
 from support import DATA, run_module
 
-import ansible.module_utils.fabric_core.lio as mlio  # the module's copy of fabric_core.lio
+# the module's copy of fabric_core.lio
+import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.lio as mlio
 
 REC = json.loads((DATA / "lio" / "rec_dump_with_session.json").read_text())
 GPU1 = "iqn.2004-10.com.debian:cfea9e9490c1"

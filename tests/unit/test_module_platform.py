@@ -1,4 +1,4 @@
-"""library/fabric_platform.py as data: cases in tests/unit/data/module_platform.yaml.
+"""plugins/modules/fabric_platform.py as data: cases in tests/unit/data/module_platform.yaml.
 
 The node's /etc/os-release and /sys/module/zfs/version are files, not commands: fabric_core.platform.read
 takes their paths as parameters (os_release, module_version), and the module calls it with the defaults. The
@@ -18,7 +18,8 @@ import yaml
 from support import DATA, REPO, load_module, run_case  # (support puts module_utils on sys.path)
 
 # isort: split
-import ansible.module_utils.fabric_core.platform as mplatform  # the module's copy of fabric_core.platform
+# the module's copy of fabric_core.platform
+import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.platform as mplatform
 
 SPEC = yaml.safe_load((DATA / "module_platform.yaml").read_text())
 
@@ -44,7 +45,7 @@ def test_without_the_test_the_module_reads_the_nodes_own_files():
     parameters = inspect.signature(mplatform.read).parameters
     assert parameters["os_release"].default == Path("/etc/os-release")
     assert parameters["module_version"].default == Path("/sys/module/zfs/version")
-    assert "platform.read(runner)" in (REPO / "library" / "fabric_platform.py").read_text()
+    assert "platform.read(runner)" in (REPO / "plugins" / "modules" / "fabric_platform.py").read_text()
 
 
 def test_module_documentation_parses_and_matches_the_argument_spec():

@@ -1,4 +1,5 @@
-"""library/fabric_zfs_dataset.py as data: cases in tests/unit/data/module_zfs_dataset.yaml (recorded outputs)."""
+"""plugins/modules/fabric_zfs_dataset.py as data: cases in tests/unit/data/module_zfs_dataset.yaml (recorded
+outputs)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import yaml
 from support import DATA, ScriptedRunner, load_module, run_case  # (support puts module_utils on sys.path)
 
 # isort: split
-import ansible.module_utils.fabric_core.blockfs as mblockfs  # the module's copy of fabric_core.blockfs
+# the module's copy of fabric_core.blockfs
+import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.blockfs as mblockfs
 
 SPEC = yaml.safe_load((DATA / "module_zfs_dataset.yaml").read_text())
 DIFF_KEYS = {"before", "after", "before_header", "after_header"}

@@ -1,4 +1,4 @@
-"""library/fabric_zpool.py as data: cases in tests/unit/data/module_zpool.yaml (recorded outputs).
+"""plugins/modules/fabric_zpool.py as data: cases in tests/unit/data/module_zpool.yaml (recorded outputs).
 
 Layout-mode cases get their disks from the YAML (disk discovery patched). Spec-mode cases discover the
 disks the way the module does on a node: a case with `state` replays that recorded disk state
@@ -14,7 +14,7 @@ import yaml
 from support import DATA, run_case  # (support puts module_utils on sys.path)
 
 # isort: split
-import ansible.module_utils.fabric_core.disks as fabric_disks
+import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.disks as fabric_disks
 from fabric_core.model import DiskInfo
 
 SPEC = yaml.safe_load((DATA / "module_zpool.yaml").read_text())

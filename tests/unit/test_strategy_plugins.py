@@ -1,5 +1,5 @@
-"""plugins/strategy: the Mitogen-accelerated strategies fall back to ansible-core's own, and the one
-correction they make to Mitogen's module_utils scanner sends a project package whole."""
+"""plugins/strategy: the Mitogen-accelerated strategies fall back to ansible-core's own; the project's modules
+(collection module_utils) run through Mitogen in the host's interpreter."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-CORE = REPO / "module_utils" / "fabric_core"
 
 
 def load(name: str):
@@ -36,46 +35,27 @@ def test_with_mitogen_the_strategy_runs_through_it(monkeypatch):
     assert issubclass(cls, ansible_mitogen.strategy.StrategyMixin) and issubclass(cls, Linear)
 
 
-def test_scanner_sends_the_project_package_whole():
-    builtin = "/usr/lib/python3/dist-packages/ansible/module_utils"
-    found = [("ansible.module_utils.fabric_core", str(CORE / "__init__.py"), True),
-             ("ansible.module_utils.fabric_core.disks", str(CORE / "disks.py"), False),
-             ("ansible.module_utils.basic", f"{builtin}/basic.py", False)]
-    finder = types.SimpleNamespace(scan=lambda name, path, search: list(found))
-    load("fabric_linear")._send_project_packages_whole(finder)
-    got = finder.scan("fabric_disk_info", "library/fabric_disk_info.py", (str(REPO / "module_utils"), builtin))
-    names = [name for name, _path, _pkg in got]
-    every = {f"ansible.module_utils.fabric_core.{p.stem}" for p in CORE.glob("*.py") if p.name != "__init__.py"}
-    assert every <= set(names)  # model.py, runner.py, errors.py ... that disks.py imports relatively
-    assert len(names) == len(set(names)) and names == sorted(names)
-    assert "ansible.module_utils.basic" in names
-    assert not any(n.startswith("ansible.module_utils.basic.") for n in names)  # ansible's own: as scanned
-    # wrapping twice is a no-op
-    before = finder.scan
-    load("fabric_linear")._send_project_packages_whole(finder)
-    assert finder.scan is before
-
-
-def test_project_modules_run_in_the_hosts_interpreter_and_others_still_fork(monkeypatch):
-    """Mitogen forks for every module with module_utils outside ansible-core; the project's own run in place
-    (unless mitogen_task_isolation=fork, or FABRIC_MITOGEN_FORK=1); a third party's still fork."""
+def test_mitogen_finds_no_custom_module_utils_for_the_project_modules():
+    """The modules import the core as the collection's module_utils: Mitogen's scanner (which follows only
+    ansible.module_utils imports) reports ansible-core's own module_utils and nothing else, so the planner
+    neither pushes nor forks for them (custom is empty); the core comes over Mitogen's importer."""
+    import ansible.executor.module_common as module_common
+    import ansible_mitogen.module_finder as finder
     import ansible_mitogen.planner as planner
 
-    module = load("fabric_linear")
-    monkeypatch.setattr(planner.NewStylePlanner, "should_fork", planner.NewStylePlanner.should_fork)
-    monkeypatch.delattr(planner.NewStylePlanner, "_fabric_in_place", raising=False)
-    module._run_project_modules_in_place(planner)
+    builtin = module_common._MODULE_UTILS_PATH
+    for path in sorted((REPO / "plugins" / "modules").glob("fabric_*.py")):
+        found = finder.scan(f"ansible_module_{path.stem}", str(path), (builtin,))
+        assert all(name.startswith("ansible.module_utils.") for name, _path, _pkg in found), path.name
+        assert not [n for n, p, _ in found if not p.startswith(builtin)], path.name
+        assert "fabric_core" not in " ".join(n for n, _p, _k in found)
 
-    def plan(custom, task_vars=None, wrap_async=False, name="fabric_zpool"):
+    def plan(custom, task_vars=None, wrap_async=False, name="gpufabric.storage.fabric_zpool"):
         p = planner.NewStylePlanner.__new__(planner.NewStylePlanner)
         p._inv = types.SimpleNamespace(task_vars=task_vars or {}, wrap_async=wrap_async, module_name=name)
         p.get_module_map = lambda: {"custom": custom, "builtin": []}
         return p.should_fork()
 
-    ours = [("ansible.module_utils.fabric_core", "/r/__init__.py", True),
-            ("ansible.module_utils.fabric_core.zpool", "/r/zpool.py", False)]
-    assert plan(ours) is False
-    assert plan(ours, task_vars={"mitogen_task_isolation": "fork"}) is True
-    assert plan(ours, wrap_async=True) is True
-    assert plan([("ansible.module_utils.vendor_x", "/v/x.py", False)]) is True
-    assert plan([]) is False  # ansible-core's own modules: Mitogen's rule, unchanged
+    assert plan([]) is False  # the project's modules: in the host's interpreter
+    assert plan([], task_vars={"mitogen_task_isolation": "fork"}) is True
+    assert plan([], wrap_async=True) is True

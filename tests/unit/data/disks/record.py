@@ -1,8 +1,8 @@
 """Record the commands disks.discover() runs on a storage node, with their real output.
 
-Run ON the node (as root), with module_utils/fabric_core copied to /tmp/fabric_core:
+Run ON the node (as root), with plugins/module_utils/fabric_core copied to /tmp/fabric_core:
 
-    scp -F .lab/ssh_config -r module_utils/fabric_core tests/unit/data/disks/record.py storage1:/tmp/
+    scp -F .lab/ssh_config -r plugins/module_utils/fabric_core tests/unit/data/disks/record.py storage1:/tmp/
     python3 lab/labctl.py ssh storage1 'python3 /tmp/record.py /tmp/rec/STATE'
     scp -F .lab/ssh_config -r storage1:/tmp/rec/STATE tests/unit/data/disks/
 

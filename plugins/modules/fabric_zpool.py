@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # gpu-storage-fabric: a ZFS pool with a declared layout (created or completed, never destroyed).
-# The logic lives in module_utils/fabric_core/zpool.py (read, a pure plan, one applier); this module parses
+# The logic lives in plugins/module_utils/fabric_core/zpool.py (read, a pure plan, one applier); this module parses
 # arguments and reports.
 
 from __future__ import annotations
@@ -252,14 +252,17 @@ from contextlib import nullcontext
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from ansible.module_utils.fabric_core import disks as fabric_disks
-    from ansible.module_utils.fabric_core.errors import FabricError, UserError
-    from ansible.module_utils.fabric_core.layout import plan
-    from ansible.module_utils.fabric_core.lock import node_lock
-    from ansible.module_utils.fabric_core.model import PoolLayout
-    from ansible.module_utils.fabric_core.names import validate_pool_name
-    from ansible.module_utils.fabric_core.runner import ModuleRunner
-    from ansible.module_utils.fabric_core.zpool import ensure_pool, validate_layout
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import disks as fabric_disks
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError, UserError
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.layout import plan
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.lock import node_lock
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.model import PoolLayout
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.names import validate_pool_name
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.runner import ModuleRunner
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.zpool import (
+        ensure_pool,
+        validate_layout,
+    )
 except ImportError as exc:  # pragma: no cover - reported by main()
     IMPORT_ERROR = exc
 else:

@@ -52,8 +52,8 @@ live_changed:
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_core import tunables
-from ansible.module_utils.fabric_core.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import tunables
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
 
 
 def main():

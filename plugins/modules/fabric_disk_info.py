@@ -90,9 +90,9 @@ disks:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_core.disks import discover, names_of
-from ansible.module_utils.fabric_core.errors import FabricError
-from ansible.module_utils.fabric_core.runner import ModuleRunner
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.disks import discover, names_of
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.runner import ModuleRunner
 
 
 def main():

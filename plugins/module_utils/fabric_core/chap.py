@@ -110,5 +110,6 @@ def credentials(host: str, pair: Mapping, *, target_userid: str = "", mutual: bo
     if mutual:
         raw.update(mutual_userid=target_userid, mutual_password=pair["mutual_password"])
     chap = parse_chap(raw, LIO, where=f"{host}: ")
-    assert chap is not None  # both fields are given
+    if chap is None:  # never: both fields are given
+        raise AssertionError(f"{host}: no CHAP credentials parsed")
     return chap

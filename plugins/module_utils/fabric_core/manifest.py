@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Dataset manifest: every file's relative path, size and SHA-256, built and verified as a stream.
 
 ``fabricctl dataset seal`` builds it (``build``) into ``ROOT/.fabric/manifest.tsv`` so that it travels

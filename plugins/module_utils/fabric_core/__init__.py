@@ -1,0 +1,9 @@
+"""fabric_core: the one library with the project's ZFS, LIO and iSCSI logic.
+
+It is the module_utils of the Ansible collection gpufabric.storage: modules and plugins import it as
+``ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core``; fabricctl imports it as
+``fabric_core`` (pyproject maps the package). Inside the package, imports are relative so both names
+work. Nothing here imports Ansible.
+"""
+
+__version__ = "0.2.0"
