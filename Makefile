@@ -17,7 +17,7 @@ DEBIAN       ?=
 SHUFFLE      ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication lint docs lock clean
+.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath lint docs lock clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -79,6 +79,9 @@ bench-publish: venv ## issue 4 benchmark on the running lab: fabricctl publish o
 
 bench-zvol-mq: venv ## issue 17 benchmark on the running lab: zvol reads with zvol_use_blk_mq 0 and 1 on storage1 -> docs/benchmarks.md
 	$(PY) bench/zvol_mq_bench.py
+
+bench-multipath: venv ## issue 13 benchmark on the running lab with storage2: gpu1+gpu2 reads from one storage node vs two, read stalls with one path vs two while storage1 reboots -> docs/benchmarks.md, bench/results/multipath.json (+ stall figures in replication.json)
+	$(PY) bench/multipath_bench.py
 
 bench-replication: venv ## issue 13 benchmark on the running lab with storage2: fabricctl replicate vs zfs send|ssh|receive vs syncoid (1 and 4 GiB), incremental -> docs/benchmarks.md, bench/results/replication.json
 	$(PY) bench/replication_bench.py

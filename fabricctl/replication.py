@@ -7,7 +7,9 @@ This node (the source) reads its volume and, over SSH, the target's (``Peer.stat
 where the SSH client's speed matters). The target's side is ``serve``: the fabricctl key of a storage
 node is authorized on the others with ``command="fabricctl replica-serve",restrict`` (role fabricctl),
 so that key can only ask for the state of a volume under the target's own dataset or checkpoint root,
-or receive into one; it cannot run a shell, read another volume, or destroy anything.
+or receive into one, or export a version it holds (the same GUID) read-only to hosts of its own
+configuration (`fabricctl publish --from-nodes`); it cannot run a shell, read another volume, withdraw an
+export, or destroy anything.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import tempfile
 
 from fabric_core import lzc, replicate
 from fabric_core.errors import CommandError, FabricError, UserError
-from fabric_core.names import validate_dataset_name, validate_hostname, validate_snapshot_component
+from fabric_core.names import validate_dataset_name, validate_hostname, validate_snapshot_component, validate_version
 
+from . import datasets
 from .output import ProgressBar, human_bytes
 
 
@@ -60,6 +63,20 @@ class Peer:
             raise PeerError(f"{self.name} answered `state {dataset}` with something else than JSON: "
                             f"{proc.stdout[:200]!r}", "install the same fabricctl on every storage node "
                             "(playbooks/fabricctl.yml)") from None
+
+    def export(self, dataset: str, version: str, guid: str, hosts: list[str]) -> dict:
+        """Ask the node to export DATASET@VERSION (which must have this GUID there) read-only to hosts of its
+        configuration (``serve``); returns its answer: {node, portal, target, storage}."""
+        what = f"export {dataset.rpartition('/')[2]}@{version}"
+        proc = subprocess.run(self.argv("export", dataset, version, guid, *hosts), capture_output=True, text=True,
+                              check=False)
+        if proc.returncode != 0:
+            raise self.error(what, proc.returncode, proc.stderr)
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            raise PeerError(f"{self.name} answered `{what}` with something else than JSON: {proc.stdout[:200]!r}",
+                            "install the same fabricctl on every storage node (playbooks/fabricctl.yml)") from None
 
     def error(self, what: str, rc: int, stderr: str) -> PeerError:
         detail = " ".join(stderr.split())[:500] or "no message"
@@ -181,22 +198,31 @@ def _transfer(ctx, peer: Peer, dataset: str, src: replicate.Side, t: replicate.T
 def parse_request(words: list[str], roots: tuple[str, ...]) -> dict:
     """A replica-serve request (the words of SSH_ORIGINAL_COMMAND), validated; UserError otherwise.
 
-    ``state DATASET`` | ``receive DATASET BASE|- ORIGIN [--force]``; DATASET is ROOT/NAME for one of
-    ``roots`` (this node's dataset and checkpoint roots), BASE a snapshot name of it.
+    ``state DATASET`` | ``receive DATASET BASE|- ORIGIN [--force]`` | ``export DATASET VERSION GUID HOST...``;
+    DATASET is ROOT/NAME for one of ``roots`` (this node's dataset and checkpoint roots; for ``export`` the
+    dataset root, the first), BASE a snapshot name of it, HOST a host name of this node's configuration.
     """
     if not words:
         raise UserError("replica-serve: no request", "this key only serves replication (fabricctl replicate)")
     verb, *rest = words
-    shapes = {"state": (1, 1), "receive": (3, 4)}
+    shapes = {"state": (1, 1), "receive": (3, 4), "export": (4, 3 + MAX_EXPORT_HOSTS)}
     if verb not in shapes or not shapes[verb][0] <= len(rest) <= shapes[verb][1]:
         raise UserError(f"replica-serve: refused request {shlex.join(words)[:200]!r}",
-                        "this key only serves `state DATASET` and `receive DATASET BASE ORIGIN [--force]`")
+                        "this key only serves `state DATASET`, `receive DATASET BASE ORIGIN [--force]` and "
+                        "`export DATASET VERSION GUID HOST...`")
     dataset = validate_dataset_name(rest[0])
     parent, _, name = dataset.rpartition("/")
-    if parent not in roots or not name:
-        raise UserError(f"replica-serve: {dataset} is not a volume under {' or '.join(roots)}",
-                        "replication reaches only fabricctl's datasets and checkpoint jobs")
+    allowed = roots[:1] if verb == "export" else roots
+    if parent not in allowed or not name:
+        raise UserError(f"replica-serve: {dataset} is not a volume under {' or '.join(allowed)}",
+                        "replication reaches only fabricctl's datasets and checkpoint jobs; exports only datasets")
     out = {"verb": verb, "dataset": dataset}
+    if verb == "export":
+        version, guid, *hosts = rest[1:]
+        if not guid.isdigit():
+            raise UserError(f"replica-serve: {guid!r} is not a snapshot GUID", "a GUID is a decimal number")
+        out.update(version=validate_version(version), guid=guid, hosts=[validate_hostname(h) for h in hosts])
+        return out
     if verb == "receive":
         base, origin, *flag = rest[1:]
         if base != "-":
@@ -207,9 +233,34 @@ def parse_request(words: list[str], roots: tuple[str, ...]) -> dict:
     return out
 
 
+MAX_EXPORT_HOSTS = 256  # hosts one export request may name
+
+
+def _serve_export(ctx, request: dict) -> int:
+    """Export a version held here read-only to hosts of this node's configuration, when it is the same snapshot
+    (GUID) the asking node has: the storage side of its `publish --from-nodes` (the asking node logs the hosts
+    in). Hosts are resolved in this node's own configuration, with their CHAP credentials from it."""
+    dataset, version = request["dataset"], request["version"]
+    name = dataset.rpartition("/")[2]
+    row = datasets.require_version(ctx, name, version)
+    here = {p.name: p.guid for p in replicate.read_side(ctx.local, dataset).snapshots}
+    if here.get(version) != request["guid"]:
+        raise UserError(f"{name}@{version} here has GUID {here.get(version)}, the asking node's has "
+                        f"{request['guid']}: not the same snapshot", "replicate the version again from the node "
+                        "that made it (fabricctl replicate --force), then publish")
+    hosts = [ctx.config.host(h) for h in request["hosts"]]
+    export = datasets.export_of(ctx, row, datasets.require(ctx, name))
+    storage = ctx.publisher.export(export, hosts)
+    ctx.emit({"node": ctx.config.node, "portal": ctx.publisher.settings.portal,
+              "target": ctx.publisher.settings.target_iqn(export), "storage": storage})
+    return 0
+
+
 def serve(ctx, request: dict) -> int:
     """Answer one request of another storage node (stdin/stdout are its SSH channel)."""
     dataset = request["dataset"]
+    if request["verb"] == "export":
+        return _serve_export(ctx, request)
     if request["verb"] == "state":
         side = replicate.read_side(ctx.local, dataset)
         # the space a receive may take: the parent's (its quota and the pool's), never more than the volume's

@@ -9,16 +9,26 @@ unit (back after a reboot), and an atomic switch of MOUNT_ROOT/NAME/current when
 is newer than the one it points to. Hosts that fail are named with the reason (exit 3); the
 others finish. Publishing again to more hosts adds them; hosts already there are left as they are.
 
+With --from-nodes, the version is served by several storage nodes at once: each named node must hold
+the same snapshot (same GUID; `fabricctl replicate` copies it there) and exports it too (asked over its
+restricted replica-serve key), and every host logs in to every node's portal. On the hosts (multipathd,
+role iscsi_initiator) the paths are one disk, mounted once; reads go on over the others when a node
+goes away. Publishing the same version on each node in turn does the same, one node at a time.
+
 Examples:
   fabricctl publish imagenet@v1 --to gpu_nodes
   fabricctl publish imagenet@v2 --to gpu1,gpu2 --dry-run
+  fabricctl publish imagenet@v3 --to gpu_nodes --from-nodes storage1,storage2
 """
 
 from __future__ import annotations
 
+from fabric_core import replicate
+from fabric_core.errors import UserError
 from fabric_core.names import parse_ref
 
 from .. import datasets
+from ..replication import Peer
 
 PATH = ("publish",)
 HELP = "export a sealed version read-only and mount it on GPU nodes"
@@ -28,6 +38,8 @@ MUTATING = True  # takes the node lock and logs a journal record (not with --dry
 def configure(p) -> None:
     p.add_argument("ref", metavar="NAME@VERSION", help="the sealed version")
     p.add_argument("--to", required=True, metavar="GROUP|HOST,...", help="host groups and/or hosts from the config")
+    p.add_argument("--from-nodes", metavar="NODE,...", help="storage nodes that serve it (this one among them; each "
+                   "must hold the same snapshot): every host reads it over all of them (multipath)")
 
 
 def run(ctx, args) -> int:
@@ -37,14 +49,53 @@ def run(ctx, args) -> int:
     export = datasets.export_of(ctx, row, datasets.require(ctx, name))
     created = {r["snapshot"]: r["creation"] for r in datasets.sealed(ctx, name)}
     pub = ctx.publisher
+    peers = _peers(ctx, args.from_nodes, name, version) if args.from_nodes else []
     storage = pub.export(export, hosts)
-    fan = ctx.fan(hosts, lambda host, step: pub.attach(export, host, step, created=created),
+    nodes, portals = {}, []
+    for peer, guid in peers:
+        if ctx.dry_run:
+            ctx.local.record(("replica-serve", peer.name, "export", datasets.volume(ctx.config, name), version, guid,
+                              *[h.name for h in hosts]))
+            portals.append(f"{peer.node.address}:3260")
+            continue
+        ctx.hosts.setdefault(peer.name, "contacted")
+        answer = peer.export(datasets.volume(ctx.config, name), version, guid, [h.name for h in hosts])
+        ctx.hosts[peer.name] = "ok"
+        nodes[peer.name] = answer
+        portals.append(answer["portal"])
+    fan = ctx.fan(hosts, lambda host, step: pub.attach(export, host, step, created=created, portals=portals),
                   f"publish {name}@{version}", quiet=args.json)
     out = {"ref": f"{name}@{version}", "target": pub.settings.target_iqn(export), "dry_run": ctx.dry_run,
            "storage": storage, "hosts": fan.to_dict(), "mountpoint": export.mountpoint, "planned": ctx.planned()}
+    if args.from_nodes:
+        out["nodes"] = {ctx.config.node: {"portal": pub.settings.portal}, **nodes}
     for w in [] if args.json else storage["warnings"]:
         ctx.note("warning: " + w)
     ctx.report(out, f"{ctx.tense('would publish', 'published')} {name}@{version} read-only at {export.mountpoint} on "
                f"{', '.join(fan.ok_names) or 'no host'}")
     fan.raise_for_partial(f"publish {name}@{version}")
     return 0
+
+
+def _peers(ctx, spec: str, name: str, version: str) -> list:
+    """The other storage nodes of --from-nodes with the GUID each must hold, checked before anything changes:
+    this node among them, each known, each holding NAME@VERSION as the same snapshot (GUID) as here."""
+    cfg = ctx.config
+    wanted = list(dict.fromkeys(n.strip() for n in spec.split(",") if n.strip()))
+    if cfg.node not in wanted:
+        raise UserError(f"--from-nodes {spec} does not name this node ({cfg.node or 'unnamed'})",
+                        "run the command on one of the nodes that serve the version, naming it too")
+    volume = datasets.volume(cfg, name)
+    guid = {p.name: p.guid for p in replicate.read_side(ctx.local, volume).snapshots}[version]
+    out = []
+    for node in [n for n in wanted if n != cfg.node]:
+        peer = Peer(cfg.storage_node(node), cfg.ssh)
+        there = {p.name: p.guid for p in peer.state(volume).snapshots}.get(version)
+        if there is None:
+            raise UserError(f"{node} does not hold {name}@{version}",
+                            f"replicate it there first: `fabricctl replicate {name}@{version} --to {node}`")
+        if there != guid:
+            raise UserError(f"{name}@{version} on {node} is another snapshot (GUID {there}, here {guid})",
+                            f"replicate it again: `fabricctl replicate {name}@{version} --to {node} --force`")
+        out.append((peer, guid))
+    return out

@@ -2,12 +2,15 @@
 
 The fabricctl role authorizes each storage node's fabricctl key on the others with
 `command="fabricctl replica-serve",restrict`: sshd runs this command whatever the key asks for, and the
-request arrives in SSH_ORIGINAL_COMMAND. It serves exactly two requests, for a volume under this node's
+request arrives in SSH_ORIGINAL_COMMAND. It serves exactly three requests, for a volume under this node's
 dataset or checkpoint root: `state DATASET` (its snapshots and bookmarks with GUIDs, an interrupted
-receive's resume token, space left; JSON) and `receive DATASET BASE ORIGIN [--force]` (a resumable
+receive's resume token, space left; JSON), `receive DATASET BASE ORIGIN [--force]` (a resumable
 `zfs receive` of the stream on stdin, read-only, marked fabric:origin=ORIGIN, its base held while it
-runs, under this node's lock). Anything else is refused. Not for people: run `fabricctl replicate` on
-the node that has the version.
+runs, under this node's lock) and, for a dataset version only, `export DATASET VERSION GUID HOST...`
+(the storage side of `fabricctl publish --from-nodes`: the version, if it has that GUID here, exported
+read-only to those hosts of this node's configuration, under this node's lock). Anything else is
+refused. Not for people: run `fabricctl replicate` (or `publish --from-nodes`) on the node that has the
+version.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def request(args) -> dict:
 
 def MUTATING(args) -> bool:  # noqa: N802 - the command modules' declaration, here a function of the request
     words = request(args)
-    return bool(words) and words[0] == "receive"
+    return bool(words) and words[0] in ("receive", "export")
 
 
 def configure(p) -> None:

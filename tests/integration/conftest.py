@@ -472,6 +472,16 @@ def storage2(lab, hosts, converged):
     return hosts["storage2"]
 
 
+@pytest.fixture(scope="session")
+def peers(lab, hosts, storage2):
+    """storage1 and storage2 with fabricctl on both, each knowing the other (playbooks/fabricctl.yml: the peer
+    keys for replica-serve, the storage nodes in each one's configuration), once per run."""
+    step("fabricctl.yml on both storage nodes (peers, keys for replica-serve)")
+    res = ansible_playbook(lab, "playbooks/fabricctl.yml")
+    assert res.rc == 0, res.output[-6000:]
+    return hosts["storage1"], hosts["storage2"]
+
+
 # A version published to every GPU node, shared by the files that need one to exist (the reboot test:
 # fabricctl's mounts come back). test_fabricctl.py builds and tears down its own.
 SHARED = "shared"

@@ -74,8 +74,7 @@ def test_the_role_upgrades_to_the_next_version_and_back(lab, storage, next_wheel
     assert installed(storage)["version"] == version
     assert storage.check_output("fabricctl --version").splitlines()[0] == f"fabricctl {version}"
     assert storage.check_output(f"ls {VENV}/wheel") == wheel.name  # the older wheel is gone
-    again = role(lab, fabricctl_wheel=str(wheel))
-    assert again.changed() == {"storage1": 0, "gpu1": 0, "gpu2": 0}, again.stdout[-3000:]
+    # (the role's second run changing nothing is the converged site's idempotence run)
     step("role with this checkout's wheel again")
     role(lab)
     assert installed(storage)["version"] == built_version()

@@ -2,18 +2,25 @@
 LIO configuration (rtslib-fb-targetctl, after zfs-volumes.target), and gpu1's read-only mounts
 (the site's systemd units, and fabricctl's for a published version) return on their own.
 
-It may run in any order: the lab it leaves is the lab it found (everything comes back), which is
-what it proves. It needs the converged site and a version fabricctl published (`published`).
+Storage1's reboot is also the scale-out fault (issue 13): the published version is replicated to
+storage2 and published from there too, so gpu1 reads it through one multipath map over both storage
+nodes; a reader on gpu1 (bench/stall_reader.py, O_DIRECT) runs through the whole reboot and must see
+no read error and no stall over 10 s, and storage1's path must come back by itself.
+
+It may run in any order: the lab it leaves is the lab it found (everything comes back; storage2's
+publish and replica are taken away), which is what it proves. It needs the converged site, a version
+fabricctl published (`published`) and both storage nodes (`peers`).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import LABCTL, run, step
+from conftest import LABCTL, REPO, Fctl, run, step
 
 BOOT_TIMEOUT = 600  # seconds; software emulation boots slowly, more so under load
 
@@ -63,15 +70,68 @@ def wait_for(vm: str, command: str, timeout: float = 180) -> str:
     pytest.fail(f"{vm}: `{command}` did not succeed within {timeout} s: {res and (res.stdout + res.stderr)}")
 
 
+MAX_STALL_S = 10  # issue 13: no read stall over 10 s while a storage node reboots
+READER = "/root/stall_reader.py"
+
+
+def paths_up(wwid: str) -> int:
+    res = ssh("gpu1", "multipathd show paths raw format '%w %t %T'")
+    return sum(1 for line in res.stdout.splitlines() if line.split() == [wwid, "active", "ready"])
+
+
 @pytest.fixture(scope="module")
-def rebooted(lab, converged, published):
+def rebooted(lab, converged, published, peers):
+    s1, s2 = peers
+    f1, f2 = Fctl(s1), Fctl(s2)
+    step(f"{published} replicated to storage2 and published from there to gpu1 too (a second path)")
+    f1.json("replicate", published, "--to", "storage2")
+    wwid = f2.json("publish", published, "--to", "gpu1")["hosts"]["gpu1"]["result"]["multipath"]
+    assert wwid, "gpu1 does not read the version through a multipath map"
+    mountpoint = "/datasets/" + published.replace("@", "/")
+    assert ssh("gpu1", f"findmnt -n -o SOURCE {mountpoint}").stdout.strip() == f"/dev/mapper/{wwid}"
+    assert paths_up(wwid) == 2
     mounts_before = ssh("gpu1", "findmnt -J --list -t ext4,xfs -o TARGET,OPTIONS").stdout  # flat, not a tree
-    step("rebooting storage1")
-    took = reboot("storage1")
-    step(f"storage1 back after {took:.0f} s; rebooting gpu1")
+    subprocess.run(["ssh", "-F", str(lab.ssh_config), "gpu1", f"cat > {READER}"], check=True, timeout=60,
+                   input=(REPO / "bench" / "stall_reader.py").read_bytes())
+    started = ssh("gpu1", f"rm -f /run/stall.stop /run/stall.json && setsid python3 {READER} {mountpoint} "
+                          "--stop-file /run/stall.stop --json-out /run/stall.json >/dev/null 2>&1 </dev/null & "
+                          "sleep 3; pgrep -f stall_reader.py")
+    assert started.returncode == 0, started.stderr
+    try:
+        step("rebooting storage1 while gpu1 reads over both paths")
+        took = reboot("storage1")
+        step(f"storage1 back after {took:.0f} s; waiting for its path on gpu1")
+        deadline = time.monotonic() + 180
+        while paths_up(wwid) < 2 and time.monotonic() < deadline:
+            time.sleep(3)
+        back = paths_up(wwid)
+    finally:
+        ssh("gpu1", "touch /run/stall.stop")
+    reading = json.loads(wait_for("gpu1", "cat /run/stall.json", timeout=60))
+    step(f"reader: {reading['reads']} reads, {reading['errors']} errors, longest stall {reading['max_stall_s']} s")
+    step("rebooting gpu1")
     took = reboot("gpu1")
     step(f"gpu1 back after {took:.0f} s")
-    return {"gpu1_mounts_before": json.loads(mounts_before or '{"filesystems": []}')["filesystems"]}
+    yield {"gpu1_mounts_before": json.loads(mounts_before or '{"filesystems": []}')["filesystems"],
+           "reading": reading, "paths_back": back, "wwid": wwid}
+    step("storage2's publish and replica taken away again")
+    assert f2("unpublish", published, "--force").rc == 0
+    s2.run("zfs destroy -r tank/datasets/" + published.split("@")[0])
+
+
+def test_a_storage_node_reboot_under_multipath_costs_no_read_error_and_no_long_stall(rebooted):
+    reading = rebooted["reading"]
+    assert reading["reads"] > 0 and reading["errors"] == 0, reading
+    assert reading["max_stall_s"] <= MAX_STALL_S, reading
+    assert rebooted["paths_back"] == 2, "storage1's path did not come back on gpu1 after its reboot"
+
+
+def test_the_multipath_map_comes_back_after_the_gpu_node_reboots(rebooted):
+    wwid = rebooted["wwid"]
+    deadline = time.monotonic() + 180
+    while paths_up(wwid) < 2 and time.monotonic() < deadline:
+        time.sleep(3)
+    assert paths_up(wwid) == 2
 
 
 def test_pool_is_imported_and_healthy(rebooted):

@@ -15,22 +15,20 @@ import shlex
 import time
 
 import pytest
-from conftest import Fctl, ansible_playbook, assert_refused_and_nothing_changed, step
+from conftest import Fctl, assert_refused_and_nothing_changed, step
 
 ROOT = "tank/datasets"
 NAME = "repl"
 VOL = f"{ROOT}/{NAME}"
 KEY = "/etc/fabricctl/id_ed25519"
 CFS = "/sys/kernel/config/target"
+TARGET = f"iqn.2026-11.io.fabric.lab.fabricctl:ds.{NAME}.v1"
 
 
 @pytest.fixture(scope="module")
-def nodes(lab, hosts, storage2):
-    """storage1 and storage2 with fabricctl on both, each knowing the other (playbooks/fabricctl.yml)."""
-    step("fabricctl.yml on both storage nodes (peers, keys for replica-serve)")
-    res = ansible_playbook(lab, "playbooks/fabricctl.yml")
-    assert res.rc == 0, res.output[-6000:]
-    s1, s2 = hosts["storage1"], hosts["storage2"]
+def nodes(peers):
+    """storage1 and storage2 with fabricctl on both, each knowing the other, without this file's datasets."""
+    s1, s2 = peers
     for host, job in ((s1, NAME), (s2, NAME)):
         host.run(f"fabricctl unpublish {job}@v1 --force")  # left by an earlier run, if any
     clean(s1, s2)
@@ -114,20 +112,59 @@ def test_list_says_where_each_version_lives(nodes, f1, f2):
     assert replica["origin"] == "storage1" and [v["version"] for v in replica["versions"]] == ["v1", "v2"]
 
 
-def test_a_replica_is_published_from_its_own_node_with_the_same_lun_serial(nodes, f1, f2, hosts):
+def _manifest_check(gpu) -> None:
+    check = gpu.run(f"cd /datasets/{NAME}/v1 && tail -n +2 .fabric/manifest.tsv | "
+                    "awk -F'\\t' '{print $1\"  \"$3}' | sha256sum -c --quiet")
+    assert check.rc == 0, check.stdout + check.stderr
+
+
+def _paths(gpu) -> dict:
+    """{WWID: [(device, dm state, checker state)]} of multipathd's paths on a GPU node."""
+    out: dict = {}
+    for line in gpu.check_output("multipathd show paths raw format '%w %d %t %T'").splitlines():
+        wwid, dev, dm, chk = line.split()
+        out.setdefault(wwid, []).append((dev, dm, chk))
+    return out
+
+
+def test_a_version_published_from_both_nodes_is_one_multipath_disk_and_outlives_one_unpublish(nodes, f1, f2, hosts):
+    """Publish v1 to gpu2 from storage1 and storage2 (`--from-nodes`, on storage1): one LUN serial on both,
+    two sessions, one multipath map with both paths up, mounted once by WWID. Unpublish on storage1: gpu2
+    keeps its mount and reads on over storage2's path. Unpublish on storage2 too: the mount, the map and
+    the WWID's listing go."""
     s1, s2 = nodes
+    gpu2 = hosts["gpu2"]
     try:
-        f1.json("publish", f"{NAME}@v1", "--to", "gpu1")
-        f2.json("publish", f"{NAME}@v1", "--to", "gpu2")
+        # one command on storage1 exports it on both nodes (storage2's through replica-serve) and logs in to both
+        out = f1.json("publish", f"{NAME}@v1", "--to", "gpu2", "--from-nodes", "storage1,storage2")
+        assert out["nodes"]["storage2"]["portal"] == "10.77.0.12:3260"
         serial = f"cat {CFS}/core/iblock_*/fctl_{NAME}.v1/wwn/vpd_unit_serial"
         assert s1.check_output(serial) == s2.check_output(serial)
-        # gpu2 reads storage2's copy: its session goes to storage2's portal, the files match the manifest
-        assert "10.77.0.12:3260" in hosts["gpu2"].check_output("iscsiadm -m session")
-        check = hosts["gpu2"].run(f"cd /datasets/{NAME}/v1 && tail -n +2 .fabric/manifest.tsv | "
-                                  "awk -F'\\t' '{print $1\"  \"$3}' | sha256sum -c --quiet")
-        assert check.rc == 0, check.stdout + check.stderr
+        wwid = out["hosts"]["gpu2"]["result"]["multipath"]
+        assert wwid and out["hosts"]["gpu2"]["result"]["device"] == f"/dev/disk/by-id/dm-uuid-mpath-{wwid}"
+        sessions = gpu2.check_output("iscsiadm -m session")
+        assert f"10.77.0.11:3260,1 {TARGET}" in sessions and f"10.77.0.12:3260,1 {TARGET}" in sessions
+        assert [p[1:] for p in _paths(gpu2)[wwid]] == [("active", "ready")] * 2
+        assert gpu2.check_output(f"findmnt -n -o SOURCE /datasets/{NAME}/v1") == f"/dev/mapper/{wwid}"
+        _manifest_check(gpu2)
+        step("unpublish on storage1: gpu2 reads on over storage2's path")
+        res = f1.json("unpublish", f"{NAME}@v1")
+        assert res["hosts"]["gpu2"]["result"]["paths_left"] == 1, res
+        sessions = gpu2.check_output("iscsiadm -m session")
+        assert f"10.77.0.11:3260,1 {TARGET}" not in sessions and f"10.77.0.12:3260,1 {TARGET}" in sessions
+        assert [p[1:] for p in _paths(gpu2)[wwid]] == [("active", "ready")]
+        assert gpu2.check_output(f"findmnt -n -o SOURCE /datasets/{NAME}/v1") == f"/dev/mapper/{wwid}"
+        _manifest_check(gpu2)
+        assert s1.check_output(f"zfs holds -H {VOL}@v1") == ""  # storage1 let go of its export
+        step("unpublish on storage2: the last path, the mount and the map go")
+        res = f2.json("unpublish", f"{NAME}@v1")
+        assert res["hosts"]["gpu2"]["result"]["paths_left"] == 0, res
+        assert gpu2.run(f"findmnt -n /datasets/{NAME}/v1").rc != 0
+        assert TARGET not in gpu2.run("iscsiadm -m session").stdout
+        assert wwid not in _paths(gpu2) and gpu2.run(f"test -e /dev/mapper/{wwid}").rc != 0
+        assert gpu2.run(f"grep -qxF /{wwid}/ /etc/multipath/wwids").rc == 1  # multipath -w leaves it commented out
     finally:
-        gone = [f2("unpublish", f"{NAME}@v1"), f1("unpublish", f"{NAME}@v1")]
+        gone = [f2("unpublish", f"{NAME}@v1", "--force"), f1("unpublish", f"{NAME}@v1", "--force")]
     assert [r.rc for r in gone] == [0, 0], [r.stderr for r in gone]
     assert s2.check_output(f"zfs holds -H {VOL}@v1") == ""
 
@@ -158,6 +195,12 @@ def test_a_target_without_the_space_is_refused_before_anything_is_sent(nodes, f1
     finally:
         s2.check_output(f"zfs set quota=none {ROOT}")
     assert snaps(s2) == ["v1", "v2"] and zget(s2, "receive_resume_token", VOL) == "-"
+    # publishing v3 from both nodes is refused before anything changes: storage2 does not hold it
+    assert_refused_and_nothing_changed(s1, f1, ["publish", f"{NAME}@v3", "--to", "gpu2", "--from-nodes",
+                                                "storage1,storage2"],
+                                       ["storage2 does not hold", f"fabricctl replicate {NAME}@v3 --to storage2"])
+    assert_refused_and_nothing_changed(s1, f1, ["publish", f"{NAME}@v3", "--to", "gpu2", "--from-nodes", "storage2"],
+                                       ["does not name this node"])
 
 
 def _wait_for_progress(s1, log: str, timeout: float = 180) -> None:
@@ -284,12 +327,18 @@ def test_the_peer_key_runs_only_replica_serve_on_the_other_node(nodes):
     s1, s2 = nodes
     s2.run("rm -f /tmp/pwned")
     before = s2.check_output("zfs list -H -t all -o name -r tank | sort | md5sum")
-    for request in REQUESTS:
+    targets = s2.check_output(f"ls {CFS}/iscsi")
+    guid = zget(s2, "guid", f"{VOL}@v1")
+    # export serves only a version with the asker's GUID, to hosts of storage2's own configuration
+    exports = [f"export {VOL} v1 1{guid} gpu2", f"export {VOL} v1 {guid} gpu9", f"export {VOL} v1 {guid}",
+               f"export tank/checkpoints/{NAME} v1 {guid} gpu2", f"export {VOL} v1 {guid} gpu2; touch /tmp/pwned"]
+    for request in REQUESTS + exports:
         res = s1.run(f"ssh -i {KEY} -o BatchMode=yes -o UserKnownHostsFile=/etc/fabricctl/known_hosts "
                      f"-o StrictHostKeyChecking=yes root@10.77.0.12 {shlex.quote(request)} </dev/null")
         assert res.rc != 0 and "fabricctl: error:" in res.stderr, (request, res.rc, res.stdout, res.stderr)
     assert s2.run("test -e /tmp/pwned").rc != 0
     assert s2.check_output("zfs list -H -t all -o name -r tank | sort | md5sum") == before
+    assert s2.check_output(f"ls {CFS}/iscsi") == targets  # no target was made (configfs, LIO's own view)
     # sshd itself says the key was accepted (storage2's journal, another read path): replica-serve refused
     journal = s2.check_output("journalctl -u ssh -u sshd --since '-5min' --no-pager -o cat | tail -n 100")
     assert "Accepted publickey" in journal

@@ -114,7 +114,7 @@ def test_completion_offers_the_command_words(script):
 
 @pytest.mark.skipif(BASH is None, reason="no bash")
 def test_completion_offers_a_commands_options_and_their_choices(script):
-    assert complete(script, "fabricctl publish --") == ["--dry-run", "--help", "--json", "--to"]
+    assert complete(script, "fabricctl publish --") == ["--dry-run", "--from-nodes", "--help", "--json", "--to"]
     assert complete(script, "fabricctl publish imagenet@v1 --t") == ["--to"]
     assert complete(script, "fabricctl dataset create --size 10G --") == ["--dry-run", "--fs", "--help", "--json",
                                                                          "--size"]

@@ -84,3 +84,10 @@ def test_a_path_logs_out_under_a_mounted_map_only_while_other_paths_are_left():
     assert alone.conflicts and isinstance(alone.conflicts[0], Busy)
     spare = _logout_plan(paths_left=True)
     assert not spare.conflicts and [s.op for s in spare.steps] == ["logout", "delete_record"]
+
+
+def test_claim_hands_multipath_the_kernel_name_not_the_udev_link():
+    link = "/dev/disk/by-path/ip-10.77.0.11:3260-iscsi-iqn.2026-11.io.fabric.lab.fabricctl:ds.a.v1-lun-0"
+    runner = node(listed=True, mapped=False, dry_run=True)
+    runner.answers[("readlink", "-e")] = (0, "/dev/sdc\n", "")
+    assert multipath.claim(runner, link)["commands"] == ["multipath /dev/sdc"]  # a link's name is blacklisted

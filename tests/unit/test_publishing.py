@@ -226,10 +226,9 @@ PORTAL = "10.77.0.11:3260"
 
 def gpu(initiator: str = GPU1, link: str | None = None, extra: dict | None = None) -> AnsweringRunner:
     """A GPU node with no session, no record and no mount, whose portal offers every imagenet version, and
-    no multipathd (``extra`` answers first)."""
+    no multipathd (``extra`` answers instead, or before the others)."""
     offer = "".join(f"{PORTAL},1 {BASE}:ds.imagenet.{v}\n" for v in ("v1", "v2", "v3"))
-    return answering({
-        **(extra or {}),
+    answers = {
         ("cat", "/etc/iscsi/initiatorname.iscsi"): (0, f"InitiatorName={initiator}\n", ""),
         ("systemctl", "is-active", "multipathd.service"): (3, "inactive\n", ""),
         ("iscsiadm", "-m", "session"): (21, "", "iscsiadm: No active sessions.\n"),
@@ -241,7 +240,8 @@ def gpu(initiator: str = GPU1, link: str | None = None, extra: dict | None = Non
         ("findmnt",): (1, "", ""),
         ("readlink",): (0, f"{link}\n", "") if link else (1, "", ""),
         ("test",): (1, "", ""),
-    })
+    }
+    return answering({**{k: v for k, v in (extra or {}).items() if k not in answers}, **answers, **(extra or {})})
 
 
 def test_attach_plans_the_session_the_mount_and_current(lio_state):
@@ -405,3 +405,22 @@ def test_status_says_how_access_is_guarded_and_warns_without_chap(fabricctl_node
     from fabricctl.commands.status import access_warnings
     warned = access_warnings({"chap": "off (insecure_no_chap)", "discovery": "open"})
     assert len(warned) == 2 and "no CHAP" in warned[0] and "discovery is open" in warned[1]
+
+
+def test_attach_from_several_nodes_is_refused_on_a_host_without_multipathd(lio_state):
+    host = gpu()
+    with pytest.raises(UserError, match="does not run multipathd") as err:
+        publisher(answering({}), {"gpu1": host}).attach(V2, HOSTS[0], portals=["10.77.0.12:3260"])
+    assert "iscsi_initiator_multipath" in err.value.fix
+    assert host.planned == [] and not any(argv[:2] == ("iscsiadm", "-m") for argv in host.seen)
+
+
+def test_attach_on_a_multipath_host_mounts_the_map_and_logs_in_to_every_portal(lio_state):
+    host = gpu(extra={("systemctl", "is-active", "multipathd.service"): (0, "active\n", "")})
+    out = publisher(answering({}), {"gpu1": host}).attach(V2, HOSTS[0], portals=[PORTAL, "10.77.0.12:3260"])
+    assert out["device"] == "/dev/disk/by-id/dm-uuid-mpath-WWID"  # a dry run: the WWID is read after the login
+    logins = [c for c in out["commands"] if c.endswith("--login")]
+    assert len(logins) == 2 and "10.77.0.12:3260" in logins[1]  # this node's portal once, the other's once
+    assert any(c.startswith("multipath -a") for c in out["commands"])
+    updates = [argv for argv in host.planned if "node.session.timeo.replacement_timeout" in argv]
+    assert len(updates) == 2 and all(argv[-1] == "5" for argv in updates)

@@ -192,6 +192,8 @@ def test_replica_serve_accepts_state_and_receive_under_its_roots():
     assert parse_request(["receive", "tank/checkpoints/llama", "step-10", "storage1", "--force"], ROOTS) == {
         "verb": "receive", "dataset": "tank/checkpoints/llama", "base": "step-10", "origin": "storage1", "force": True}
     assert parse_request(["receive", DS, "-", "storage1"], ROOTS)["base"] is None
+    assert parse_request(["export", DS, "v3", "1234567", "gpu1", "gpu2"], ROOTS) == {
+        "verb": "export", "dataset": DS, "version": "v3", "guid": "1234567", "hosts": ["gpu1", "gpu2"]}
 
 
 @pytest.mark.parametrize("words", [
@@ -199,6 +201,10 @@ def test_replica_serve_accepts_state_and_receive_under_its_roots():
     ["state", "tank/datasets"], ["state", "tank/datasets/a/b"], ["state", "tank/datasets/x@v1"],
     ["receive", DS, "v1"], ["receive", DS, "v1;rm", "storage1"], ["receive", DS, "v1", "storage1", "--yes"],
     ["receive", DS, "v1", "bad host!"], ["state", "../etc"],
+    # export: a dataset version only (not a checkpoint job), a numeric GUID, at least one host name
+    ["export", DS, "v1", "123"], ["export", "tank/checkpoints/llama", "step-10", "123", "gpu1"],
+    ["export", DS, "v1", "12a", "gpu1"], ["export", DS, "v1;x", "123", "gpu1"], ["export", DS, "v1", "123", "gpu 1"],
+    ["export", DS, "v1", "123", *[f"gpu{i}" for i in range(300)]],
 ])
 def test_replica_serve_refuses_everything_else(words):
     from fabricctl.replication import parse_request

@@ -80,6 +80,8 @@ def claim(runner, device: str, *, timeout: float = 60.0, sleep=time.sleep, clock
     (a second path of the same WWID joins it by itself). Returns {changed, wwid, device, commands}."""
     ident = wwid(runner, device)
     dm = device_of(ident)
+    # multipath takes a kernel name (/dev/sdX): a udev link's name (disk/by-path/...) counts as blacklisted
+    device = runner.run(["readlink", "-e", device], check=False).stdout.strip() or device
     commands: list[str] = []
     listed = runner.run(["grep", "-qxF", f"/{ident}/", "/etc/multipath/wwids"], check=False).rc == 0
     if not listed:

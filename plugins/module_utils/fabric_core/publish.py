@@ -477,10 +477,12 @@ class Publisher:
     # ---- the host side
 
     def attach(self, export: Export, host, step: Callable[[str], None] = _quiet, *,
-               created: Mapping[str, int] | None = None) -> dict:
+               created: Mapping[str, int] | None = None, portals: Iterable[str] = ()) -> dict:
         """On a host: its initiator name checked, the session, the mount unit; with ``created`` (a dataset's
         versions -> creation time), ``current`` moves to this version when it is the newest the host has.
-        A read-only export on a host with multipathd is mounted through its multipath map (``_device``).
+        A read-only export on a host with multipathd is mounted through its multipath map (``_device``);
+        ``portals``: other storage nodes' portals exporting the same version (``publish --from-nodes``), each
+        logged in too, as further paths of the map (refused on a host without multipathd).
         Returns {changed, device, mountpoint, commands, multipath[, current, switched]}."""
         runner = self.connect(host)
         step("check initiator")
@@ -490,14 +492,24 @@ class Publisher:
                             "run playbooks/site.yml (it sets both from the inventory) or fix hosts in the fabricctl "
                             "config")
         paths = not export.writable and multipath.active(runner)
+        others = [iscsi.normalize_portal(p) for p in portals if iscsi.normalize_portal(p) != self.settings.portal]
+        if others and not paths:
+            raise UserError(f"{host.name} does not run multipathd: a version read from several storage nodes "
+                            "needs it (one disk, several paths)", "converge the host with the iscsi_initiator "
+                            "role (iscsi_initiator_multipath: true), or publish from one storage node")
         step("login")
         session = self.login(runner, host, self.settings.target_iqn(export), multipath=paths)
         device, claimed = self._device(runner, export, session, paths, step)
+        commands = session["commands"] + claimed["commands"]
+        for portal in others:
+            step(f"login {portal}")
+            commands += self.login(runner, host, self.settings.target_iqn(export), multipath=True,
+                                   portal=portal)["commands"]
         step("mount")
         mount = mounts.ensure_mount(runner, device=device, mountpoint=export.mountpoint,
                                     fstype=export.fstype, readonly=not export.writable,
                                     description=f"fabric {KINDS[export.kind]} {export.name}@{export.version}")
-        commands = session["commands"] + claimed["commands"] + mount["commands"]
+        commands += mount["commands"]
         res = {"changed": bool(commands), "device": device, "mountpoint": export.mountpoint, "commands": commands,
                "multipath": claimed.get("wwid")}
         if created is not None and export.current_link:
@@ -528,14 +540,14 @@ class Publisher:
         claimed = multipath.claim(runner, session["device"])
         return claimed["device"], claimed
 
-    def login(self, runner: Runner, host, target_iqn: str, *, multipath: bool = False) -> dict:
+    def login(self, runner: Runner, host, target_iqn: str, *, multipath: bool = False, portal: str = "") -> dict:
         """The host's session to a target, with its own CHAP credentials written to the node record (never on a
         command line); a session already there stays, its record gets the current secrets
         (``iscsi.ensure_session``). A path of a multipath map gives up on a lost connection after
         MULTIPATH_REPLACEMENT_TIMEOUT seconds (its I/O then goes on over the other paths)."""
         chap = self.settings.chap_of(host.initiator)
         settings = {"node.session.timeo.replacement_timeout": MULTIPATH_REPLACEMENT_TIMEOUT} if multipath else None
-        return iscsi.ensure_session(runner, portal=self.settings.portal, target_iqn=target_iqn,
+        return iscsi.ensure_session(runner, portal=portal or self.settings.portal, target_iqn=target_iqn,
                                     chap=chap.fields(OPEN_ISCSI, compact=True) if chap else None, startup="automatic",
                                     settings=settings)
 
@@ -552,9 +564,22 @@ class Publisher:
         return out
 
     def in_use(self, export: Export, host, step: Callable[[str], None] = _quiet) -> list[str]:
-        """The processes using the export's mount on a host ("PID COMMAND")."""
+        """The processes using the export's mount on a host ("PID COMMAND"); none while another storage node's
+        path keeps the mount (``detach`` leaves it)."""
         step("in use?")
-        return mounts.users(self.connect(host), export.mountpoint)
+        runner = self.connect(host)
+        if self._other_paths(runner, export)[1]:
+            return []
+        return mounts.users(runner, export.mountpoint)
+
+    def _other_paths(self, runner: Runner, export: Export) -> tuple[str | None, list[dict]]:
+        """(WWID, sessions): the multipath map the export is mounted through (None: a plain disk) and the host's
+        sessions to the same target at other storage nodes' portals (none for a plain disk)."""
+        target = self.settings.target_iqn(export)
+        ident = multipath.wwid_of_device(mounts.unit_device(runner, export.mountpoint) or "")
+        others = [s for s in (iscsi.read_sessions(runner) if ident else [])
+                  if s["target"] == target and iscsi.normalize_portal(s["portal"]) != self.settings.portal]
+        return ident, others
 
     def detach(self, export: Export, host, step: Callable[[str], None] = _quiet, *, force: bool = False,
                index: ExportIndex | None = None, created: Mapping[str, int] | None = None) -> dict:
@@ -564,9 +589,7 @@ class Publisher:
         its mount: only this node's path is logged out. Returns {changed, commands, paths_left[, current]}."""
         runner = self.connect(host)
         target = self.settings.target_iqn(export)
-        ident = multipath.wwid_of_device(mounts.unit_device(runner, export.mountpoint) or "")
-        others = [s for s in (iscsi.read_sessions(runner) if ident else [])
-                  if s["target"] == target and iscsi.normalize_portal(s["portal"]) != self.settings.portal]
+        ident, others = self._other_paths(runner, export)
         commands: list[str] = []
         if others:
             step("other paths stay")
