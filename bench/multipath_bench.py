@@ -81,9 +81,11 @@ def paths_up(gpu: str, wwid: str) -> int:
 
 def start_readers(seconds: float) -> None:
     for gpu in GPUS:
-        sh(gpu, f"rm -f /run/stall.stop /run/stall.json && setsid python3 {READER} /datasets/{NAME}/v1 "
-                f"--seconds {seconds} --stop-file /run/stall.stop --json-out /run/stall.json "
-                ">/dev/null 2>&1 </dev/null &")
+        # a transient service: a process left behind by an SSH command keeps that command's channel open
+        sh(gpu, "systemctl stop fabric-stall-reader 2>/dev/null; systemctl reset-failed fabric-stall-reader "
+                "2>/dev/null; rm -f /run/stall.stop /run/stall.json && systemd-run --quiet --collect "
+                f"--unit=fabric-stall-reader python3 {READER} /datasets/{NAME}/v1 --seconds {seconds} "
+                "--stop-file /run/stall.stop --json-out /run/stall.json")
 
 
 def collect() -> dict:

@@ -5,10 +5,14 @@ storage_nodes, asked over their replica-serve) that holds the same snapshot (the
 replica the node it came from (fabric:origin). A node that cannot be reached is named in a warning; the
 listing goes on.
 
+With --paths, also how many paths each host that has a version reads it over, and how many are up
+(asked on the hosts): a version published from several storage nodes is one multipath map there
+(`2/2` both up, `1/2` one storage node's path down); a plain disk has one path per session.
+
 Examples:
   fabricctl list
   fabricctl list imagenet --json
-  fabricctl list --nodes
+  fabricctl list --nodes --paths
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ MUTATING = False  # read-only: no node lock, no journal record
 def configure(p) -> None:
     p.add_argument("name", metavar="NAME", nargs="?", help="only this dataset")
     p.add_argument("--nodes", action="store_true", help="also which storage nodes hold each version (asks them)")
+    p.add_argument("--paths", action="store_true", help="also the paths up per host and version (asks the hosts)")
 
 
-def collect(ctx, name: str | None = None, nodes: bool = False) -> dict:
+def collect(ctx, name: str | None = None, nodes: bool = False, paths: bool = False) -> dict:
     cfg = ctx.config
     vols = datasets.all_volumes(ctx)
     if name is not None:
@@ -52,7 +57,32 @@ def collect(ctx, name: str | None = None, nodes: bool = False) -> dict:
     out = {"datasets": listing}
     if nodes:
         out["unreachable"] = where(ctx, listing)
+    if paths:
+        out.setdefault("unreachable", {}).update(paths_of(ctx, listing))
     return out
+
+
+def paths_of(ctx, listing: list[dict]) -> dict[str, str]:
+    """Fill in each version's ``paths`` ({host: {multipath, up, paths}}), asking every host it is published to
+    (in parallel); returns {host: why} of the hosts that could not be asked."""
+    pub, cfg = ctx.publisher, ctx.config
+    wanted: dict[str, list] = {}  # host name -> [(version row, export)]
+    for d in listing:
+        for v in d["versions"]:
+            v["paths"] = {}
+            export = pub.settings.dataset(d["name"], v["version"], d.get("fs") or "ext4")
+            for h in v["published_to"]:
+                if h in cfg.hosts:
+                    wanted.setdefault(h, []).append((v, export))
+    hosts = [cfg.host(h) for h in sorted(wanted)]
+    if not hosts:
+        return {}
+    fan = ctx.fan(hosts, lambda host, step: pub.paths([e for _, e in wanted[host.name]], host, step), "paths",
+                  quiet=True)
+    for host_name, found in fan.values.items():
+        for v, export in wanted[host_name]:
+            v["paths"][host_name] = found[export.ref]
+    return {o.name: getattr(o.error, "problem", str(o.error)) for o in fan.failed}
 
 
 def where(ctx, listing: list[dict]) -> dict[str, str]:
@@ -83,9 +113,9 @@ def where(ctx, listing: list[dict]) -> dict[str, str]:
 
 
 def run(ctx, args) -> int:
-    data = collect(ctx, args.name, args.nodes)
+    data = collect(ctx, args.name, args.nodes, args.paths)
     for node, why in data.get("unreachable", {}).items():
-        ctx.note(f"fabricctl: warning: could not ask {node} which versions it holds: {why}")
+        ctx.note(f"fabricctl: warning: could not ask {node}: {why}")
     if args.json:
         ctx.emit(data)
         return 0
@@ -96,12 +126,14 @@ def run(ctx, args) -> int:
         for v in d["versions"]:
             rows.append([d["name"], v["version"], v["created_at"] or "", str(v["files"] or 0),
                          human_bytes(v["bytes"] or 0), ",".join(v["published_to"]) or "-", v["note"] or "",
-                         *([",".join(v["nodes"])] if args.nodes else [])])
+                         *([",".join(v["nodes"])] if args.nodes else []),
+                         *([", ".join(f"{h} {p['up']}/{p['paths']}" for h, p in v["paths"].items()) or "-"]
+                           if args.paths else [])])
     if not rows:
         print("no datasets yet: `fabricctl dataset create NAME --size SIZE`")
         return 0
     print_rows(rows, ["DATASET", "VERSION", "CREATED", "FILES", "BYTES", "PUBLISHED TO", "NOTE",
-                      *(["NODES"] if args.nodes else [])])
+                      *(["NODES"] if args.nodes else []), *(["PATHS UP"] if args.paths else [])])
     for d in data["datasets"]:
         if d.get("origin"):
             print(f"{d['name']}: a replica from {d['origin']}")

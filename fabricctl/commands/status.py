@@ -1,7 +1,9 @@
 """The fabric as this storage node sees it, as a health check: pool state, device errors, data errors, the
 last scrub and capacity (thresholds: `health:` in the configuration), how access is guarded (per-host CHAP,
 SendTargets discovery closed), hosts with an ACL but no session, ACLs of unknown initiators; then the
-published versions with their holds and the iSCSI sessions of each host.
+published versions with their holds and the iSCSI sessions of each host. With --paths, the hosts are
+asked too: a version a host reads over no path is CRITICAL, one with a path down (a multipath map short of
+one of the storage nodes serving it) WARNING.
 
 The first line is a monitoring plugin's (Nagios, Icinga, Checkmk, ...): FABRIC STATE - why | perfdata.
 The exit status is the worst check's, by the monitoring-plugin convention: 0 OK, 1 WARNING, 2 CRITICAL,
@@ -11,6 +13,7 @@ Examples:
   fabricctl status
   fabricctl status --json
   fabricctl status >/dev/null || echo "fabric needs attention (exit $?)"
+  fabricctl status --paths
 """
 
 from __future__ import annotations
@@ -31,15 +34,17 @@ clock = time.time  # the checks' clock (tests set it)
 
 
 def configure(p) -> None:
-    """Only the options every command has (--json)."""
+    p.add_argument("--paths", action="store_true", help="also ask the hosts how many paths of each version are up")
 
 
-def collect(ctx, now: float | None = None) -> tuple[dict, list]:
+def collect(ctx, now: float | None = None, paths: bool = False) -> tuple[dict, list]:
     """(what `status --json` prints: the overall state, the plugin's line, every check, and the pool, published
     versions, sessions, access and access warnings; the checks as fabric_core.health.Check)."""
     now = clock() if now is None else now
     reading = readings.read(ctx, now)
-    checks = reading.checks
+    checks = list(reading.checks)
+    if paths:
+        checks.append(path_check(ctx, reading.exports.get("published") or []))
     return {"state": health.overall(checks).state, "summary": health.status_line(checks),
             "checks": [c.to_dict() for c in checks], "pool": reading.pool.row, **reading.exports}, checks
 
@@ -58,9 +63,25 @@ def _unreadable(ctx, args, exc: FabricError) -> int:
     return check.code
 
 
+def path_check(ctx, published: list[dict]):
+    """The paths check: every host a version is published to, asked how many of its paths are up."""
+    pub, cfg = ctx.publisher, ctx.config
+    wanted: dict = {}
+    for x in published:
+        name, version = x["ref"].split("@", 1)
+        for h in x["published_to"]:
+            if h in cfg.hosts:
+                wanted.setdefault(h, []).append(pub.settings.dataset(name, version, "ext4"))
+    if not wanted:
+        return health.paths({}, {})
+    fan = ctx.fan([cfg.host(h) for h in sorted(wanted)],
+                  lambda host, step: pub.paths(wanted[host.name], host, step), "paths", quiet=True)
+    return health.paths(fan.values, {o.name: readings.why(o.error) for o in fan.failed})
+
+
 def run(ctx, args) -> int:
     try:
-        data, checks = collect(ctx)
+        data, checks = collect(ctx, paths=getattr(args, "paths", False))
     except FabricError as exc:  # the configuration (every source read after it is a check): UNKNOWN, not exit 1
         return _unreadable(ctx, args, exc)
     if args.json:

@@ -34,12 +34,15 @@ def boot_id(vm: str) -> str:
     return res.stdout.strip() if res.returncode == 0 else ""
 
 
-def reboot(vm: str) -> float:
-    """Reboot a VM and wait until it answers with a new boot id; return the seconds it took."""
+def reboot(vm: str, during=None) -> float:
+    """Reboot a VM and wait until it answers with a new boot id; return the seconds it took. ``during`` is
+    called once the reboot is under way."""
     before = boot_id(vm)
     assert before, f"{vm} is not reachable before the reboot"
     started = time.monotonic()
     ssh(vm, "systemd-run --on-active=1 systemctl reboot")
+    if during is not None:
+        during()
     while time.monotonic() - started < BOOT_TIMEOUT:
         time.sleep(5)
         now = boot_id(vm)
@@ -93,13 +96,25 @@ def rebooted(lab, converged, published, peers):
     mounts_before = ssh("gpu1", "findmnt -J --list -t ext4,xfs -o TARGET,OPTIONS").stdout  # flat, not a tree
     subprocess.run(["ssh", "-F", str(lab.ssh_config), "gpu1", f"cat > {READER}"], check=True, timeout=60,
                    input=(REPO / "bench" / "stall_reader.py").read_bytes())
-    started = ssh("gpu1", f"rm -f /run/stall.stop /run/stall.json && setsid python3 {READER} {mountpoint} "
-                          "--stop-file /run/stall.stop --json-out /run/stall.json >/dev/null 2>&1 </dev/null & "
-                          "sleep 3; pgrep -f stall_reader.py")
+    # a transient service: a process left behind by an SSH command keeps that command's channel open
+    started = ssh("gpu1", "systemctl stop fabric-stall-reader 2>/dev/null; systemctl reset-failed fabric-stall-reader "
+                          "2>/dev/null; rm -f /run/stall.stop /run/stall.json && systemd-run --quiet --collect "
+                          f"--unit=fabric-stall-reader python3 {READER} {mountpoint} --stop-file /run/stall.stop "
+                          "--json-out /run/stall.json && sleep 3 && systemctl is-active fabric-stall-reader")
     assert started.returncode == 0, started.stderr
+    seen: dict = {}
+
+    def storage2_sees_a_path_down():
+        deadline = time.monotonic() + 120
+        while paths_up(wwid) > 1 and time.monotonic() < deadline:
+            time.sleep(2)
+        res = s2.run("fabricctl status --paths --json")
+        seen["status"] = json.loads(res.stdout) if res.stdout.strip() else {"rc": res.rc, "stderr": res.stderr}
+        seen["rc"] = res.rc
+
     try:
         step("rebooting storage1 while gpu1 reads over both paths")
-        took = reboot("storage1")
+        took = reboot("storage1", during=storage2_sees_a_path_down)
         step(f"storage1 back after {took:.0f} s; waiting for its path on gpu1")
         deadline = time.monotonic() + 180
         while paths_up(wwid) < 2 and time.monotonic() < deadline:
@@ -113,7 +128,7 @@ def rebooted(lab, converged, published, peers):
     took = reboot("gpu1")
     step(f"gpu1 back after {took:.0f} s")
     yield {"gpu1_mounts_before": json.loads(mounts_before or '{"filesystems": []}')["filesystems"],
-           "reading": reading, "paths_back": back, "wwid": wwid}
+           "reading": reading, "paths_back": back, "wwid": wwid, "status_during": seen}
     step("storage2's publish and replica taken away again")
     assert f2("unpublish", published, "--force").rc == 0
     s2.run("zfs destroy -r tank/datasets/" + published.split("@")[0])
@@ -124,6 +139,15 @@ def test_a_storage_node_reboot_under_multipath_costs_no_read_error_and_no_long_s
     assert reading["reads"] > 0 and reading["errors"] == 0, reading
     assert reading["max_stall_s"] <= MAX_STALL_S, reading
     assert rebooted["paths_back"] == 2, "storage1's path did not come back on gpu1 after its reboot"
+
+
+def test_status_on_the_other_node_warns_of_the_path_down_during_the_reboot(rebooted, published):
+    """`fabricctl status --paths` on storage2 while storage1 is down: WARNING (exit 1), naming gpu1 and the
+    version with one of its two paths up (read on gpu1 over SSH, through multipathd)."""
+    seen = rebooted["status_during"]
+    paths = next(c for c in seen["status"]["checks"] if c["name"] == "paths")
+    assert seen["rc"] >= 1 and paths["state"] == "WARNING", seen  # (another check may be worse)
+    assert f"gpu1 {published} (1/2 up)" in paths["summary"], paths
 
 
 def test_the_multipath_map_comes_back_after_the_gpu_node_reboots(rebooted):

@@ -522,3 +522,17 @@ def test_a_pool_never_scrubbed_whose_creation_cannot_be_read_is_a_warning(node, 
     assert capsys.readouterr().out.startswith("FABRIC WARNING - pool tank has never been scrubbed (`zpool scrub tank`)")
     node.answers["creation"] = (0, "not JSON", "")
     assert node() == 1
+
+
+def test_paths_down_warn_no_path_is_critical_and_an_unasked_host_unknown():
+    both = {"multipath": "3600140", "up": 2, "paths": 2}
+    one = {"multipath": "3600140", "up": 1, "paths": 2}
+    none = {"multipath": None, "up": 0, "paths": 0}
+    ok = health.paths({"gpu1": {"a@v1": both}}, {})
+    assert ok.state == health.OK and "every path up" in ok.summary
+    short = health.paths({"gpu1": {"a@v1": one}, "gpu2": {"a@v1": both}}, {})
+    assert short.state == health.WARNING and "gpu1 a@v1 (1/2 up)" in short.summary
+    assert short.perf == ("paths_down=1;1;;0",)
+    gone = health.paths({"gpu1": {"a@v1": one}, "gpu2": {"a@v1": none}}, {"gpu3": "unreachable"})
+    assert gone.state == health.CRITICAL and "gpu2 a@v1" in gone.summary
+    assert health.paths({"gpu1": {"a@v1": both}}, {"gpu2": "timed out"}).state == health.UNKNOWN

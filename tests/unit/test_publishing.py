@@ -424,3 +424,22 @@ def test_attach_on_a_multipath_host_mounts_the_map_and_logs_in_to_every_portal(l
     assert any(c.startswith("multipath -a") for c in out["commands"])
     updates = [argv for argv in host.planned if "node.session.timeo.replacement_timeout" in argv]
     assert len(updates) == 2 and all(argv[-1] == "5" for argv in updates)
+
+
+def test_paths_counts_a_maps_paths_up_and_a_plain_disks_sessions(lio_state):
+    wwid = "36001405103bbe1c6d8b51d9bdbb547d3"
+
+    def unit(argv):  # v1 is mounted through a map, v2 from a plain disk
+        name = argv[1].rsplit("/", 1)[1]
+        dev = f"/dev/disk/by-id/dm-uuid-mpath-{wwid}" if name == "v1" else "/dev/disk/by-path/x-lun-0"
+        return 0, f"[Mount]\nWhat={dev}\nWhere=/datasets/imagenet/{name}\n", ""
+
+    host = gpu(extra={
+        ("systemd-escape",): lambda argv: (0, argv[-1].rsplit("/", 1)[1] + "\n", ""),
+        ("cat",): unit,
+        ("multipathd", "show", "paths"): (0, f"{wwid} sdb active ready\n{wwid} sdc failed faulty\n", ""),
+        ("iscsiadm", "-m", "session"): (0, f"tcp: [1] {PORTAL},1 {BASE}:ds.imagenet.v2 (non-flash)\n", ""),
+    })
+    out = publisher(answering({}), {"gpu1": host}).paths([V1, V2], HOSTS[0])
+    assert out == {"imagenet@v1": {"multipath": wwid, "up": 1, "paths": 2},
+                   "imagenet@v2": {"multipath": None, "up": 1, "paths": 1}}

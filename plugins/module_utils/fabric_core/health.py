@@ -337,6 +337,26 @@ def sessions(acls: dict, logged_in: dict) -> Check:
                  f"targets they have an ACL on: {_listing(named)}", details, perf)
 
 
+def paths(found: dict, unreachable: dict) -> Check:
+    """``found`` {host: {version ref: {multipath, up, paths}}} (``Publisher.paths``), ``unreachable`` {host: why}:
+    a version a host reads over no path is CRITICAL, one with a path down (a multipath map short of a storage
+    node) WARNING, a host that could not be asked UNKNOWN."""
+    down = {f"{h} {ref}": p for h, refs in sorted(found.items()) for ref, p in sorted(refs.items()) if p["up"] == 0}
+    short = {f"{h} {ref}": p for h, refs in sorted(found.items()) for ref, p in sorted(refs.items())
+             if 0 < p["up"] < p["paths"]}
+    details = {"paths": found, "unreachable": dict(unreachable)}
+    count = sum(len(r) for r in found.values())
+    perf = (f"paths_down={sum(p['paths'] - p['up'] for r in found.values() for p in r.values())};1;;0",)
+    if down:
+        return Check("paths", CRITICAL, f"read over no path: {_listing(list(down))}", details, perf)
+    if short:
+        named = [f"{k} ({p['up']}/{p['paths']} up)" for k, p in short.items()]
+        return Check("paths", WARNING, f"paths down: {_listing(named)}", details, perf)
+    if unreachable:
+        return Check("paths", UNKNOWN, f"could not ask {_listing(sorted(unreachable))}", details, perf)
+    return Check("paths", OK, f"every path up ({count} version{'s' if count != 1 else ''} on hosts)", details, perf)
+
+
 def foreign_acls(foreign: dict) -> Check:
     """``foreign`` {target IQN: [initiators no configured host has]}: WARNING (a host taken out of the
     configuration keeps its access until `fabricctl access sync`)."""

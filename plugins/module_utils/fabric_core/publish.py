@@ -572,6 +572,25 @@ class Publisher:
             return []
         return mounts.users(runner, export.mountpoint)
 
+    def paths(self, exports: Iterable[Export], host, step: Callable[[str], None] = _quiet) -> dict:
+        """On a host: how many paths each export has, and how many carry I/O. {ref: {multipath (the map's
+        WWID, None for a plain disk), up, paths}}: a map's paths as multipathd sees them (active and ready
+        count as up); a plain disk's sessions to the target."""
+        runner = self.connect(host)
+        step("paths")
+        maps = multipath.read_paths(runner)
+        sessions = iscsi.read_sessions(runner)
+        out = {}
+        for export in exports:
+            ident = multipath.wwid_of_device(mounts.unit_device(runner, export.mountpoint) or "")
+            if ident:
+                found = maps.get(ident, [])
+                out[export.ref] = {"multipath": ident, "up": multipath.paths_up(found), "paths": len(found)}
+            else:
+                n = sum(1 for s in sessions if s["target"] == self.settings.target_iqn(export))
+                out[export.ref] = {"multipath": None, "up": n, "paths": n}
+        return out
+
     def _other_paths(self, runner: Runner, export: Export) -> tuple[str | None, list[dict]]:
         """(WWID, sessions): the multipath map the export is mounted through (None: a plain disk) and the host's
         sessions to the same target at other storage nodes' portals (none for a plain disk)."""
