@@ -498,12 +498,12 @@ class Publisher:
                             "needs it (one disk, several paths)", "converge the host with the iscsi_initiator "
                             "role (iscsi_initiator_multipath: true), or publish from one storage node")
         step("login")
-        session = self.login(runner, host, self.settings.target_iqn(export), multipath=paths)
+        session = self.login(runner, host, self.settings.target_iqn(export), map_path=paths)
         device, claimed = self._device(runner, export, session, paths, step)
         commands = session["commands"] + claimed["commands"]
         for portal in others:
             step(f"login {portal}")
-            commands += self.login(runner, host, self.settings.target_iqn(export), multipath=True,
+            commands += self.login(runner, host, self.settings.target_iqn(export), map_path=True,
                                    portal=portal)["commands"]
         step("mount")
         mount = mounts.ensure_mount(runner, device=device, mountpoint=export.mountpoint,
@@ -540,13 +540,14 @@ class Publisher:
         claimed = multipath.claim(runner, session["device"])
         return claimed["device"], claimed
 
-    def login(self, runner: Runner, host, target_iqn: str, *, multipath: bool = False, portal: str = "") -> dict:
+    def login(self, runner: Runner, host, target_iqn: str, *, map_path: bool = False, portal: str = "") -> dict:
         """The host's session to a target, with its own CHAP credentials written to the node record (never on a
         command line); a session already there stays, its record gets the current secrets
-        (``iscsi.ensure_session``). A path of a multipath map gives up on a lost connection after
-        MULTIPATH_REPLACEMENT_TIMEOUT seconds (its I/O then goes on over the other paths)."""
+        (``iscsi.ensure_session``). With ``map_path`` (a path of a multipath map) it gives up on a lost connection
+        after MULTIPATH_REPLACEMENT_TIMEOUT seconds (its I/O then goes on over the other paths); ``portal``:
+        another storage node's (default: this node's)."""
         chap = self.settings.chap_of(host.initiator)
-        settings = {"node.session.timeo.replacement_timeout": MULTIPATH_REPLACEMENT_TIMEOUT} if multipath else None
+        settings = {"node.session.timeo.replacement_timeout": MULTIPATH_REPLACEMENT_TIMEOUT} if map_path else None
         return iscsi.ensure_session(runner, portal=portal or self.settings.portal, target_iqn=target_iqn,
                                     chap=chap.fields(OPEN_ISCSI, compact=True) if chap else None, startup="automatic",
                                     settings=settings)
