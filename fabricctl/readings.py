@@ -5,9 +5,10 @@ metrics add the ARC's statistics and the checkpoint snapshots."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
-from fabric_core import health, lzc, versions, zfs, zpool
+from fabric_core import health, lio, lzc, versions, zfs, zpool
 from fabric_core.errors import FabricError
 from fabric_core.metrics import ARCSTATS
 from fabric_core.rules import KIND_CHECKPOINT
@@ -101,11 +102,48 @@ def read_exports(ctx) -> tuple[dict, list]:
                       health.unknown("exports", f"cannot read LIO's exports: {why(exc)}")]
     access = {"chap": "off (insecure_no_chap)" if cfg.insecure_no_chap else "per-host",
               "discovery": "closed" if closed else "open"}
-    checks = [health.chap(not cfg.insecure_no_chap), health.discovery(closed),
+    checks = [health.chap(not cfg.insecure_no_chap), health.discovery(closed), saved_check(index.live["dump"]),
               health.sessions({t: [index.name_of(i) for i in inits] for t, inits in acls.items()}, logged_in),
               health.foreign_acls({t: [i for i in inits if i not in index.hosts] for t, inits in acls.items()})]
     return {"published": published, "sessions": logged_in, "access": access,
             "warnings": access_warnings(access)}, checks
+
+
+SAVE_FILE = lio.SAVE_FILE  # what LIO restores at boot (targetctl); tests point it elsewhere
+
+
+def saved_check(live: dict, path: str | None = None):
+    """LIO as it runs against what it restores at boot (health.lio_saved); an unreadable file is UNKNOWN."""
+    path = path or SAVE_FILE
+    try:
+        with open(path) as fh:
+            saved = json.load(fh)
+    except FileNotFoundError:
+        saved = None
+    except (OSError, ValueError) as exc:
+        return health.unknown("lio_saved", f"cannot read {path}: {why(exc)}")
+    return health.lio_saved(live, saved, path)
+
+
+def rotation_check(path: str | None, now: float):
+    """The age of the last successful rotation, from the metrics file `fabricctl rotate` writes (health.rotation)."""
+    if not path:
+        return health.rotation(None, now, "rotation.metrics_file is off")
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return health.rotation(None, now, f"no {path}")
+    except OSError as exc:
+        return health.unknown("rotation", f"cannot read {path}: {why(exc)}")
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "fabricctl_rotate_last_success_timestamp_seconds":
+            try:
+                return health.rotation(float(value), now, path)
+            except ValueError:
+                break
+    return health.unknown("rotation", f"{path} has no fabricctl_rotate_last_success_timestamp_seconds")
 
 
 def read(ctx, now: float) -> Reading:
@@ -113,7 +151,7 @@ def read(ctx, now: float) -> Reading:
     cfg = ctx.config
     pool = read_pool(ctx, cfg.pool, now, cfg.health)
     exports, more = read_exports(ctx)
-    return Reading(pool, exports, pool.checks + more)
+    return Reading(pool, exports, pool.checks + more + [rotation_check(cfg.rotation.metrics_file, now)])
 
 
 def published_versions(exports: dict) -> list[dict] | None:

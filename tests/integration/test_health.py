@@ -4,7 +4,8 @@ leaves them out), named in a copy of fabricctl's configuration. In order: a pool
 thresholds (WARNING, then CRITICAL), garbage written over one member and a scrub (the device's checksum
 errors named, WARNING, exit 1), a member pulled (the SCSI device deleted in the guest: CRITICAL, exit 2,
 the disk named), then the disk is brought back (SCSI rescan) and the pool destroyed. Each result is read
-back through zpool itself as well. The metrics textfile is parsed by prometheus_client's own parser.
+back through zpool itself as well. The metrics textfile is parsed by prometheus_client's own parser. Last,
+LIO running a target that is not saved (lio_saved) and an old rotation (rotation) are warnings.
 """
 
 from __future__ import annotations
@@ -119,3 +120,28 @@ def test_a_pulled_member_is_critical_and_named(pool, fctl):
     assert "DEGRADED" in checks["pool_state"]["summary"] and "HDD1007" in checks["pool_state"]["summary"]
     line = fctl("status", env=env)
     assert line.rc == 2 and line.stdout.startswith("FABRIC CRITICAL"), line.stdout[:300]
+
+
+def test_lio_running_unsaved_and_an_old_rotation_are_warnings(pool, fctl):
+    """lio_saved: a target made by hand with rtslib and not saved is named as lost at the next reboot (the saved
+    file, read with grep, does not have it); removed, the check is OK again. rotation: a metrics file whose last
+    success is three days old."""
+    prom = "/tmp/fabric-health-rotate.prom"
+    pool.check_output(f"echo 'fabricctl_rotate_last_success_timestamp_seconds {int(time.time()) - 3 * 86400}' "
+                      f"> {prom}")
+    env = edited_config(pool, CONFIG, SETUP + f"; c['rotation'] = {{'metrics_file': '{prom}'}}")
+    iqn = "iqn.2026-11.io.fabric.lab:health-unsaved"
+    rts = "import rtslib_fb as r; "
+    pool.check_output(f"python3 -c \"{rts}r.TPG(r.Target(r.FabricModule('iscsi'), '{iqn}'), 1)\"")
+    try:
+        rc, checks = status(fctl, env)
+        assert checks["lio_saved"]["state"] == "WARNING", checks["lio_saved"]
+        assert "a reboot would lose target health-unsaved" in checks["lio_saved"]["summary"], checks["lio_saved"]
+        assert pool.run(f"grep -c {iqn} /etc/rtslib-fb-target/saveconfig.json").stdout.strip() == "0"
+        assert checks["rotation"]["state"] == "WARNING" and "3 days ago" in checks["rotation"]["summary"]
+        assert rc >= 1
+    finally:
+        pool.check_output(f"python3 -c \"{rts}r.Target(r.FabricModule('iscsi'), '{iqn}', mode='lookup').delete()\"")
+        pool.run(f"rm -f {prom}")
+    rc, checks = status(fctl, env)
+    assert checks["lio_saved"]["state"] == "OK", checks["lio_saved"]

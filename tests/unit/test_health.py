@@ -32,7 +32,7 @@ from fabric_core import health, lio, lzc, zpool
 from fabric_core.errors import UserError
 from fabric_core.health import CRITICAL, OK, UNKNOWN, WARNING, Thresholds
 
-from fabricctl import config, context, main
+from fabricctl import config, context, main, readings
 from fabricctl.commands import status
 
 DAY = 86400
@@ -412,6 +412,9 @@ def node(monkeypatch, tmp_path):
     monkeypatch.setattr(lio, "read_live", read_live)
     monkeypatch.setattr(lzc, "holds", lambda name: ["fabric:published"])
     monkeypatch.setattr(status, "clock", lambda: TANK_SCRUB_END + DAY)
+    saved = tmp_path / "saveconfig.json"  # what LIO restores at boot: LIO as it runs
+    saved.write_text(json.dumps(state["live"]["dump"]))
+    monkeypatch.setattr(readings, "SAVE_FILE", str(saved))
     path = tmp_path / "config.yml"
     path.write_text(CONFIG)
 
@@ -425,9 +428,10 @@ def node(monkeypatch, tmp_path):
 def test_a_healthy_node_is_ok_and_keeps_the_json_of_before(node, capsys):
     assert node("--json") == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["state"] == OK and out["summary"].startswith("FABRIC OK - pool tank ONLINE; all 9 checks OK | ")
+    assert out["state"] == OK and out["summary"].startswith("FABRIC OK - pool tank ONLINE; all 11 checks OK | ")
     assert [c["name"] for c in out["checks"]] == ["pool_state", "device_errors", "data_errors", "scrub", "capacity",
-                                                  "chap", "discovery", "sessions", "foreign_acls"]
+                                                  "chap", "discovery", "lio_saved", "sessions", "foreign_acls",
+                                                  "rotation"]
     assert all(c["state"] == OK and c["code"] == 0 for c in out["checks"])
     assert {"pool", "published", "sessions", "access", "warnings"} <= set(out)
     assert out["pool"]["name"] == "tank" and out["warnings"] == []
@@ -473,7 +477,8 @@ def test_a_pool_that_cannot_be_read_is_exit_3_and_the_other_checks_still_run(nod
     first = out["checks"][0]
     assert first["name"] == "pool_state" and first["state"] == UNKNOWN and first["code"] == 3
     assert first["summary"].startswith("cannot read pool tank: `zpool status -j --json-int -P tank` failed with exit 1")
-    assert [c["name"] for c in out["checks"][1:]] == ["chap", "discovery", "sessions", "foreign_acls"]
+    assert [c["name"] for c in out["checks"][1:]] == ["chap", "discovery", "lio_saved", "sessions", "foreign_acls",
+                                                      "rotation"]
 
 
 def test_a_pool_that_is_not_imported_is_exit_2(node, capsys):
@@ -491,7 +496,7 @@ def test_lio_that_cannot_be_read_is_unknown_beside_the_pool_checks(node, capsys)
     assert node("--json") == 3
     out = json.loads(capsys.readouterr().out)
     assert states_of(out) == {"pool_state": OK, "device_errors": OK, "data_errors": OK, "scrub": OK, "capacity": OK,
-                              "chap": OK, "exports": UNKNOWN}
+                              "chap": OK, "exports": UNKNOWN, "rotation": OK}
     assert out["published"] == [] and out["access"] is None
 
 
@@ -536,3 +541,42 @@ def test_paths_down_warn_no_path_is_critical_and_an_unasked_host_unknown():
     gone = health.paths({"gpu1": {"a@v1": one}, "gpu2": {"a@v1": none}}, {"gpu3": "unreachable"})
     assert gone.state == health.CRITICAL and "gpu2 a@v1" in gone.summary
     assert health.paths({"gpu1": {"a@v1": both}}, {"gpu2": "timed out"}).state == health.UNKNOWN
+
+
+def _dump(*targets):
+    """An rtslib dump with targets (IQN, [(LUN index, backstore)], [ACL initiators])."""
+    return {"storage_objects": [], "targets": [
+        {"wwn": wwn, "fabric": "iscsi", "tpgs": [{"tag": 1, "luns": [
+            {"index": i, "storage_object": f"/backstores/block/{b}"} for i, b in luns],
+            "node_acls": [{"node_wwn": a, "chap_password": "never-in-a-summary"} for a in acls]}]}
+        for wwn, luns, acls in targets]}
+
+
+T1 = ("iqn.2026-11.io.fabric.lab.fabricctl:ds.a.v1", [(0, "fctl_a.v1")], ["iqn.2026-11.io.fabric.lab:gpu1"])
+T2 = ("iqn.2026-11.io.fabric.lab.fabricctl:ds.a.v2", [(0, "fctl_a.v2")], ["iqn.2026-11.io.fabric.lab:gpu2"])
+
+
+def test_lio_saved_is_ok_when_the_saved_configuration_is_lio_as_it_runs():
+    check = health.lio_saved(_dump(T1, T2), _dump(T2, T1), "/etc/rtslib-fb-target/saveconfig.json")
+    assert check.state == health.OK and "2 targets, 2 LUNs, 2 ACLs" in check.summary
+    assert health.lio_saved(_dump(), None, "/x").state == health.OK  # nothing exported, nothing saved
+
+
+def test_lio_saved_names_what_a_reboot_would_lose_or_bring_back_and_never_a_secret():
+    acl_gone = (T1[0], T1[1], [])
+    check = health.lio_saved(_dump(T1), _dump(acl_gone, T2), "/etc/rtslib-fb-target/saveconfig.json")
+    assert check.state == health.WARNING
+    assert "a reboot would lose ds.a.v1 ACL iqn.2026-11.io.fabric.lab:gpu1" in check.summary
+    assert "bring back" in check.summary and "target ds.a.v2" in check.summary
+    assert "never-in-a-summary" not in repr(check)
+    missing = health.lio_saved(_dump(T1), None, "/etc/rtslib-fb-target/saveconfig.json")
+    assert missing.state == health.WARNING and "does not exist" in missing.summary
+
+
+def test_rotation_warns_after_two_missed_days_and_is_ok_before_its_first_run():
+    now = 1_800_000_000.0
+    assert health.rotation(None, now, "no /var/lib/x.prom").state == health.OK
+    fresh = health.rotation(now - 20 * 3600, now, "/x.prom")
+    assert fresh.state == health.OK and "20 h ago" in fresh.summary
+    stale = health.rotation(now - 3 * 86400, now, "/x.prom")
+    assert stale.state == health.WARNING and "3 days ago" in stale.summary and "fabricctl-rotate" in stale.summary

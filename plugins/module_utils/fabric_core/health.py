@@ -357,6 +357,64 @@ def paths(found: dict, unreachable: dict) -> Check:
     return Check("paths", OK, f"every path up ({count} version{'s' if count != 1 else ''} on hosts)", details, perf)
 
 
+def lio_digest(dump: dict) -> dict[str, set]:
+    """What a reboot brings back of an LIO configuration (rtslib's dump: the live one, or the one targetctl
+    restores at boot): its targets, each target's LUNs with their backstores, and each ACL. No secrets."""
+    out: dict[str, set] = {"targets": set(), "luns": set(), "acls": set()}
+    for t in dump.get("targets") or []:
+        wwn = t.get("wwn", "")
+        out["targets"].add(wwn)
+        for tpg in t.get("tpgs") or []:
+            for lun in tpg.get("luns") or []:
+                backstore = str(lun.get("storage_object", "")).rsplit("/", 1)[-1]
+                out["luns"].add(f"{_short(wwn)} LUN {lun.get('index')} ({backstore})")
+            for acl in tpg.get("node_acls") or []:
+                out["acls"].add(f"{_short(wwn)} ACL {acl.get('node_wwn')}")
+    return out
+
+
+def lio_saved(live: dict, saved: dict | None, path: str) -> Check:
+    """LIO as it runs against the configuration it restores at boot (``saved`` None: there is none). A target,
+    LUN or ACL that only runs is lost at the next reboot, one that is only saved comes back: WARNING."""
+    now = lio_digest(live)
+    counts = f"{len(now['targets'])} targets, {len(now['luns'])} LUNs, {len(now['acls'])} ACLs"
+    if saved is None:
+        if not now["targets"]:
+            return Check("lio_saved", OK, f"nothing exported and nothing saved ({path})", {"saved": False})
+        return Check("lio_saved", WARNING, f"LIO runs {counts} but {path} does not exist: a reboot loses them "
+                     "(`targetctl save` saves LIO as it runs)", {"saved": False})
+    then = lio_digest(saved)
+    lost = sorted(x for k in now for x in now[k] - then[k] if k != "targets")
+    lost += sorted(f"target {_short(t)}" for t in now["targets"] - then["targets"])
+    back = sorted(x for k in then for x in then[k] - now[k] if k != "targets")
+    back += sorted(f"target {_short(t)}" for t in then["targets"] - now["targets"])
+    details = {"saved": True, "lost_at_reboot": lost, "back_at_reboot": back}
+    if not lost and not back:
+        return Check("lio_saved", OK, f"the saved configuration is LIO as it runs ({counts})", details)
+    parts = ([f"a reboot would lose {_listing(lost)}"] if lost else []) + \
+        ([f"a reboot would bring back {_listing(back)}"] if back else [])
+    return Check("lio_saved", WARNING, "; ".join(parts) + f" ({path} is not LIO as it runs; `targetctl save` "
+                 "saves it as it runs, after checking that is what should come back)", details)
+
+
+ROTATION_WARN_HOURS = 48  # the role's timer rotates daily: two missed days warn
+
+
+def rotation(last_success: float | None, now: float, source: str) -> Check:
+    """The age of the last successful `fabricctl rotate` (its metrics file's timestamp; None: no run recorded,
+    as on a new node before the timer's first run). Older than ROTATION_WARN_HOURS: WARNING."""
+    if last_success is None:
+        return Check("rotation", OK, f"no successful rotation recorded yet ({source})", {"last_success": None})
+    age = now - last_success
+    details = {"last_success": last_success, "age_seconds": round(age)}
+    perf = (f"rotation_age_hours={age / 3600:.1f};{ROTATION_WARN_HOURS};;0",)
+    if age > ROTATION_WARN_HOURS * 3600:
+        return Check("rotation", WARNING, f"the last successful fabricctl rotate was {_age(age)} ago "
+                     f"({_when(last_success)}): see `systemctl status fabricctl-rotate` and "
+                     "`journalctl -u fabricctl-rotate`", details, perf)
+    return Check("rotation", OK, f"last successful rotation {_age(age)} ago", details, perf)
+
+
 def foreign_acls(foreign: dict) -> Check:
     """``foreign`` {target IQN: [initiators no configured host has]}: WARNING (a host taken out of the
     configuration keeps its access until `fabricctl access sync`)."""
