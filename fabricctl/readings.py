@@ -109,6 +109,23 @@ def read_exports(ctx) -> tuple[dict, list]:
             "warnings": access_warnings(access)}, checks
 
 
+def host_paths(ctx, published) -> tuple[dict, dict]:
+    """Ask every host a version is published to (in parallel) how many of its paths are up: ``published`` is
+    (dataset, version, host names); returns ({host: {ref: {multipath, up, paths}}} (``Publisher.paths``),
+    {host: why} of the hosts that could not be asked). Hosts not in the configuration are not asked."""
+    pub, cfg = ctx.publisher, ctx.config
+    wanted: dict = {}
+    for name, version, hosts in published:
+        for h in hosts:
+            if h in cfg.hosts:  # the mount point and target are all it reads: the file system does not matter
+                wanted.setdefault(h, []).append(pub.settings.dataset(name, version, "ext4"))
+    if not wanted:
+        return {}, {}
+    fan = ctx.fan([cfg.host(h) for h in sorted(wanted)], lambda host, step: pub.paths(wanted[host.name], host, step),
+                  "paths", quiet=True)
+    return fan.values, {o.name: why(o.error) for o in fan.failed}
+
+
 SAVE_FILE = lio.SAVE_FILE  # what LIO restores at boot (targetctl); tests point it elsewhere
 
 

@@ -53,30 +53,25 @@ class Peer:
                 "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "LogLevel=ERROR",
                 "-p", str(s.port), "-l", s.user, self.node.address, "--", shlex.join(words)]
 
-    def state(self, dataset: str) -> replicate.Side:
-        proc = subprocess.run(self.argv("state", dataset), capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise self.error("read the state of " + dataset, proc.returncode, proc.stderr)
-        try:
-            return replicate.Side.from_dict(json.loads(proc.stdout))
-        except ValueError:
-            raise PeerError(f"{self.name} answered `state {dataset}` with something else than JSON: "
-                            f"{proc.stdout[:200]!r}", "install the same fabricctl on every storage node "
-                            "(playbooks/fabricctl.yml)") from None
-
-    def export(self, dataset: str, version: str, guid: str, hosts: list[str]) -> dict:
-        """Ask the node to export DATASET@VERSION (which must have this GUID there) read-only to hosts of its
-        configuration (``serve``); returns its answer: {node, portal, target, storage}."""
-        what = f"export {dataset.rpartition('/')[2]}@{version}"
-        proc = subprocess.run(self.argv("export", dataset, version, guid, *hosts), capture_output=True, text=True,
-                              check=False)
+    def _ask(self, what: str, *words: str) -> dict:
+        """One replica-serve request whose answer is JSON; ``what`` names it in errors."""
+        proc = subprocess.run(self.argv(*words), capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise self.error(what, proc.returncode, proc.stderr)
         try:
             return json.loads(proc.stdout)
         except ValueError:
-            raise PeerError(f"{self.name} answered `{what}` with something else than JSON: {proc.stdout[:200]!r}",
-                            "install the same fabricctl on every storage node (playbooks/fabricctl.yml)") from None
+            raise PeerError(f"{self.name} answered `{words[0]} {words[1]}` with something else than JSON: "
+                            f"{proc.stdout[:200]!r}", "install the same fabricctl on every storage node "
+                            "(playbooks/fabricctl.yml)") from None
+
+    def state(self, dataset: str) -> replicate.Side:
+        return replicate.Side.from_dict(self._ask("read the state of " + dataset, "state", dataset))
+
+    def export(self, dataset: str, version: str, guid: str, hosts: list[str]) -> dict:
+        """Ask the node to export DATASET@VERSION (which must have this GUID there) read-only to hosts of its
+        configuration (``serve``); returns its answer: {node, portal, target, storage}."""
+        return self._ask(f"export {dataset.rpartition('/')[2]}@{version}", "export", dataset, version, guid, *hosts)
 
     def error(self, what: str, rc: int, stderr: str) -> PeerError:
         detail = " ".join(stderr.split())[:500] or "no message"
@@ -243,7 +238,7 @@ def _serve_export(ctx, request: dict) -> int:
     dataset, version = request["dataset"], request["version"]
     name = dataset.rpartition("/")[2]
     row = datasets.require_version(ctx, name, version)
-    here = {p.name: p.guid for p in replicate.read_side(ctx.local, dataset).snapshots}
+    here = replicate.read_side(ctx.local, dataset).guids
     if here.get(version) != request["guid"]:
         raise UserError(f"{name}@{version} here has GUID {here.get(version)}, the asking node's has "
                         f"{request['guid']}: not the same snapshot", "replicate the version again from the node "

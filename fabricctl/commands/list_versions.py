@@ -20,7 +20,7 @@ from __future__ import annotations
 from fabric_core import replicate
 from fabric_core.names import validate_fabric_name
 
-from .. import datasets, replication
+from .. import datasets, readings, replication
 from ..output import human_bytes, print_rows
 
 PATH = ("list",)
@@ -64,25 +64,14 @@ def collect(ctx, name: str | None = None, nodes: bool = False, paths: bool = Fal
 
 def paths_of(ctx, listing: list[dict]) -> dict[str, str]:
     """Fill in each version's ``paths`` ({host: {multipath, up, paths}}), asking every host it is published to
-    (in parallel); returns {host: why} of the hosts that could not be asked."""
-    pub, cfg = ctx.publisher, ctx.config
-    wanted: dict[str, list] = {}  # host name -> [(version row, export)]
+    (readings.host_paths); returns {host: why} of the hosts that could not be asked."""
+    found, unreachable = readings.host_paths(ctx, [(d["name"], v["version"], v["published_to"])
+                                                   for d in listing for v in d["versions"]])
     for d in listing:
         for v in d["versions"]:
-            v["paths"] = {}
-            export = pub.settings.dataset(d["name"], v["version"], d.get("fs") or "ext4")
-            for h in v["published_to"]:
-                if h in cfg.hosts:
-                    wanted.setdefault(h, []).append((v, export))
-    hosts = [cfg.host(h) for h in sorted(wanted)]
-    if not hosts:
-        return {}
-    fan = ctx.fan(hosts, lambda host, step: pub.paths([e for _, e in wanted[host.name]], host, step), "paths",
-                  quiet=True)
-    for host_name, found in fan.values.items():
-        for v, export in wanted[host_name]:
-            v["paths"][host_name] = found[export.ref]
-    return {o.name: getattr(o.error, "problem", str(o.error)) for o in fan.failed}
+            ref = f"{d['name']}@{v['version']}"
+            v["paths"] = {h: found[h][ref] for h in v["published_to"] if ref in found.get(h, {})}
+    return unreachable
 
 
 def where(ctx, listing: list[dict]) -> dict[str, str]:
@@ -106,7 +95,7 @@ def where(ctx, listing: list[dict]) -> dict[str, str]:
             for p in there.snapshots:
                 if p.guid in held:
                     held[p.guid].append(peer.name)
-        guid_of = {p.name: p.guid for p in here.snapshots}
+        guid_of = here.guids
         for v in d["versions"]:
             v["nodes"] = held.get(guid_of.get(v["version"], ""), [])
     return unreachable

@@ -86,11 +86,11 @@ def _peers(ctx, spec: str, name: str, version: str) -> list:
         raise UserError(f"--from-nodes {spec} does not name this node ({cfg.node or 'unnamed'})",
                         "run the command on one of the nodes that serve the version, naming it too")
     volume = datasets.volume(cfg, name)
-    guid = {p.name: p.guid for p in replicate.read_side(ctx.local, volume).snapshots}[version]
+    guid = replicate.read_side(ctx.local, volume).guids[version]
     out = []
     for node in [n for n in wanted if n != cfg.node]:
         peer = Peer(cfg.storage_node(node), cfg.ssh)
-        there = {p.name: p.guid for p in peer.state(volume).snapshots}.get(version)
+        there = peer.state(volume).guids.get(version)
         if there is None:
             raise UserError(f"{node} does not hold {name}@{version}",
                             f"replicate it there first: `fabricctl replicate {name}@{version} --to {node}`")

@@ -65,18 +65,7 @@ def _unreadable(ctx, args, exc: FabricError) -> int:
 
 def path_check(ctx, published: list[dict]):
     """The paths check: every host a version is published to, asked how many of its paths are up."""
-    pub, cfg = ctx.publisher, ctx.config
-    wanted: dict = {}
-    for x in published:
-        name, version = x["ref"].split("@", 1)
-        for h in x["published_to"]:
-            if h in cfg.hosts:
-                wanted.setdefault(h, []).append(pub.settings.dataset(name, version, "ext4"))
-    if not wanted:
-        return health.paths({}, {})
-    fan = ctx.fan([cfg.host(h) for h in sorted(wanted)],
-                  lambda host, step: pub.paths(wanted[host.name], host, step), "paths", quiet=True)
-    return health.paths(fan.values, {o.name: readings.why(o.error) for o in fan.failed})
+    return health.paths(*readings.host_paths(ctx, [(*x["ref"].split("@", 1), x["published_to"]) for x in published]))
 
 
 def run(ctx, args) -> int:

@@ -324,6 +324,7 @@ def fabricctl_node(lio_state, monkeypatch, tmp_path):
         status = main.main(["--config", str(path), *args, "--json"], sink=lambda fields: None)
         return status, hosts
 
+    run.hosts = hosts
     return run
 
 
@@ -443,3 +444,29 @@ def test_paths_counts_a_maps_paths_up_and_a_plain_disks_sessions(lio_state):
     out = publisher(answering({}), {"gpu1": host}).paths([V1, V2], HOSTS[0])
     assert out == {"imagenet@v1": {"multipath": wwid, "up": 1, "paths": 2},
                    "imagenet@v2": {"multipath": None, "up": 1, "paths": 1}}
+
+
+def test_list_and_status_ask_each_host_how_many_paths_of_a_version_are_up(fabricctl_node, capsys):
+    """imagenet@v1 is published to gpu1 and gpu2, v2 to gpu1 (LIO as `live()`): gpu1 reads v1 through a multipath
+    map with one of its two paths down, gpu2 v1 and gpu1 v2 from plain disks with one session each."""
+    wwid = "36001405103bbe1c6d8b51d9bdbb547d3"
+    for name, host in fabricctl_node.hosts.items():
+        dev = f"/dev/disk/by-id/dm-uuid-mpath-{wwid}" if name == "gpu1" else "/dev/disk/by-path/x-lun-0"
+        reads = {  # answered before the node's other answers
+            ("systemd-escape",): lambda argv: (0, argv[-1].strip("/").replace("/", "-") + ".mount\n", ""),
+            ("cat", "/etc/systemd/system/datasets-imagenet-v1.mount"): (0, f"[Mount]\nWhat={dev}\n", ""),
+            ("multipathd", "show", "paths"): (0, f"{wwid} sdb active ready\n{wwid} sdc failed faulty\n", ""),
+            ("iscsiadm", "-m", "session"): (0, "".join(f"tcp: [{n}] {PORTAL},1 {BASE}:ds.imagenet.{v} (non-flash)\n"
+                                                       for n, v in ((1, "v1"), (2, "v2"))), ""),
+        }
+        host.answers = {**reads, **{k: v for k, v in host.answers.items() if k not in reads}}
+    status, _ = fabricctl_node("list", "--paths")
+    out = json.loads(capsys.readouterr().out)
+    paths = {v["version"]: v["paths"] for d in out["datasets"] for v in d["versions"]}
+    assert status == 0 and out["unreachable"] == {}
+    assert paths["v1"] == {"gpu1": {"multipath": wwid, "up": 1, "paths": 2},
+                           "gpu2": {"multipath": None, "up": 1, "paths": 1}}
+    assert paths["v2"] == {"gpu1": {"multipath": None, "up": 1, "paths": 1}}
+    status, _ = fabricctl_node("status", "--paths")
+    check = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "paths")
+    assert check["state"] == "WARNING" and "gpu1 imagenet@v1 (1/2 up)" in check["summary"], check

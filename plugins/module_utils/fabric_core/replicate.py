@@ -80,6 +80,11 @@ class Side:
     managed: bool = False  # fabric:managed=true
     origin: str = ""  # fabric:origin: the node it was received from ("" made here)
 
+    @property
+    def guids(self) -> dict[str, str]:
+        """Snapshot name -> GUID (what identifies a version across nodes)."""
+        return {p.name: p.guid for p in self.snapshots}
+
     def to_dict(self) -> dict:
         return {"dataset": self.dataset, "exists": self.exists, "resume_token": self.resume_token,
                 "written": self.written, "available": self.available, "encrypted": self.encrypted,
@@ -206,7 +211,7 @@ def plan(src: Side, dst: Side, wanted: list[str], *, node: str = "the target", f
         raise UnsafeOperation(f"{dst.dataset} on {node} exists but fabricctl does not own it (fabric:managed is not "
                               "true)", f"fabricctl never writes over what it did not make: move it away on {node}")
     # what the target has (or will have), by name -> GUID
-    there = {p.name: p.guid for p in dst.snapshots}
+    there = dst.guids
     if dst.resume_token:
         if not resume_name or resume_name not in order:
             raise UserError(f"{dst.dataset} on {node} holds an interrupted receive of a snapshot this node does not "
