@@ -20,8 +20,7 @@ import time
 
 from fabric_core.lock import DEFAULT_WAIT, describe, node_lock
 
-from . import audit
-from .commands import ALL as COMMANDS
+from . import audit, commands
 from .context import Context
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_STATUSES, EXIT_UNEXPECTED, EXIT_USAGE, FabricError, UserError
 
@@ -51,17 +50,19 @@ JSON_HELP = "print the result as JSON (for scripts)"
 DRY_RUN_HELP = "do every read and every check, change nothing, and print the plan"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only=None) -> argparse.ArgumentParser:
+    """The command-line parser: the whole tree, or with ``only`` (a command module) that command alone,
+    parsing its command lines exactly as the whole tree does (``main`` uses it to import one command)."""
     parser = argparse.ArgumentParser(prog="fabricctl", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_Version, help="show fabricctl's version and those of ZFS, rtslib-fb "
                         "and open-iscsi found on this node, then exit")
     parser.add_argument("--config", metavar="PATH",
                         help="configuration file (default: $FABRICCTL_CONFIG or /etc/fabricctl/config.yml)")
-    parser.set_defaults(command_tree=parser)  # the whole tree, for `completion` (commands never import main)
+    parser.set_defaults(command_tree=build_parser)  # the whole tree, for `completion` (commands never import main)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     groups: dict = {}
-    for module in COMMANDS:
+    for module in [only] if only else commands.ALL:
         *parents, leaf = module.PATH
         where = sub
         for depth, word in enumerate(parents):
@@ -95,6 +96,25 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+def command_words(argv: list[str]) -> list[str]:
+    """The words that name the command on a command line: those before its first option, after the
+    global --config (at most three: the deepest command has three)."""
+    words: list[str] = []
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token == "--config":
+            skip = True
+        elif token.startswith("--config="):
+            continue
+        elif token.startswith("-") or len(words) == 3:
+            break
+        else:
+            words.append(token)
+    return words
+
+
 def changes(module, args) -> bool:
     """Whether this run of the command changes the fabric: its module's MUTATING, and never a --dry-run."""
     declared = module.MUTATING
@@ -116,7 +136,8 @@ def _node_lock(ctx, args):
 def main(argv: list[str] | None = None, *, sink: audit.Sink | None = None) -> int:
     """Run one command; returns its exit status. ``sink`` receives the journal record of a change
     (default: the journal, else syslog; see fabricctl.audit)."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(commands.matching(command_words(argv)))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # a usage error (argparse prints it, status 2), --help or --version (0)

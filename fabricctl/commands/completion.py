@@ -23,6 +23,6 @@ def configure(p) -> None:
 
 
 def run(ctx, args) -> int:
-    script = bash_script(args.command_tree, fabricctl_version())
+    script = bash_script(args.command_tree(), fabricctl_version())
     ctx.report({"shell": args.shell, "script": script}, script.rstrip("\n"))
     return 0

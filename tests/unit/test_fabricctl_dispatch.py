@@ -534,3 +534,38 @@ def test_the_record_lists_hosts_in_the_fan_outs_order_whatever_order_they_were_r
     ctx.record_outcomes(run_on_hosts(hosts, one))
     rec = audit.record(ctx.args, ctx.hosts, 3, 1.0, "PartialFailure")
     assert rec.hosts == ["writer", "gpu1", "gpu2", "gpu3"] and rec.hosts_failed == ["gpu2"]
+
+
+# --------------------------------------------------------------------------------------------
+# one command imported per run
+
+
+def test_every_command_line_finds_its_module_alone():
+    from fabricctl.main import command_words
+
+    for module in commands.ALL:
+        words = [*module.PATH, "arg"]
+        assert commands.matching(command_words(words)) is module
+        assert commands.matching(command_words(["--config", "/x.yml", *module.PATH, "--json"])) is module
+        assert commands.matching(command_words(["--config=/x.yml", *module.PATH, "-x", "y"])) is module
+    for words in (["dataset"], ["checkpoint", "volume"], ["nosuch"], [], ["--help"], ["plan"]):
+        assert commands.matching(command_words(words)) is None, words  # a group or nothing: the whole tree
+
+
+def test_a_command_parsed_alone_parses_as_in_the_whole_tree(capsys):
+    for module in commands.ALL:
+        for parser in (build_parser(module), build_parser()):
+            with pytest.raises(SystemExit):
+                parser.parse_args([*module.PATH, "--help"])
+        alone, whole = capsys.readouterr().out.split("usage: ")[1:]
+        assert alone == whole, module.PATH
+
+
+def test_a_run_imports_only_its_command(tmp_path):
+    code = ("import sys\nfrom fabricctl.main import main\nmain(['plan', 'checkpoint', '--params', '7e9', "
+            "'--interval', '1h', '--json'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('fabricctl.commands.')), file=sys.stderr)")
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr.strip().splitlines()[-1] == "['fabricctl.commands.plan_checkpoint']"
