@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from fabric_core import health, lio, lzc, versions, zfs, zpool
+from fabric_core import freeze, health, lio, lzc, versions, zfs, zpool
 from fabric_core.errors import FabricError
 from fabric_core.metrics import ARCSTATS
 from fabric_core.rules import KIND_CHECKPOINT
@@ -123,6 +123,28 @@ def host_paths(ctx, published) -> tuple[dict, dict]:
         return {}, {}
     fan = ctx.fan([cfg.host(h) for h in sorted(wanted)], lambda host, step: pub.paths(wanted[host.name], host, step),
                   "paths", quiet=True)
+    return fan.values, {o.name: why(o.error) for o in fan.failed}
+
+
+def writer_states(ctx) -> tuple[dict, dict]:
+    """Ask every checkpoint writer (in parallel) what fabricctl holds frozen there and which tasks wait for a
+    frozen file system (freeze.read_writer): ({host: {"jobs": {job: mount point}, "frozen", "blocked"}},
+    {host: why} of the writers that could not be asked). Writers not in the configuration are not asked."""
+    cfg = ctx.config
+    jobs: dict = {}
+    for row in versions.list_volumes(ctx.local, cfg.checkpoint_root, kinds=("checkpoint-volume",)):
+        writer = row.get("fabric:writer") or ""
+        if writer in cfg.hosts:
+            job = row["name"].rsplit("/", 1)[-1]
+            jobs.setdefault(writer, {})[job] = f"{cfg.checkpoint_mount_root}/{job}"
+    if not jobs:
+        return {}, {}
+
+    def ask(host, step):
+        step("freeze")
+        return {"jobs": jobs[host.name], **freeze.read_writer(ctx.ssh(host), sorted(jobs[host.name].values()))}
+
+    fan = ctx.fan([cfg.host(h) for h in sorted(jobs)], ask, "writers", quiet=True)
     return fan.values, {o.name: why(o.error) for o in fan.failed}
 
 

@@ -3,7 +3,10 @@ last scrub and capacity (thresholds: `health:` in the configuration), how access
 SendTargets discovery closed), hosts with an ACL but no session, ACLs of unknown initiators; then the
 published versions with their holds and the iSCSI sessions of each host. With --paths, the hosts are
 asked too: a version a host reads over no path is CRITICAL, one with a path down (a multipath map short of
-one of the storage nodes serving it) WARNING.
+one of the storage nodes serving it) WARNING. With --writers, each checkpoint writer is asked too: a
+checkpoint volume held frozen (its writes wait) is WARNING, past its safety timer CRITICAL; tasks waiting
+as writes to a frozen file system do, with nothing frozen by fabricctl, WARNING. A monitoring check on a
+storage node runs `fabricctl status --paths --writers`.
 
 The first line is a monitoring plugin's (Nagios, Icinga, Checkmk, ...): FABRIC STATE - why | perfdata.
 The exit status is the worst check's, by the monitoring-plugin convention: 0 OK, 1 WARNING, 2 CRITICAL,
@@ -14,6 +17,7 @@ Examples:
   fabricctl status --json
   fabricctl status >/dev/null || echo "fabric needs attention (exit $?)"
   fabricctl status --paths
+  fabricctl status --paths --writers
 """
 
 from __future__ import annotations
@@ -35,16 +39,21 @@ clock = time.time  # the checks' clock (tests set it)
 
 def configure(p) -> None:
     p.add_argument("--paths", action="store_true", help="also ask the hosts how many paths of each version are up")
+    p.add_argument("--writers", action="store_true", help="also ask each checkpoint writer whether fabricctl holds "
+                   "its checkpoint volume frozen, and whether tasks there wait for a frozen file system")
 
 
-def collect(ctx, now: float | None = None, paths: bool = False) -> tuple[dict, list]:
+def collect(ctx, now: float | None = None, paths: bool = False, writers: bool = False) -> tuple[dict, list]:
     """(what `status --json` prints: the overall state, the plugin's line, every check, and the pool, published
-    versions, sessions, access and access warnings; the checks as fabric_core.health.Check)."""
+    versions, sessions, access and access warnings; the checks as fabric_core.health.Check). ``paths`` and
+    ``writers`` add the checks that ask hosts (--paths, --writers)."""
     now = clock() if now is None else now
     reading = readings.read(ctx, now)
     checks = list(reading.checks)
     if paths:
         checks.append(path_check(ctx, reading.exports.get("published") or []))
+    if writers:
+        checks.append(health.writers(*readings.writer_states(ctx)))
     return {"state": health.overall(checks).state, "summary": health.status_line(checks),
             "checks": [c.to_dict() for c in checks], "pool": reading.pool.row, **reading.exports}, checks
 
@@ -70,7 +79,7 @@ def path_check(ctx, published: list[dict]):
 
 def run(ctx, args) -> int:
     try:
-        data, checks = collect(ctx, paths=getattr(args, "paths", False))
+        data, checks = collect(ctx, paths=args.paths, writers=args.writers)
     except FabricError as exc:  # the configuration (every source read after it is a check): UNKNOWN, not exit 1
         return _unreadable(ctx, args, exc)
     if args.json:

@@ -776,12 +776,20 @@ def test_the_jobs_and_the_datasets_backstores_stay_apart(storage, fabric, job, p
 
 # ---- a freeze always ends ---------------------------------------------------------------------------
 
+def writers_check(storage, env: str) -> dict:
+    """The `writers` check of `fabricctl status --writers --json` (exit 0-2: a health check's statuses)."""
+    done = storage.run(f"{env} fabricctl status --writers --json")
+    assert done.rc in (0, 1, 2), done.stderr
+    return next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "writers")
+
+
 def test_a_snapshot_killed_while_the_writer_is_frozen_is_thawed_by_the_timer(hosts, storage, fctl, job):
     """`checkpoint snapshot` held between fsfreeze -f and the snapshot (FABRICCTL_PAUSE=checkpoint-snapshot),
     the writer's file system seen frozen (a write on gpu1 blocks), fabricctl SIGKILLed: the systemd timer on
-    gpu1 thaws it (the blocked write completes), no snapshot is left, the next snapshot works."""
+    gpu1 thaws it (the blocked write completes), no snapshot is left, the next snapshot works. Meanwhile
+    `status --writers` says WARNING, naming the job and the blocked write, and OK once thawed."""
     gpu1 = hosts["gpu1"]
-    thaw = 20
+    thaw = 30  # long enough for `status --writers` to look while it is frozen
     mountpoint = f"/checkpoints/{JOB}"
     unit = thaw_unit(mountpoint)
     env = private_config(storage, "thaw", f"c['defaults']['thaw_after_seconds'] = {thaw}")
@@ -804,12 +812,17 @@ def test_a_snapshot_killed_while_the_writer_is_frozen_is_thawed_by_the_timer(hos
             frozen = gpu1.run(f"test -e {done}").rc != 0  # the write blocks: frozen
         assert frozen, "the writer was never seen frozen"
         assert "checkpoint snapshot" in storage.check_output(f"tr '\\0' ' ' < /proc/{pid}/cmdline")
+        seen = writers_check(storage, env)  # issue 15: status --writers sees it (the blocked probe is the proof)
+        assert seen["state"] == "WARNING" and f"{JOB} on gpu1 ({mountpoint}, frozen" in seen["summary"], seen
+        assert "sh" in [t["comm"] for t in seen["details"]["writers"]["gpu1"]["blocked"]], seen
         step("fabricctl SIGKILLed while the writer is frozen")
         storage.check_output(f"kill -KILL {pid}")
     finally:
         storage.run(f"kill -KILL {pid} 2>/dev/null")
     assert wait_for(gpu1, f"test -e {done}", thaw + 120, 2), f"the writer is still frozen {thaw + 120} s later"
     assert gpu1.run(f"systemctl is-active --quiet {unit}.timer").rc != 0
+    thawed = writers_check(storage, env)
+    assert thawed["state"] == "OK" and "no checkpoint volume frozen" in thawed["summary"], thawed
     fired = gpu1.check_output(f"journalctl -u {unit}.service -o cat --no-pager -q --since @{since}")
     assert unit in fired or f"thaw {mountpoint}" in fired, fired  # systemd ran the thaw
     assert f"step-{killed}" not in snapshots_of_job(storage)

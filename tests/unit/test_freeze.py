@@ -69,3 +69,41 @@ def test_the_bound_is_checked_and_a_dry_run_only_plans():
         freeze.arm(writer(), MP, 2)
     dry = AnsweringRunner({}, dry_run=True, default=None)
     assert freeze.arm(dry, MP, 30) == UNIT and dry.seen == [] and list(dry.planned[-1]) == freeze.arm_argv(MP, 30)
+
+
+# ---- a writer's freeze state, read for `fabricctl status --writers` (recorded on the lab's gpu2) ----------
+
+def _recorded(name: str) -> str:
+    from pathlib import Path
+
+    return (Path(__file__).parent / "data" / "freeze" / name).read_text()
+
+
+def test_systemd_time_spans_parse():
+    assert freeze.timespan("4min 9.385410s") == pytest.approx(249.38541)
+    assert freeze.timespan("1h 2min 500ms") == pytest.approx(3720.5)
+    assert freeze.timespan("infinity") is None and freeze.timespan("") is None
+
+
+def test_an_armed_thaw_timer_is_a_frozen_checkpoint_volume_and_says_for_how_long():
+    units = freeze.parse_show(_recorded("show.txt"))
+    assert set(units) == {"fabric-thaw-checkpoints-demo-job.timer", "fabric-thaw-checkpoints-other.timer"}
+    uptime = float(_recorded("uptime.txt").split()[0])
+    states = freeze.freeze_states(units, [MP, "/checkpoints/other"], uptime)
+    assert states == {MP: {"frozen_for": 3.4, "thaw_in": 26.6}}  # the other volume's timer is not armed
+
+
+def test_tasks_waiting_for_a_frozen_file_system_are_listed():
+    assert freeze.parse_blocked(_recorded("blocked.txt")) == [{"pid": 946, "comm": "dd"},
+                                                               {"pid": 949, "comm": "touch"}]
+    assert freeze.parse_blocked(_recorded("blocked-none.txt")) == []
+
+
+def test_reading_a_writer_only_reads():
+    runner = AnsweringRunner({("systemctl", "show"): (0, _recorded("show.txt"), ""),
+                              ("cat", "/proc/uptime"): (0, _recorded("uptime.txt"), ""),
+                              ("sh", "-c"): (0, _recorded("blocked.txt"), "")}, default=None)
+    state = freeze.read_writer(runner, [MP])
+    assert state["frozen"][MP]["frozen_for"] == 3.4 and len(state["blocked"]) == 2
+    assert runner.executed == []  # no command of the three is marked mutating (a dry run would skip it)
+    assert [list(a)[:2] for a in runner.seen] == [["systemctl", "show"], ["cat", "/proc/uptime"], ["sh", "-c"]]

@@ -580,3 +580,22 @@ def test_rotation_warns_after_two_missed_days_and_is_ok_before_its_first_run():
     assert fresh.state == health.OK and "20 h ago" in fresh.summary
     stale = health.rotation(now - 3 * 86400, now, "/x.prom")
     assert stale.state == health.WARNING and "3 days ago" in stale.summary and "fabricctl-rotate" in stale.summary
+
+
+def test_writers_frozen_by_fabricctl_warn_an_overdue_thaw_is_critical_stray_waiters_warn():
+    jobs = {"llama": "/checkpoints/llama"}
+    clear = {"gpu1": {"jobs": jobs, "frozen": {}, "blocked": []}}
+    ok = health.writers(clear, {})
+    assert ok.state == health.OK and "no checkpoint volume frozen (1 on 1 writer)" in ok.summary
+    frozen = {"/checkpoints/llama": {"frozen_for": 3.4, "thaw_in": 26.6}}
+    held = health.writers({"gpu1": {"jobs": jobs, "frozen": frozen, "blocked": [{"pid": 946, "comm": "dd"}]}}, {})
+    assert held.state == health.WARNING and "llama on gpu1 (/checkpoints/llama, frozen 3.4 s" in held.summary
+    assert "thaws it in 26.6 s" in held.summary and held.perf == ("writers_frozen=1;1;;0",)
+    late = health.writers({"gpu1": {"jobs": jobs, "frozen": {"/checkpoints/llama": {"frozen_for": 95.0,
+                                                                                   "thaw_in": -65.0}}, "blocked": []}},
+                          {"gpu2": "unreachable"})
+    assert late.state == health.CRITICAL and "65 s overdue" in late.summary and "fsfreeze -u" in late.summary
+    stray = health.writers({"gpu1": {"jobs": jobs, "frozen": {}, "blocked": [{"pid": 7, "comm": "python3"}]}}, {})
+    assert stray.state == health.WARNING and "gpu1: 1 task (7 python3)" in stray.summary
+    assert health.writers(clear, {"gpu2": "timed out"}).state == health.UNKNOWN
+    assert health.writers({}, {}).state == health.OK

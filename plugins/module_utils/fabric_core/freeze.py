@@ -92,3 +92,74 @@ def snapshot_frozen(runner, mountpoint: str, take: Callable[[], T], *, limit: in
                           "may have been thawed before the snapshot, which was therefore discarded",
                           "take the checkpoint again; if the pool is that slow, raise defaults.thaw_after_seconds")
     return result, window
+
+
+# ---- reading a writer's freeze state (fabricctl status --writers) ----------------------------------------
+
+BLOCKED_WCHAN = "percpu_rwsem_wait"  # where a write to a frozen file system waits (mnt_want_write, sb_start_write)
+# Every task waiting in BLOCKED_WCHAN, as "PID COMM" lines: a fixed script (no argument of anyone's in it); dash's
+# `read` returns 1 at a wchan's missing newline but has set the variable.
+# (a task that ends meanwhile is skipped: the loop's errors go to /dev/null).
+BLOCKED_SCRIPT = ("for f in /proc/[0-9]*/wchan; do w=; read -r w < \"$f\"; "
+                  f"if [ \"$w\" = {BLOCKED_WCHAN} ]; then c=; read -r c < \"${{f%wchan}}comm\"; "
+                  "p=${f#/proc/}; echo \"${p%/wchan} $c\"; fi; done 2>/dev/null; true")
+_TIMER_PROPS = ("Id", "ActiveState", "ActiveEnterTimestampMonotonic", "NextElapseUSecMonotonic")
+
+
+def parse_show(text: str) -> dict[str, dict[str, str]]:
+    """`systemctl show -p ... UNIT...` (blocks of KEY=VALUE separated by blank lines) -> {Id: {KEY: VALUE}}."""
+    units: dict[str, dict[str, str]] = {}
+    for block in text.strip().split("\n\n"):
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if props.get("Id"):
+            units[props["Id"]] = props
+    return units
+
+
+def parse_blocked(text: str) -> list[dict]:
+    """BLOCKED_SCRIPT's lines -> [{"pid": int, "comm": str}]."""
+    out = []
+    for line in text.splitlines():
+        pid, _, comm = line.strip().partition(" ")
+        if pid.isdigit():
+            out.append({"pid": int(pid), "comm": comm})
+    return out
+
+
+_SPAN_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def timespan(text: str) -> float | None:
+    """systemd's time span as `systemctl show` prints it ("3min 48.010503s", "infinity", "0") -> seconds, None
+    for infinity or nothing."""
+    total, found = 0.0, False
+    for value, unit in re.findall(r"([0-9.]+)\s*(us|ms|min|s|h|d)\b", text):
+        total += float(value) * _SPAN_UNITS[unit]
+        found = True
+    return total if found else None
+
+
+def freeze_states(units: dict[str, dict[str, str]], mountpoints: list[str], uptime: float) -> dict[str, dict]:
+    """{mountpoint: {"frozen_for": seconds, "thaw_in": seconds}} of the mount points whose thaw timer is armed
+    (fabricctl froze them and has not thawed them yet: a snapshot in progress, or its fabricctl died and the
+    timer will thaw it); the others are not frozen by fabricctl. ``uptime``: the host's monotonic clock (s)."""
+    out = {}
+    for mountpoint in mountpoints:
+        props = units.get(f"{thaw_unit(mountpoint)}.timer", {})
+        if props.get("ActiveState") != "active":
+            continue
+        since = int(props.get("ActiveEnterTimestampMonotonic") or 0) / 1e6
+        due = timespan(props.get("NextElapseUSecMonotonic", ""))
+        out[mountpoint] = {"frozen_for": round(max(0.0, uptime - since), 1) if since else None,
+                           "thaw_in": round(due - uptime, 1) if due else None}
+    return out
+
+
+def read_writer(runner, mountpoints: list[str]) -> dict:
+    """On a writer: which of ``mountpoints`` fabricctl holds frozen (freeze_states) and every task waiting for a
+    frozen file system (any, fabricctl's or not: {"pid", "comm"}). Reads only."""
+    units = [f"{thaw_unit(m)}.timer" for m in mountpoints]
+    shown = runner.run(["systemctl", "show", *(f"--property={p}" for p in _TIMER_PROPS), *units], check=False)
+    uptime = float(runner.run(["cat", "/proc/uptime"]).stdout.split()[0])
+    blocked = parse_blocked(runner.run(["sh", "-c", BLOCKED_SCRIPT], check=False).stdout)
+    return {"frozen": freeze_states(parse_show(shown.stdout), mountpoints, uptime), "blocked": blocked}

@@ -357,6 +357,47 @@ def paths(found: dict, unreachable: dict) -> Check:
     return Check("paths", OK, f"every path up ({count} version{'s' if count != 1 else ''} on hosts)", details, perf)
 
 
+OVERDUE_SECONDS = 10  # a thaw timer this late has not thawed its file system: something is wrong on the writer
+
+
+def writers(found: dict, unreachable: dict) -> Check:
+    """Frozen file systems on checkpoint writers. ``found`` {host: {"jobs": {job: mount point}, "frozen": {mount
+    point: {frozen_for, thaw_in}}, "blocked": [{pid, comm}]}} (``freeze.read_writer`` per writer), ``unreachable``
+    {host: why}. A checkpoint volume fabricctl holds frozen is WARNING (its writes wait: a snapshot in progress,
+    or its fabricctl died and the safety timer thaws it); one whose timer is overdue is CRITICAL; tasks waiting as
+    writes to a frozen file system wait, on a writer with nothing frozen by fabricctl, WARNING (frozen by hand,
+    or another lock of that kind); a writer that could not be asked UNKNOWN."""
+    held, overdue, stray = [], [], []
+    for host, state in sorted(found.items()):
+        jobs = {m: j for j, m in state.get("jobs", {}).items()}
+        for mountpoint, f in sorted(state.get("frozen", {}).items()):
+            thaw_in = f.get("thaw_in")
+            text = f"{jobs.get(mountpoint, mountpoint)} on {host} ({mountpoint}, frozen {f.get('frozen_for')} s"
+            if thaw_in is not None and thaw_in < -OVERDUE_SECONDS:
+                overdue.append(f"{text}, its thaw timer {-thaw_in:.0f} s overdue)")
+            else:
+                held.append(f"{text}, the safety timer thaws it in {thaw_in} s)")
+        if state.get("blocked") and not state.get("frozen"):
+            tasks = [f"{t['pid']} {t['comm']}" for t in state["blocked"]]
+            stray.append(f"{host}: {len(tasks)} task{'s' if len(tasks) != 1 else ''} ({_listing(tasks)})")
+    details = {"writers": found, "unreachable": dict(unreachable)}
+    perf = (f"writers_frozen={len(held) + len(overdue)};1;;0",)
+    if overdue:
+        return Check("writers", CRITICAL, "writes on hold past the safety timer: " + "; ".join(overdue)
+                     + "; run `fsfreeze -u MOUNTPOINT` on the writer", details, perf)
+    if held:
+        return Check("writers", WARNING, "checkpoint writes on hold: " + "; ".join(held), details, perf)
+    if stray:
+        return Check("writers", WARNING, "tasks wait as writes to a frozen file system do, nothing frozen by "
+                     "fabricctl: " + "; ".join(stray) + " (a file system frozen by hand? `fsfreeze -u` it)",
+                     details, perf)
+    if unreachable:
+        return Check("writers", UNKNOWN, f"could not ask {_listing(sorted(unreachable))}", details, perf)
+    count = sum(len(s.get("jobs", {})) for s in found.values())
+    return Check("writers", OK, f"no checkpoint volume frozen ({count} on {len(found)} writer"
+                 f"{'s' if len(found) != 1 else ''})", details, perf)
+
+
 def lio_digest(dump: dict) -> dict[str, set]:
     """What a reboot brings back of an LIO configuration (rtslib's dump: the live one, or the one targetctl
     restores at boot): its targets, each target's LUNs with their backstores, and each ACL. No secrets."""
