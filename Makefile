@@ -54,6 +54,7 @@ $(VENV)/.installed: requirements/dev.in requirements/constraints.txt pyproject.t
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c requirements/constraints.txt -r requirements/dev.in
 	$(PY) -m pip install -q --no-deps -e .
+	tests/promtool.sh $(VENV)/bin
 	touch $@
 
 lab-up: ## boot the lab (STORAGE2=1 adds storage2, DEBIAN=12 for Debian 12 guests); re-running converges a half-up lab
