@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from fabric_core import mounts, versions
-from fabric_core.errors import NotFound
+from fabric_core.errors import NotFound, UserError
 from fabric_core.rules import KIND_DATASET
 
 from . import zvols
@@ -54,6 +54,19 @@ def export_of(ctx, row: dict, vol: dict | None = None):
     """The export (fabric_core.publish.Export) of a sealed version's row."""
     fstype = row.get("fabric:fs") or (vol or {}).get("fabric:fs") or "ext4"
     return ctx.publisher.settings.dataset(row["name_short"], row["snapshot"], fstype)
+
+
+def readable_device(ctx, export) -> str:
+    """The block device of a sealed version's snapshot (/dev/zvol/DATASET_ROOT/NAME@VERSION), once udev has made
+    it; UserError when there is none (its volume's snapdev is hidden: fabricctl dataset create sets it visible,
+    and a replica receives it with the volume's properties). Reading it changes nothing; LIO's exclusive hold
+    of a published version's device does not keep a reader out (a mount, which opens it exclusively, goes
+    through a loop device)."""
+    ctx.local.run(["udevadm", "settle"], check=False)
+    if not os.path.exists(export.device):
+        raise UserError(f"{export.device} does not exist", f"run `zfs set snapdev=visible "
+                        f"{export.snapshot.split('@')[0]}` (fabricctl dataset create sets it)")
+    return export.device
 
 
 def mount_staging(ctx, name: str, fstype: str) -> str:

@@ -125,7 +125,7 @@ def print_json(obj: Any, *, stream: TextIO | None = None) -> None:
 
 
 class ProgressBar:
-    """Progress of an ingest or a seal on stderr: files and bytes done of a total.
+    """Progress of an ingest, a seal or a read on stderr: files (none when the total is 0) and bytes done of a total.
 
     On a terminal one line is redrawn (at most every ``refresh`` seconds); otherwise (CI, a log)
     a line is appended every ``interval`` seconds, plus a last one at ``close()``. Thread-safe:
@@ -186,8 +186,9 @@ class ProgressBar:
         filled = int(fraction * self.width)
         bar = "#" * filled + "." * (self.width - filled)
         label = f"{self.label} " if self.label else ""
+        files = f"{self.files}/{self.total_files} files  " if self.total_files else ""  # none: bytes only
         return (f"{label}[{bar}] {fraction * 100:5.1f}%  {human_bytes(self.bytes)}/{human_bytes(self.total_bytes)}  "
-                f"{self.files}/{self.total_files} files  {human_bytes(rate)}/s  "
+                f"{files}{human_bytes(rate)}/s  "
                 f"{'ETA ' + human_duration(eta) if fraction < 1 else 'elapsed ' + human_duration(elapsed)}")
 
     def _draw(self, now: float) -> None:

@@ -70,12 +70,9 @@ def verify_local(ctx, export, workers: int, expected_sha: str) -> dict:
     run = ctx.local
     where = tempfile.mkdtemp(prefix=f"fabricctl-verify-{export.name}-", dir="/run")
     try:
-        run.run(["udevadm", "settle"], check=False)
-        if not os.path.exists(export.device):
-            raise UserError(f"{export.device} does not exist", f"run `zfs set snapdev=visible "
-                            f"{export.snapshot.split('@')[0]}` (fabricctl dataset create sets it)")
+        device = datasets.readable_device(ctx, export)
         # through a read-only loop device: LIO opens an exported device exclusively, a loop device does not
-        loop = run.run(["losetup", "--find", "--show", "--read-only", export.device]).stdout.strip()
+        loop = run.run(["losetup", "--find", "--show", "--read-only", device]).stdout.strip()
         try:
             run.run(["mount", "-t", export.fstype, "-o", mounts.options(export.fstype, readonly=True), loop, where])
             try:

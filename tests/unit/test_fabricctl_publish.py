@@ -248,8 +248,9 @@ def test_every_command_has_help_and_runs_through_main(capsys):
         assert main([*module.PATH, "--help"]) == 0  # fabricctl's one entry point runs every command
         out = capsys.readouterr().out
         assert "usage: fabricctl " + " ".join(module.PATH) in out
-        changes = module.PATH not in {("list",), ("status",), ("metrics",), ("verify",), ("checkpoint", "list"),
-                                      ("plan", "checkpoint"), ("config", "check"), ("completion",)}
+        changes = module.PATH not in {("list",), ("status",), ("metrics",), ("verify",), ("warm",),
+                                      ("checkpoint", "list"), ("plan", "checkpoint"), ("config", "check"),
+                                      ("completion",)}
         assert ("--dry-run" in out) == changes, module.PATH
         if not changes:
             assert "--json" in out

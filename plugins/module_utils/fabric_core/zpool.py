@@ -547,6 +547,31 @@ def get_layout(runner: Runner, name: str, aliases: dict | None = None) -> tuple:
     return layout, _health(obj)
 
 
+def _cache_space(obj: dict) -> dict:
+    out = {}
+    for node in (obj.get("l2cache") or {}).values():
+        if str(node.get("state", "")) == "ONLINE":
+            out[_leaf_path(node)] = _int(node.get("total_space"))
+    return out
+
+
+def parse_cache_space(text: str, pool: str | None = None) -> dict:
+    """{device path: bytes} of the pool's ONLINE cache devices (its L2ARC) from `zpool status -j --json-int -P
+    [POOL]`: each one's ``total_space`` (the SIZE `zpool list -v` shows; recorded: zfs23b/tank_status.json). A
+    cache device that is not ONLINE holds nothing for the L2ARC and is left out."""
+    return _cache_space(_pool(text, pool, "zpool status -j --json-int -P"))
+
+
+def get_cache_space(runner: Runner, name: str) -> dict:
+    """parse_cache_space of the live pool NAME (the `zpool status -j --json-int -P NAME` get_layout reads);
+    NotFound when the pool is not imported."""
+    doc = zjson.run(runner, ["zpool", "status", *zjson.ZPOOL_JSON, "-P", name], missing=zjson.NO_POOL)
+    obj = next((p for p in zjson.objects(doc or {}, "pools") if p.get("name") == name), None)
+    if obj is None:
+        raise _missing_pool(name)
+    return _cache_space(obj)
+
+
 def get_props(runner: Runner, name: str) -> dict:
     """{property: (value, source)} of the pool NAME (`zpool get -j --json-int all NAME`); NotFound when the
     pool is not imported."""
@@ -970,6 +995,6 @@ def _layout_dict(layout: PoolLayout) -> dict:
 
 __all__ = ["DeviceHealth", "Expansion", "LayoutDiff", "LivePool", "PoolHealth", "PoolPlan", "PoolSpec", "DiskInfo",
            "add_argv", "apply_pool", "check_json_int_safe", "check_layout", "compare_layout", "create_argv",
-           "diff_layout", "ensure_pool", "get_layout", "get_props", "parse_health", "parse_list", "parse_pools",
-           "parse_props", "parse_status", "plan_pool", "pool_exists", "pool_spec", "read_pool", "read_pool_details",
-           "strip_part1", "validate_layout", "vdev_args", "wipe_steps"]
+           "diff_layout", "ensure_pool", "get_cache_space", "get_layout", "get_props", "parse_cache_space",
+           "parse_health", "parse_list", "parse_pools", "parse_props", "parse_status", "plan_pool", "pool_exists",
+           "pool_spec", "read_pool", "read_pool_details", "strip_part1", "validate_layout", "vdev_args", "wipe_steps"]
