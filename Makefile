@@ -17,7 +17,7 @@ DEBIAN       ?=
 SHUFFLE      ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath lint docs lock clean
+.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read lint docs lock clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -86,6 +86,9 @@ bench-multipath: venv ## issue 13 benchmark on the running lab with storage2: gp
 
 bench-replication: venv ## issue 13 benchmark on the running lab with storage2: fabricctl replicate vs zfs send|ssh|receive vs syncoid (1 and 4 GiB), incremental -> docs/benchmarks.md, bench/results/replication.json
 	$(PY) bench/replication_bench.py
+
+bench-read: venv ## issue 14 benchmark on the running lab: a data loader on gpu1 over iSCSI (ext4, xfs), NFS and a local copy, epochs from a cold ARC, fabricctl warm, fio -> docs/benchmarks.md, bench/results/read.json
+	$(PY) bench/read_bench.py
 
 bench-checkpoint: venv ## issue 5 benchmark on the running lab: rotate vs sanoid, checkpoint list vs zfs list, freeze window -> docs/benchmarks.md
 	$(PY) bench/checkpoint_bench.py

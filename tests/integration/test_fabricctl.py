@@ -163,6 +163,38 @@ def test_verify_on_the_storage_node_and_on_a_gpu_node(fctl):
     assert remote["ok"] is True
 
 
+ARCSTATS = "/proc/spl/kstat/zfs/arcstats"
+
+
+def arc(storage) -> dict:
+    """storage1's arcstats, read directly (not through fabricctl)."""
+    rows = [line.split() for line in storage.check_output(f"cat {ARCSTATS}").splitlines()[2:]]
+    return {r[0]: int(r[2]) for r in rows if len(r) == 3}
+
+
+def test_warm_puts_a_published_version_in_the_arc(storage, fctl):
+    """Issue 14: `fabricctl warm` reads a published version's snapshot device on the storage node (LIO holds it
+    open) with the ARC shrunk first; then a read of the whole device is served from the ARC (arcstats read
+    directly: hits, not misses), and warm, a read, left no journal record."""
+    ref = f"{NAME}@v1"
+    since = storage.check_output("date +%s")
+    arc_max = "/sys/module/zfs/parameters/zfs_arc_max"  # down to c_min, caches dropped, back: the ARC shrinks
+    storage.check_output(f"m=$(cat {arc_max}); awk '$1 == \"c_min\" {{print $3}}' {ARCSTATS} > {arc_max}; sync; "
+                         f"echo 3 > /proc/sys/vm/drop_caches; sleep 2; echo $m > {arc_max}")
+    out = fctl.json("warm", ref)
+    assert out["complete"] is True and out["stopped_early"] is False, out["summary"]
+    assert out["bytes_read"] == out["plan"]["read_bytes"] > 0
+    device = out["device"]
+    assert device == f"/dev/zvol/{POOL_ROOT}/{NAME}@v1"
+    before = arc(storage)
+    storage.check_output(f"dd if={device} of=/dev/null bs=1M iflag=direct status=none")
+    after = arc(storage)
+    hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
+    assert hits > 0 and misses <= 0.1 * (hits + misses), (hits, misses)
+    journal = storage.check_output(f"journalctl -t fabricctl -o cat --no-pager -q --since @{since}")
+    assert "warm" not in journal, journal
+
+
 def test_status_shows_holds_and_sessions(fctl):
     st = fctl.json("status")
     assert st["pool"]["health"] == "ONLINE"

@@ -108,6 +108,10 @@ def test_explicit_figures_win_and_other_shapes_are_read():
                 {"figures": {"write_mb_s": 0}}):
         assert ckplan.write_mb_s(doc) is None
     assert ckplan.read_mb_s({"figures": {"epochs": [{"mb_s": -1}]}}) is None
+    bench_read = {"shards": {"iscsi-ext4": {"8w_epoch1": {"mb_s": 31.5}, "8w_epoch2": {"mb_s": 60}}},
+                  "iscsi-ext4": {"8w_epoch1": {"mb_s": 20}}}  # make bench-read's shape: the cold shards read
+    assert ckplan.read_mb_s({"figures": bench_read})[0] == 31.5
+    assert ckplan.read_mb_s({"figures": {"shards": {"local": {}}}}) is None
 
 
 def test_missing_results_are_not_measured_yet_with_the_make_target():

@@ -203,8 +203,9 @@ def write_mb_s(doc: Mapping) -> tuple[float, str] | None:
 
 
 def read_mb_s(doc: Mapping) -> tuple[float, str] | None:
-    """The read bandwidth of bench/results/read.json: figures.read_mb_s when the benchmark states it; else the
-    epochs of bench/read_loader.py's document (figures.epochs, or figures.loader.epochs, each with mb_s): the
+    """The read bandwidth of bench/results/read.json: figures.read_mb_s when the benchmark states it; else
+    `make bench-read`'s shards (64-256 MiB files, checkpoint-like) read over iSCSI by 8 workers from a cold ARC
+    and L2ARC; else the epochs of bench/read_loader.py's document (figures.epochs, or figures.loader.epochs, each with mb_s): the
     slowest epoch, the cold one, as a restore reads a checkpoint that is not in any cache."""
     figures = doc.get("figures")
     if not isinstance(figures, Mapping):
@@ -212,6 +213,10 @@ def read_mb_s(doc: Mapping) -> tuple[float, str] | None:
     direct = _number(figures.get("read_mb_s"))
     if direct is not None:
         return direct, "figures.read_mb_s"
+    shards = figures.get("shards")  # make bench-read: checkpoint-sized files read cold over iSCSI, as a restore is
+    cold = shards.get("iscsi-ext4", {}).get("8w_epoch1", {}) if isinstance(shards, Mapping) else {}
+    if isinstance(cold, Mapping) and _number(cold.get("mb_s")) is not None:
+        return float(cold["mb_s"]), "figures.shards.iscsi-ext4.8w_epoch1.mb_s (shards read cold over iSCSI)"
     for key in ("epochs", "loader"):
         epochs = figures.get(key)
         if isinstance(epochs, Mapping):
