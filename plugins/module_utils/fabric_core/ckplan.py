@@ -205,8 +205,9 @@ def write_mb_s(doc: Mapping) -> tuple[float, str] | None:
 def read_mb_s(doc: Mapping) -> tuple[float, str] | None:
     """The read bandwidth of bench/results/read.json: figures.read_mb_s when the benchmark states it; else
     `make bench-read`'s shards (64-256 MiB files, checkpoint-like) read over iSCSI by 8 workers from a cold ARC
-    and L2ARC; else the epochs of bench/read_loader.py's document (figures.epochs, or figures.loader.epochs, each with mb_s): the
-    slowest epoch, the cold one, as a restore reads a checkpoint that is not in any cache."""
+    and L2ARC; else the epochs of bench/read_loader.py's document (figures.epochs, or figures.loader.epochs,
+    each with mb_s): the slowest epoch, the cold one, as a restore reads a checkpoint that is not in any
+    cache."""
     figures = doc.get("figures")
     if not isinstance(figures, Mapping):
         return None
