@@ -14,8 +14,8 @@ from ansible.parsing.vault import VaultLib, match_encrypt_secret, parse_vaulttex
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import chap
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError, UserError
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.inventory import HostVars, initiator_name
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.rules import LIO
+from ansible_collections.gpufabric.storage.plugins.plugin_utils.inventory import HostVars, initiator_name
 
 HEADER = ("# Per-GPU-node CHAP secrets, generated and rotated by the fabric_chap action plugin (Ansible Vault).\n"
           "# Do not edit: remove a host's entry to have a new secret generated, or set fabric_chap_rotate.\n")
