@@ -42,7 +42,7 @@ class Store:
                 data = fh.read()
         except FileNotFoundError:
             return {}
-        _, _, _, vault_id = parse_vaulttext_envelope(data)
+        vault_id = parse_vaulttext_envelope(data)[3]  # (ciphertext, format version, cipher, vault id)
         self.vault_id = self.vault_id or vault_id
         loaded = yaml.safe_load(self.vault.decrypt(data)) or {}
         return dict(loaded.get(chap.STORE_KEY) or {})
@@ -84,8 +84,8 @@ class ActionModule(ActionBase):
             result.update(changed=False, chap={}, initiators={}, generated=[], rotated=[], insecure=True)
             return result
         try:
-            store_path = str(var("fabric_chap_store") or os.path.join(str(task_vars.get("inventory_dir") or "."),
-                                                                       "fabric-chap.vault.yml"))
+            store_path = str(var("fabric_chap_store")
+                             or os.path.join(str(task_vars.get("inventory_dir") or "."), "fabric-chap.vault.yml"))
             store = Store(store_path, self._loader._vault, var("fabric_chap_vault_id"))
             if not store.vault.secrets:
                 raise UserError("no Ansible Vault secret is loaded, so the per-host CHAP secrets cannot be kept",
