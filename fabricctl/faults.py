@@ -25,6 +25,6 @@ def point(name: str) -> None:
 
 def pause(name: str) -> None:
     for item in os.environ.get("FABRICCTL_PAUSE", "").split(","):
-        point_name, _, seconds = item.partition(":")
+        point_name, _colon, seconds = item.partition(":")
         if point_name == name and seconds:
             time.sleep(float(seconds))

@@ -63,17 +63,17 @@ def print_table(rows: Iterable[Mapping[str, Any] | Any], columns: Sequence[str |
     if not rows and empty is not None:
         print(empty, file=stream)
         return
-    raw = [[(r.get(key) if isinstance(r, Mapping) else getattr(r, key, None)) for key, _ in cols] for r in rows]
+    raw = [[(r.get(key) if isinstance(r, Mapping) else getattr(r, key, None)) for key, _header in cols] for r in rows]
     cells = [[_cell(v) for v in row] for row in raw]
     numeric = [bool(raw) and all(isinstance(row[i], (int, float)) and not isinstance(row[i], bool) or row[i] is None
                                  for row in raw) for i in range(len(cols))]
-    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, (_, h) in enumerate(cols)]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, (_key, h) in enumerate(cols)]
 
     def fmt(values: list[str]) -> str:
         parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)]
         return "  ".join(parts).rstrip()
 
-    print(fmt([h for _, h in cols]), file=stream)
+    print(fmt([h for _key, h in cols]), file=stream)
     for row in cells:
         print(fmt(row), file=stream)
 
@@ -184,10 +184,10 @@ class ProgressBar:
             fraction = 1.0
         eta = (self.total_bytes - self.bytes) / rate if rate > 0 and self.total_bytes else None
         filled = int(fraction * self.width)
-        bar = "#" * filled + "." * (self.width - filled)
+        gauge = "#" * filled + "." * (self.width - filled)
         label = f"{self.label} " if self.label else ""
         files = f"{self.files}/{self.total_files} files  " if self.total_files else ""  # none: bytes only
-        return (f"{label}[{bar}] {fraction * 100:5.1f}%  {human_bytes(self.bytes)}/{human_bytes(self.total_bytes)}  "
+        return (f"{label}[{gauge}] {fraction * 100:5.1f}%  {human_bytes(self.bytes)}/{human_bytes(self.total_bytes)}  "
                 f"{files}{human_bytes(rate)}/s  "
                 f"{'ETA ' + human_duration(eta) if fraction < 1 else 'elapsed ' + human_duration(elapsed)}")
 

@@ -176,7 +176,7 @@ def rotation_check(path: str | None, now: float):
     except OSError as exc:
         return health.unknown("rotation", f"cannot read {path}: {why(exc)}")
     for line in text.splitlines():
-        name, _, value = line.partition(" ")
+        name, _space, value = line.partition(" ")
         if name == "fabricctl_rotate_last_success_timestamp_seconds":
             try:
                 return health.rotation(float(value), now, path)
@@ -203,7 +203,7 @@ def published_versions(exports: dict) -> list[dict] | None:
     for p in exports["published"]:
         if not p["published_to"]:
             continue
-        dataset, _, version = p["ref"].partition("@")
+        dataset, _at, version = p["ref"].partition("@")
         out.append({"dataset": dataset, "version": version, "acl": list(p["published_to"]),
                     "sessions": [h for h in p["published_to"] if p["target"] in exports["sessions"].get(h, [])]})
     return out

@@ -143,7 +143,7 @@ def _transfer(ctx, peer: Peer, dataset: str, src: replicate.Side, t: replicate.T
         held.append(dataset + t.base)
     for snap in held:
         lzc.hold(snap, replicate.HOLD_SENDING, runner=ctx.local)
-    bar = None if ctx.json else ProgressBar(1, t.estimate, label=f"{label}@{t.snapshot} -> {peer.name}")
+    progress_bar = None if ctx.json else ProgressBar(1, t.estimate, label=f"{label}@{t.snapshot} -> {peer.name}")
     try:
         with tempfile.TemporaryFile() as send_err, tempfile.TemporaryFile() as recv_err:
             send = subprocess.Popen(replicate.send_argv(dataset, t, raw=src.encrypted), stdout=subprocess.PIPE,
@@ -153,7 +153,7 @@ def _transfer(ctx, peer: Peer, dataset: str, src: replicate.Side, t: replicate.T
                      *(["--force"] if t.force else [])]
             recv = subprocess.Popen(peer.argv(*words), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                     stderr=recv_err)
-            pump = replicate.Pump(limit, (lambda n: bar.set(0, n)) if bar else None)
+            pump = replicate.Pump(limit, (lambda n: progress_bar.set(0, n)) if progress_bar else None)
             error = None
             try:
                 pump.run(send.stdout.fileno(), recv.stdin.fileno())
@@ -179,8 +179,8 @@ def _transfer(ctx, peer: Peer, dataset: str, src: replicate.Side, t: replicate.T
             ctx.local.run(["zfs", "bookmark", f"{dataset}@{t.snapshot}", mark], mutating=True, check=False)
         return pump.total
     finally:
-        if bar:
-            bar.close()
+        if progress_bar:
+            progress_bar.close()
         for snap in held:
             with contextlib.suppress(FabricError):
                 lzc.release(snap, replicate.HOLD_SENDING, runner=ctx.local)
@@ -206,7 +206,7 @@ def parse_request(words: list[str], roots: tuple[str, ...]) -> dict:
                         "this key only serves `state DATASET`, `receive DATASET BASE ORIGIN [--force]` and "
                         "`export DATASET VERSION GUID HOST...`")
     dataset = validate_dataset_name(rest[0])
-    parent, _, name = dataset.rpartition("/")
+    parent, _slash, name = dataset.rpartition("/")
     allowed = roots[:1] if verb == "export" else roots
     if parent not in allowed or not name:
         raise UserError(f"replica-serve: {dataset} is not a volume under {' or '.join(allowed)}",

@@ -93,8 +93,8 @@ def run(ctx, args) -> int:
         faults.point("checkpoint-snapshot")
         lzc.snapshot([snap], props, runner=ctx.local)
 
-    _, window = freeze.snapshot_frozen(runner, mountpoint, take, limit=cfg.defaults.thaw_after_seconds,
-                                       discard=lambda: lzc.destroy_snapshots([snap], runner=ctx.local))
+    _taken, window = freeze.snapshot_frozen(runner, mountpoint, take, limit=cfg.defaults.thaw_after_seconds,
+                                            discard=lambda: lzc.destroy_snapshots([snap], runner=ctx.local))
     out = {"job": job, "step": args.step, "snapshot": snap, "writer": writer.name, "metrics": metrics, "tags": tags,
            "freeze_seconds": round(window, 3), "dry_run": False}
     ctx.report(out, f"checkpoint {job} step {args.step}: {snap} (writes frozen on {writer.name} for "

@@ -107,7 +107,7 @@ def run(ctx, args) -> int:
                    f"{h['scrub_warn_days']}/{h['scrub_critical_days']} days (warning/critical)"),
         ("lock wait", f"{out['lock_wait_seconds']:g} s"),
     ]
-    width = max(len(k) for k, _ in lines)
+    width = max(len(k) for k, _value in lines)
     for key, value in lines:
         print(f"{key + ':':<{width + 1}} {value}")
     print(f"\nGPU nodes ({len(out['hosts'])}):")

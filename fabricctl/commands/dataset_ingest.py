@@ -67,7 +67,7 @@ def run(ctx, args) -> int:
                         f"{human_bytes(need)}", "ingest fewer files, or make a dataset with a larger --size "
                         "(`fabricctl dataset create NAME --size SIZE`)")
     copied = skipped = copied_bytes = 0
-    bar = None if (ctx.dry_run or args.json) else ProgressBar(len(files), total, label=f"ingest {name}")
+    progress_bar = None if (ctx.dry_run or args.json) else ProgressBar(len(files), total, label=f"ingest {name}")
     done_files = done_bytes = 0
     try:
         walked = ((f, None) for f in files) if ctx.dry_run else ingest.walk(args.sources, complete=False)
@@ -87,11 +87,11 @@ def run(ctx, args) -> int:
                 copied += 1
             done_files += 1
             done_bytes += file.size
-            if bar:
-                bar.set(done_files, done_bytes)
+            if progress_bar:
+                progress_bar.set(done_files, done_bytes)
     finally:
-        if bar:
-            bar.close()
+        if progress_bar:
+            progress_bar.close()
     out = {"dataset": name, "staging": root, "files": len(files), "bytes": total, "copied": copied,
            "copied_bytes": copied_bytes, "skipped": skipped, "symlinks": "refused", "dry_run": ctx.dry_run}
     ctx.report(out, f"{name}: {ctx.tense('would copy', 'copied')} {copied} files ({copied_bytes} bytes), {skipped} "

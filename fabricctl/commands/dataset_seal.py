@@ -61,14 +61,16 @@ def run(ctx, args) -> int:
     os.makedirs(os.path.join(root, ".fabric"), exist_ok=True)
     out_path = os.path.join(root, ".fabric", "manifest.tsv")
     fs = os.statvfs(root)  # totals for the bar: used inodes (files and directories) and used bytes
-    bar = None if args.json else ProgressBar(fs.f_files - fs.f_ffree, (fs.f_blocks - fs.f_bfree) * fs.f_frsize,
-                                             label=f"manifest {name}@{version} (totals approximate)")
+    progress_bar = None
+    if not args.json:
+        progress_bar = ProgressBar(fs.f_files - fs.f_ffree, (fs.f_blocks - fs.f_bfree) * fs.f_frsize,
+                                   label=f"manifest {name}@{version} (totals approximate)")
     try:
         summary = manifest.build(root, out_path, workers=workers,
-                                 progress=(lambda f, b: bar.set(f, b)) if bar else None)
+                                 progress=progress_bar.set if progress_bar else None)
     finally:
-        if bar:
-            bar.close()
+        if progress_bar:
+            progress_bar.close()
     datasets.unmount_staging(ctx, name)
     props = {MANAGED_PROP: "true", KIND_PROP: KIND_DATASET_VERSION, "fabric:version": version,
              "fabric:created-by": versions.created_by(), "fabric:created-at": versions.now_iso(),

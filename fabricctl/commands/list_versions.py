@@ -78,7 +78,7 @@ def where(ctx, listing: list[dict]) -> dict[str, str]:
     """Fill in each version's ``nodes`` (this node and the storage nodes holding the same GUID) and each
     dataset's ``origin``; returns {node: why} of the storage nodes that could not be asked."""
     cfg = ctx.config
-    peers = [replication.Peer(n, cfg.ssh) for _, n in sorted(cfg.storage_nodes.items())]
+    peers = [replication.Peer(n, cfg.ssh) for _name, n in sorted(cfg.storage_nodes.items())]
     unreachable: dict[str, str] = {}
     for d in listing:
         here = replicate.read_side(ctx.local, d["volume"])

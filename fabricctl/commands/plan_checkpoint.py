@@ -92,8 +92,9 @@ def load_results(directory: str | Path) -> tuple[dict, list[str]]:
 def build(args) -> ckplan.Plan:
     params = parse_count(args.params, "number of parameters (--params)")
     interval = parse_duration(args.interval, "checkpoint interval (--interval)")
-    restore = None if args.restore_within is None else parse_duration(args.restore_within,
-                                                                        "restore budget (--restore-within)")
+    restore = None
+    if args.restore_within is not None:
+        restore = parse_duration(args.restore_within, "restore budget (--restore-within)")
     per_param = _number(args.bytes_per_param, "bytes per parameter (--bytes-per-param)",
                         "give a number such as 14 or 2")
     percent = _number(args.budget_percent, "checkpoint budget (--budget-percent)", "give a percentage such as 5")

@@ -94,7 +94,7 @@ def run(ctx, args) -> int:
               f"({p['cap']}%), {human_bytes(p['free'])} free")
     if data["published"]:
         print_rows([[x["ref"], ",".join(x["published_to"]) or "-", ",".join(x["holds"]) or "-"]
-                     for x in data["published"]], ["VERSION", "PUBLISHED TO", "HOLDS"])
+                    for x in data["published"]], ["VERSION", "PUBLISHED TO", "HOLDS"])
     elif data["access"] is not None:
         print("nothing published")
     for host, targets in data["sessions"].items():

@@ -123,16 +123,16 @@ def run(ctx, args) -> int:
         for line in plan.lines:
             print(line)
     before = arc_now()
-    bar = None
+    progress_bar = None
     if plan.read_bytes and not args.json and sys.stderr.isatty():  # a terminal only: no lines in a log
-        bar = ProgressBar(0, plan.read_bytes, label=f"warm {export.ref}")
+        progress_bar = ProgressBar(0, plan.read_bytes, label=f"warm {export.ref}")
     try:
         reading = warm.read_device(device, plan.read_bytes, arc_end=plan.arc_end, pace=plan.pace,
-                                   progress=(lambda done: bar.set(0, done)) if bar else None) \
+                                   progress=(lambda done: progress_bar.set(0, done)) if progress_bar else None) \
             if plan.read_bytes else warm.Reading(0, 0.0, True)
     finally:
-        if bar:
-            bar.close()
+        if progress_bar:
+            progress_bar.close()
     after = arc_now()
     text = summary(plan, reading)
     out = {"ref": export.ref, "device": device, "bytes_read": reading.bytes_read,

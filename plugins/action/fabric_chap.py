@@ -14,8 +14,8 @@ from ansible.parsing.vault import VaultLib, match_encrypt_secret, parse_vaulttex
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import chap
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError, UserError
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.inventory import HostVars, initiator_name
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.rules import LIO
+from ansible_collections.gpufabric.storage.plugins.plugin_utils.inventory import HostVars, initiator_name
 
 HEADER = ("# Per-GPU-node CHAP secrets, generated and rotated by the fabric_chap action plugin (Ansible Vault).\n"
           "# Do not edit: remove a host's entry to have a new secret generated, or set fabric_chap_rotate.\n")
@@ -42,7 +42,7 @@ class Store:
                 data = fh.read()
         except FileNotFoundError:
             return {}
-        _, _, _, vault_id = parse_vaulttext_envelope(data)
+        vault_id = parse_vaulttext_envelope(data)[3]  # (ciphertext, format version, cipher, vault id)
         self.vault_id = self.vault_id or vault_id
         loaded = yaml.safe_load(self.vault.decrypt(data)) or {}
         return dict(loaded.get(chap.STORE_KEY) or {})
@@ -84,8 +84,8 @@ class ActionModule(ActionBase):
             result.update(changed=False, chap={}, initiators={}, generated=[], rotated=[], insecure=True)
             return result
         try:
-            store_path = str(var("fabric_chap_store") or os.path.join(str(task_vars.get("inventory_dir") or "."),
-                                                                       "fabric-chap.vault.yml"))
+            store_path = str(var("fabric_chap_store")
+                             or os.path.join(str(task_vars.get("inventory_dir") or "."), "fabric-chap.vault.yml"))
             store = Store(store_path, self._loader._vault, var("fabric_chap_vault_id"))
             if not store.vault.secrets:
                 raise UserError("no Ansible Vault secret is loaded, so the per-host CHAP secrets cannot be kept",

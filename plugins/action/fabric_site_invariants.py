@@ -9,7 +9,7 @@ from ansible.plugins.action import ActionBase
 # the core library, imported as the modules (and plugins/test/fabric.py) import it
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import site
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.inventory import (
+from ansible_collections.gpufabric.storage.plugins.plugin_utils.inventory import (
     HostVars,
     initiator_name,
     role_default,

@@ -17,7 +17,7 @@ description:
     the site tests compare, the list of changes a run made (or in check mode would make).
   - A task that would change something reports C(changed); a task that cannot know in check mode
     is recorded with C(check_unknown) when it says so (skipped in check mode without a prediction).
-author: gpu-storage-fabric
+author: gpu-storage-fabric authors (!UNKNOWN)
 requirements:
   - enable in ansible.cfg (callbacks_enabled = fabric_runlog) or ANSIBLE_CALLBACKS_ENABLED
 options: {}

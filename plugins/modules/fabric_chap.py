@@ -33,6 +33,9 @@ notes:
     (C({HOST: ROTATION_ID}), a new pair once per id), C(fabric_chap_mutual) (default true),
     C(fabric_chap_target_userid) (the targets' name in mutual CHAP, default C(fabric-target)),
     C(vault_fabric_chap) (the operator's pairs), C(fabric_insecure_no_chap).
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
 attributes:
   check_mode:
     support: full
@@ -41,7 +44,14 @@ attributes:
     support: none
   action:
     support: full
-author: gpu-storage-fabric
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  platform:
+    platforms: all
+    details: Runs on the controller.
+author: gpu-storage-fabric authors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -55,17 +65,28 @@ EXAMPLES = r"""
 RETURN = r"""
 chap:
   description: HOST -> its credentials in LIO's names (userid, password, mutual_userid, mutual_password).
+  returned: success (empty when RV(insecure))
   type: dict
 initiators:
   description: The initiator name of each host of O(hosts) that is an inventory host -> the host.
+  returned: success (empty when RV(insecure))
   type: dict
 generated:
   description: Hosts whose secrets were generated in this call (or would be, in check mode).
+  returned: success
   type: list
+  elements: str
 rotated:
   description: Hosts whose secrets were rotated in this call (or would be, in check mode).
+  returned: success
   type: list
+  elements: str
 insecure:
   description: C(fabric_insecure_no_chap) is true; no credentials are returned.
+  returned: success
   type: bool
+store:
+  description: The path of the vault-encrypted store of generated and rotated pairs.
+  returned: success, unless RV(insecure)
+  type: str
 """

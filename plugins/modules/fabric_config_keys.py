@@ -18,7 +18,7 @@ description:
   - The file is replaced atomically (a temporary file in the same directory, fsync, rename) with its mode
     and owner kept.
 version_added: "0.2.0"
-author: gpu-storage-fabric
+author: gpu-storage-fabric authors (!UNKNOWN)
 options:
   path:
     description: The file; it must exist (the package's).
@@ -32,12 +32,16 @@ options:
     description: What stands between a key and its value on a line written by the module.
     type: str
     default: " = "
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details: Reads the file and reports the keys that would change.
   diff_mode:
     support: full
+  platform:
+    platforms: debian
 """
 
 EXAMPLES = r"""

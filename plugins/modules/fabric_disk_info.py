@@ -16,10 +16,11 @@ description:
     holders such as md/dm, membership of an imported pool).
   - Signatures are probed on the devices with C(wipefs --no-act); the udev-cached FSTYPE of C(lsblk)
     is not trusted because it can be stale.
-  - It only reports. A pool's layout is planned by M(fabric_zpool) from its C(spec), on the disks that
-    module discovers itself in the same run (one discovery per pool). Nothing is ever changed on the node.
+  - It only reports. A pool's layout is planned by M(gpufabric.storage.fabric_zpool) from its C(spec), on
+    the disks that module discovers itself in the same run (one discovery per pool). Nothing is ever
+    changed on the node.
 version_added: "0.1.0"
-author: gpu-storage-fabric contributors
+author: gpu-storage-fabric authors (!UNKNOWN)
 options:
   exclude:
     description:
@@ -28,6 +29,8 @@ options:
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -35,11 +38,13 @@ attributes:
   diff_mode:
     support: none
     details: Nothing is changed, so there is nothing to diff.
+  platform:
+    platforms: debian
 notes:
   - Runs C(lsblk), C(find) (on /dev/disk/by-id and /sys/class/block), C(wipefs --no-act) and
     C(zpool status -j --json-int -P); needs root to probe signatures.
 seealso:
-  - module: fabric_zpool
+  - module: gpufabric.storage.fabric_zpool
     description: Plans a pool's layout from a spec on the disks it discovers, and creates or completes the pool.
 """
 

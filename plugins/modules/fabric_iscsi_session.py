@@ -21,7 +21,7 @@ description:
     causes; an unreachable portal fails with its own message. CHAP secrets never appear on a command
     line, in messages or in the returned commands.
 version_added: "0.1.0"
-author: gpu-storage-fabric
+author: gpu-storage-fabric authors (!UNKNOWN)
 options:
   portal:
     description: The storage node's portal, C(ADDRESS) or C(ADDRESS:PORT) (port 3260 by default).
@@ -77,6 +77,8 @@ options:
     description: Seconds to wait for a LUN's device after login.
     type: int
     default: 60
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -84,6 +86,8 @@ attributes:
   diff_mode:
     support: full
     details: Per target, whether it is logged in, whether its record exists, and its settings (secrets masked).
+  platform:
+    platforms: debian
 notes:
   - CHAP secrets never reach a command line (C(iscsiadm -o update -v) would show them to every user in the
     process list); they are written into the node record file (/etc/iscsi/nodes/IQN/PORTAL..., mode 0600)

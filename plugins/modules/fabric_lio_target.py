@@ -149,6 +149,8 @@ options:
     description: Save the whole LIO configuration after changes, for the restore at boot.
     type: bool
     default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -156,10 +158,11 @@ attributes:
   diff_mode:
     support: full
     details: Before and after summaries of the project-owned objects (CHAP secrets redacted).
+  platform:
+    platforms: debian
 requirements:
   - python3-rtslib-fb on the target node (Debian package)
-author:
-  - gpu-storage-fabric
+author: gpu-storage-fabric authors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

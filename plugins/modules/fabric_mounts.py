@@ -23,7 +23,7 @@ description:
     processes, unless C(force=true).
   - The same code writes fabricctl's mount units on GPU nodes.
 version_added: "0.1.0"
-author: gpu-storage-fabric
+author: gpu-storage-fabric authors (!UNKNOWN)
 options:
   owner:
     description: The owner written into each unit's marker line; purge looks only at this owner's units.
@@ -64,6 +64,8 @@ options:
     description: Remove unwanted mounts even while processes use them (they get I/O errors).
     type: bool
     default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -71,8 +73,10 @@ attributes:
   diff_mode:
     support: full
     details: The text of each written unit, before and after; removed units by name.
+  platform:
+    platforms: debian
 notes:
-  - The devices must exist before the units start (log in first with M(fabric_iscsi_session)).
+  - The devices must exist before the units start (log in first with M(gpufabric.storage.fabric_iscsi_session)).
 """
 
 EXAMPLES = r"""

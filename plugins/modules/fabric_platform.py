@@ -19,7 +19,7 @@ description:
     refused with the exact upgrade steps unless O(allow_upgrade=true); a node whose loaded module is
     older than its installed packages is refused (it needs a reboot) unless O(allow_reboot=true).
 version_added: "0.2.0"
-author: gpu-storage-fabric
+author: gpu-storage-fabric authors (!UNKNOWN)
 options:
   zfs:
     description: Decide about OpenZFS too (storage nodes); GPU nodes check only the release.
@@ -40,12 +40,16 @@ options:
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details: The module only reads.
   diff_mode:
     support: none
+  platform:
+    platforms: debian
 """
 
 EXAMPLES = r"""

@@ -28,6 +28,9 @@ options:
     description: The inventory group of GPU nodes.
     type: str
     default: gpu_nodes
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
 attributes:
   check_mode:
     support: full
@@ -36,7 +39,14 @@ attributes:
     support: none
   action:
     support: full
-author: gpu-storage-fabric
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  platform:
+    platforms: all
+    details: Runs on the controller.
+author: gpu-storage-fabric authors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

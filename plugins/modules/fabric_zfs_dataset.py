@@ -22,17 +22,51 @@ description:
   - A volume with O(filesystem) gets that file system when it is blank (no signature at all); one that
     carries it already is left alone; one that carries anything else is refused, never reformatted.
 version_added: "0.1.0"
-author: gpu-storage-fabric maintainers
+author: gpu-storage-fabric authors (!UNKNOWN)
 options:
   name:
     description: Dataset name, C(POOL/PATH). Required unless O(datasets) is given.
     type: str
   datasets:
     description:
-      - Several datasets in one call, each with the options of a single one (C(name), C(properties),
-        C(volume_size), C(encryption), C(filesystem)); O(allow_dedup) and O(adopt) apply to all.
+      - Several datasets in one call, converged in order, each with the options of a single one;
+        O(allow_dedup) and O(adopt) apply to all. Not with O(name).
     type: list
     elements: dict
+    suboptions:
+      name:
+        description: Dataset name, C(POOL/PATH).
+        type: str
+        required: true
+      properties:
+        description: This dataset's ZFS and user properties, as O(properties).
+        type: dict
+        default: {}
+      volume_size:
+        description: Create a volume (zvol) of this size instead of a filesystem, as O(volume_size).
+        type: str
+      filesystem:
+        description: For a volume, the file system it gets when blank, as O(filesystem).
+        type: str
+        choices: [ext4, xfs]
+      encryption:
+        description: This dataset's native ZFS encryption, chosen only at creation, as O(encryption).
+        type: dict
+        suboptions:
+          enabled:
+            description: Whether the dataset is encrypted.
+            type: bool
+            default: true
+          key:
+            description:
+              - The passphrase (8-512 characters), 64 hex digits, or 32 raw bytes, per C(keyformat).
+              - Never logged and never on a command line (passed on stdin).
+            type: str
+          keyformat:
+            description: How the key is given.
+            type: str
+            choices: [passphrase, hex, raw]
+            default: passphrase
   filesystem:
     description: For a volume, the file system it gets when blank (C(ext4) or C(xfs)).
     type: str
@@ -57,9 +91,10 @@ options:
         type: bool
         default: true
       key:
-        description: The passphrase (8-512 characters), 64 hex digits, or 32 raw bytes, per C(keyformat).
+        description:
+          - The passphrase (8-512 characters), 64 hex digits, or 32 raw bytes, per C(keyformat).
+          - Never logged and never on a command line (passed on stdin).
         type: str
-        no_log: true
       keyformat:
         description: How the key is given.
         type: str
@@ -80,6 +115,8 @@ options:
     description: Allow changing an existing dataset that was not created by this project; sets C(fabric:managed=true).
     type: bool
     default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -87,6 +124,8 @@ attributes:
   diff_mode:
     support: full
     details: The declared properties before and after.
+  platform:
+    platforms: debian
 """
 
 EXAMPLES = r"""

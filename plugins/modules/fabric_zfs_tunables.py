@@ -18,13 +18,17 @@ options:
     description: The modprobe.d file this module owns.
     type: path
     default: /etc/modprobe.d/zfs-fabric.conf
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details: Reads the file and sysfs, reports what would change, writes nothing.
   diff_mode:
     support: full
-author: gpu-storage-fabric
+  platform:
+    platforms: debian
+author: gpu-storage-fabric authors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

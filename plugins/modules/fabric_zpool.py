@@ -29,7 +29,7 @@ description:
   - The module reads the pool, plans every step (each with a description and its command; every refusal comes
     before the first step) and then runs them in order; RV(steps) lists them, in check mode too.
 version_added: "0.1.0"
-author: gpu-storage-fabric maintainers
+author: gpu-storage-fabric authors (!UNKNOWN)
 options:
   name:
     description: Pool name.
@@ -112,6 +112,8 @@ options:
         then planned before the attach.
     type: bool
     default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -121,6 +123,8 @@ attributes:
   diff_mode:
     support: full
     details: The layout before and after, as C({vdevs} ) dicts.
+  platform:
+    platforms: debian
 notes:
   - Requires root on the storage node and OpenZFS 2.3 (pools are read as its JSON).
 """

@@ -11,7 +11,7 @@ description:
   - Behaves as C(ansible.builtin.free) (each host runs its tasks as fast as it can), executed
     through Mitogen when it is installed, exactly as C(fabric_linear) does for C(linear).
   - Without Mitogen, or with C(FABRIC_MITOGEN=0) in the environment, it is plain C(free).
-author: gpu-storage-fabric
+author: gpu-storage-fabric authors (!UNKNOWN)
 """
 
 import importlib.util

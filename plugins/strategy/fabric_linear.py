@@ -21,7 +21,7 @@ description:
     are ordinary imports there). fabric_core keeps no state between calls (no module-level caches; every
     call builds its own objects), so running in place is safe. C(mitogen_task_isolation=fork) and async
     tasks still fork."
-author: gpu-storage-fabric
+author: gpu-storage-fabric authors (!UNKNOWN)
 """
 
 import os

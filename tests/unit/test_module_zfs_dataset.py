@@ -64,10 +64,15 @@ def test_fabric_zfs_dataset(case, monkeypatch):
 def test_module_documentation_parses_and_matches_the_argument_spec():
     module = load_module("fabric_zfs_dataset")
     doc = yaml.safe_load(module.DOCUMENTATION)
-    assert doc["module"] == "fabric_zfs_dataset" and doc["author"] == "gpu-storage-fabric maintainers"
+    assert doc["module"] == "fabric_zfs_dataset" and doc["author"] == "gpu-storage-fabric authors (!UNKNOWN)"
     assert set(doc["options"]) == {"name", "datasets", "filesystem", "properties", "encryption", "allow_dedup",
                                    "volume_size", "adopt"}
     assert doc["options"]["filesystem"]["choices"] == list(mblockfs.FILESYSTEMS)
+    # each of O(datasets) takes a single dataset's options, documented as its suboptions
+    one = doc["options"]["datasets"]["suboptions"]
+    assert set(one) == {"name", "properties", "encryption", "volume_size", "filesystem"} and one["name"]["required"]
+    assert one["filesystem"]["choices"] == list(mblockfs.FILESYSTEMS)
+    assert one["encryption"]["suboptions"] == doc["options"]["encryption"]["suboptions"]
     assert any("O(datasets)" in line for line in doc["description"])
     examples = yaml.safe_load(module.EXAMPLES)
     assert all(task.get("name") for task in examples)

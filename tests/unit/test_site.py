@@ -93,3 +93,12 @@ def test_two_storage_nodes_declaring_one_target_name_and_one_serial():
 def test_hosts_named_by_fabricctl_groups_must_exist():
     found = site.check(lab(storage1__named_hosts={"fabricctl_groups": ["gpu1", "gpu7"]}))
     assert [(v.field, v.value, v.hosts) for v in found] == [("fabricctl_groups", "gpu7", ("storage1",))]
+
+
+def test_the_controller_plugins_read_the_roles_own_defaults():
+    """plugin_utils.inventory.role_default (fabric_site_invariants and fabric_chap, for a variable the inventory
+    does not set): the defaults/main.yml of the roles of the collection the plugin belongs to."""
+    from ansible_collections.gpufabric.storage.plugins.plugin_utils.inventory import role_default
+
+    assert role_default("lio_target", "lio_target_base_iqn") == BASE
+    assert role_default("iscsi_initiator", "iscsi_initiator_iqn_base") == BASE

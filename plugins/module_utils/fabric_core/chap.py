@@ -39,7 +39,7 @@ STORE_KEY = "fabric_chap_store"  # the variable the store file defines (host -> 
 
 def generate_secret(choice=secrets.choice) -> str:
     """One secret: SECRET_LENGTH characters of ALPHABET from the operating system's CSPRNG."""
-    return "".join(choice(ALPHABET) for _ in range(SECRET_LENGTH))
+    return "".join(choice(ALPHABET) for _position in range(SECRET_LENGTH))
 
 
 def generate_pair(choice=secrets.choice) -> dict[str, str]:

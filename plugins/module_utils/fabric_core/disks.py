@@ -285,7 +285,7 @@ def build_disks(lsblk: list[dict], links: dict[str, str], signatures: dict[str, 
         held = []
         for dev in [name, *d["partitions"]]:
             held += [(h, dev) for h in holders.get(dev, [])]
-        held_names = {h for h, _ in held}
+        held_names = {h for h, _dev in held}
         held += [(s, "") for s in d["stacked"] if s not in held_names]
         for holder, dev in held:
             reasons.append(f"held by {holder}" + (f" (via {dev})" if dev and dev != name else ""))

@@ -105,5 +105,5 @@ class CommandError(FabricError):
         self.stdout = stdout
         self.stderr = stderr
         detail = (stderr or stdout).strip()
-        super().__init__(f"`{' '.join(redact_argv(self.argv))}` failed with exit {rc}" + (f": {detail}" if detail
-                                                                                            else ""), fix)
+        super().__init__(f"`{' '.join(redact_argv(self.argv))}` failed with exit {rc}"
+                         + (f": {detail}" if detail else ""), fix)

@@ -120,7 +120,7 @@ def parse_blocked(text: str) -> list[dict]:
     """BLOCKED_SCRIPT's lines -> [{"pid": int, "comm": str}]."""
     out = []
     for line in text.splitlines():
-        pid, _, comm = line.strip().partition(" ")
+        pid, _space, comm = line.strip().partition(" ")
         if pid.isdigit():
             out.append({"pid": int(pid), "comm": comm})
     return out

@@ -190,7 +190,7 @@ def _opener(dirfd: int, name: str, path: str, seen: os.stat_result) -> Callable[
 
 def plan(sources: list[str]) -> list[File]:
     """Every regular file of the sources, after a whole walk: IngestRefused before anything is copied."""
-    return [f for f, _ in walk(sources)]
+    return [f for f, _opener in walk(sources)]
 
 
 def up_to_date(dest: str, file: File) -> bool:

@@ -256,7 +256,7 @@ def parse_sessions(text: str) -> list[dict]:
             target = line.split()[1]
             continue
         if line.startswith("Current Portal: ") and target:
-            portal, _, tpgt = line.split(": ", 1)[1].rpartition(",")
+            portal, _comma, tpgt = line.split(": ", 1)[1].rpartition(",")
             current = {"target": target, "portal": portal, "tpgt": _tpgt(tpgt), "sid": None, "transport": None,
                        "state": None, "connection_state": None, "initiator": None, "disks": []}
             sessions.append(current)
@@ -507,7 +507,7 @@ class SessionStep:
     @property
     def keys(self) -> list[str]:
         """The settings this step changes."""
-        return [self.key] if self.op == "update" else [k for k, _ in self.secrets]
+        return [self.key] if self.op == "update" else [k for k, _secret in self.secrets]
 
     @property
     def data(self) -> str | None:

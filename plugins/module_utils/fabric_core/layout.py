@@ -268,7 +268,7 @@ def _plan_policy(disks: list[DiskInfo], spec: dict) -> PoolLayout:
 
     def add_vdevs(section: dict, count: int, how: str) -> None:
         role, vtype, width = section["role"], section["type"], section["width"]
-        for _ in range(count):
+        for _vdev in range(count):
             members = take(section["class"], width)
             number = len([v for v in vdevs if v.role == role]) + 1
             vdevs.append(Vdev(role=role, type=vtype, disks=[d.by_id for d in members]))

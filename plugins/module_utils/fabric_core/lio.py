@@ -804,7 +804,7 @@ def discovery_closed(dump: dict) -> bool:
     dump = dump.get("dump", dump)
     iscsi = next((fm for fm in dump.get("fabric_modules", []) if fm.get("name") == "iscsi"), {})
     return bool(iscsi.get("discovery_enable_auth")) and not any(iscsi.get(f"discovery_{attr}")
-                                                               for attr in DISCOVERY_CREDENTIALS)
+                                                                for attr in DISCOVERY_CREDENTIALS)
 
 
 def plan(desired: dict | DesiredState, live: dict, *, purge: bool = False, force: bool = False) -> list[Action]:

@@ -62,7 +62,7 @@ def _parse(text: str) -> dict:
     """The first JSON object of the file (a shorter description written over a longer one may leave
     a tail for a moment), or {} when there is none."""
     try:
-        value, _ = json.JSONDecoder().raw_decode(text.strip())
+        value, _end = json.JSONDecoder().raw_decode(text.strip())
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}

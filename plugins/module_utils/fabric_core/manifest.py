@@ -338,9 +338,14 @@ def _pipeline(root: bytes, records: Iterable, job_of: Callable, workers: int) ->
 
     def drain() -> Iterator[tuple]:
         records_, future = window.popleft()
-        results = iter(future.result())
+        results = future.result()  # one per record with a job, in order
+        taken = 0
         for record, has_job in records_:
-            yield record, next(results) if has_job else None
+            if has_job:
+                taken += 1
+                yield record, results[taken - 1]
+            else:
+                yield record, None
 
     try:
         for record in records:
@@ -577,7 +582,7 @@ def read_summary(manifest_path: str | bytes) -> Summary:
     """files, bytes, dirs, symlinks and the sha256 of a manifest, read as a stream (and checked)."""
     started = time.monotonic()
     totals: dict = {}
-    for _ in read_entries(manifest_path, totals):
+    for _entry in read_entries(manifest_path, totals):
         pass
     return Summary(seconds=time.monotonic() - started, path=os.fsdecode(manifest_path), **totals)
 

@@ -279,7 +279,7 @@ class _Collector:
         return []  # no samples while registering: the registry does not call collect() for them
 
     def collect(self):
-        _, core = _client()
+        _prometheus_client, core = _client()
         for name, samples in _samples(self.obs).items():
             metric = BY_NAME[name]
             kind = core.CounterMetricFamily if metric.type == COUNTER else core.GaugeMetricFamily
@@ -291,7 +291,7 @@ class _Collector:
 
 def registry(obs: Observed):
     """A CollectorRegistry holding the observation's metrics (every family of METRICS, some maybe empty)."""
-    client, _ = _client()
+    client, _core = _client()
     reg = client.CollectorRegistry(auto_describe=False)
     reg.register(_Collector(obs))
     return reg
@@ -299,7 +299,7 @@ def registry(obs: Observed):
 
 def render(reg) -> bytes:
     """The registry in the text format node_exporter's textfile collector reads."""
-    client, _ = _client()
+    client, _core = _client()
     return client.generate_latest(reg)
 
 

@@ -136,7 +136,7 @@ def marked_units(runner) -> list[dict]:
             entry["device"] = text[len("What="):].strip()
         elif text.startswith("Where="):
             entry["mountpoint"] = text[len("Where="):].strip()
-    return [e for _, e in sorted(files.items()) if e["owner"] and e["mountpoint"]]
+    return [e for _path, e in sorted(files.items()) if e["owner"] and e["mountpoint"]]
 
 
 def _of_owner(marked: list[dict], owner: str) -> list[dict]:
@@ -232,4 +232,3 @@ def remove_mount(runner, mountpoint: str, *, force: bool = False) -> dict:
     if runner.run(["test", "-d", mountpoint], check=False).rc == 0:
         runner.run(["rmdir", mountpoint], mutating=True, check=False)
     return {"changed": bool(commands), "unit": unit, "commands": commands, "users": busy}
-

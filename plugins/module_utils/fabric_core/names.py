@@ -182,7 +182,7 @@ def parse_ref(ref: str, *, version_required: bool = True) -> tuple[str, str | No
     """NAME@VERSION (or NAME alone when version_required is False) -> (name, version)."""
     if not isinstance(ref, str) or ref.count("@") > 1:
         raise InvalidName(f"invalid reference {ref!r}: expected NAME@VERSION", "for example `imagenet@v1`")
-    name, _, version = ref.partition("@")
+    name, _at, version = ref.partition("@")
     validate_fabric_name(name)
     if not version:
         if version_required:

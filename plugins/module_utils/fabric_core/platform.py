@@ -92,7 +92,7 @@ def read(runner, *, os_release: Path = OS_RELEASE, module_version: Path = ZFS_MO
     pkg = runner.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev}\t${Version}", "zfsutils-linux"],
                      check=False)
     if pkg.rc == 0:
-        status, _, version = pkg.stdout.partition("\t")
+        status, _tab, version = pkg.stdout.partition("\t")
         if status.startswith("ii"):
             facts.zfs_package = version.strip() or None
     try:
@@ -114,7 +114,7 @@ def missing_packages(runner, names: list[str]) -> list[str]:
     res = runner.run(["dpkg-query", "-W", "-f=${Package}\t${db:Status-Abbrev}\n", *names], check=False)
     installed = set()
     for line in res.stdout.splitlines():
-        package, _, status = line.partition("\t")
+        package, _tab, status = line.partition("\t")
         if status.startswith("ii"):
             installed.add(package.split(":", 1)[0])
     return [name for name in names if name not in installed]

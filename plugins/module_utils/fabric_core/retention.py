@@ -546,7 +546,7 @@ def _plan_group(candidates: list[Snapshot], policy: Policy, keep: dict[str, list
         sign = 1 if best.mode == "min" else -1
         ranked.sort(key=lambda vs: (sign * vs[0], -position[vs[1].name]))   # tie: newer first
         counts: dict[float, int] = {}
-        for value, _ in ranked:
+        for value, _snapshot in ranked:
             counts[value] = counts.get(value, 0) + 1
         for rank, (value, s) in enumerate(ranked, 1):
             tie = f"; tied with {counts[value] - 1} other(s), newer ranks first" if counts[value] > 1 else ""

@@ -83,7 +83,7 @@ class LocalRunner(Runner):
     def _run(self, argv, data):
         try:
             proc = subprocess.run(list(argv), input=data, capture_output=True, text=True,
-                                  env={**os.environ, **C_LOCALE})
+                                  env={**os.environ, **C_LOCALE}, check=False)  # the caller judges the exit
         except FileNotFoundError:
             return 127, "", f"{argv[0]}: command not found"
         return proc.returncode, proc.stdout, proc.stderr

@@ -64,7 +64,7 @@ def list_snapshots(runner, root: str, kinds=("dataset-version",), extra_columns=
     for row in rows:
         if row.get("fabric:managed") != "true" or (kinds and row.get("fabric:kind") not in kinds):
             continue
-        dataset, _, snap = row["name"].partition("@")
+        dataset, _at, snap = row["name"].partition("@")
         row["dataset"], row["snapshot"] = dataset, snap
         row["name_short"] = dataset.rsplit("/", 1)[-1]
         out.append(row)
@@ -91,7 +91,7 @@ def list_all_snapshots(runner, root: str, extra_columns=()) -> list[dict]:
     extra_columns, read in the same listing)."""
     rows = _list(runner, root, "snapshot", (*SNAPSHOT_COLUMNS, *extra_columns), oldest_first=True)
     for row in rows:
-        row["dataset"], _, row["snapshot"] = row["name"].partition("@")
+        row["dataset"], _at, row["snapshot"] = row["name"].partition("@")
     return rows
 
 

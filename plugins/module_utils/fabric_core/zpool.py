@@ -922,8 +922,8 @@ def _plan_existing(spec: PoolSpec, live: LivePool) -> PoolPlan:
         total = len(expansion.disks)
         for n, disk in enumerate(expansion.disks, 1):
             steps.append(Step(f"attach {disk} to {expansion.vdev} (raidz expansion, disk {n} of {total}): ZFS "
-                              "reflows the vdev's data across its disks", ["zpool", "attach", name, expansion.vdev,
-                                                                            disk]))
+                              "reflows the vdev's data across its disks",
+                              ["zpool", "attach", name, expansion.vdev, disk]))
             steps.append(Step(f"wait until {expansion.vdev} is expanded onto {disk} (`zpool wait` returns when "
                               "the reflow is done)", ["zpool", "wait", "-t", "raidz_expand", name]))
     for key, change in prop_changes.items():

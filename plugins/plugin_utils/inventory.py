@@ -2,8 +2,10 @@
 fabric_chap): one host's variables templated in its own context, the roles' defaults, and the rules by which a
 role derives a value from others (a GPU node's initiator name), written once here.
 
-Controller side only: no module imports it, so it never travels to a node. It imports nothing of Ansible;
-the caller passes its templar.
+Controller side only, so it lives in plugin_utils (the collection's shared code for controller plugins) and
+not in module_utils/fabric_core: no module imports it, it never travels to a node, and it may import PyYAML
+(a requirement of ansible-core on the controller, not of a node's Python). It imports nothing of Ansible; the
+caller passes its templar.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-ROLES = Path(__file__).resolve().parents[2] / "roles"
+ROLES = Path(__file__).resolve().parents[2] / "roles"  # plugins/plugin_utils/inventory.py -> the collection root
 
 
 def role_default(role: str, name: str):
