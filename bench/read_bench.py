@@ -64,6 +64,9 @@ def preflight() -> dict:
     if len(cache) != 1:
         raise BenchError(f"the pool {facts['pool']} has {len(cache)} cache devices; this benchmark empties the "
                          "L2ARC by removing and adding back exactly one")
+    if ssh(STORAGE, "fabricctl warm --help", check=False).returncode != 0:
+        raise BenchError(f"fabricctl on {STORAGE} has no `warm` command: install this checkout's fabricctl "
+                         "(.venv/bin/ansible-playbook playbooks/fabricctl.yml)")
     for host in (STORAGE, GPU):
         sh(host, "command -v fio")
     sh(STORAGE, "command -v exportfs && test -e /lib/systemd/system/nfs-server.service")
@@ -190,8 +193,12 @@ def fio(host: str, device: str, bs: str) -> dict:
             "p99_ms": round(r["clat_ns"]["percentile"]["99.000000"] / 1e6, 2)}
 
 
+MEASURED: dict = {}  # what measure() has so far: printed (not written) when a later step fails
+
+
 def measure(lab: dict) -> dict:
-    res: dict = {"setup": setup(lab)}
+    res = MEASURED
+    res["setup"] = setup(lab)
     say("reads (every figure: one epoch, gpu1's page cache dropped first)")
     res["iscsi-ext4"] = epochs(lab, f"/datasets/{SMALL}/v1", "iscsi-ext4", more_workers=True)
     res["nfs"] = epochs(lab, NFS_MOUNT, "nfs", more_workers=True)
@@ -254,8 +261,9 @@ def section(doc: dict, when: str) -> list[str]:
 
     def line(label, d, key):
         e = d[key]
+        hits = e["cache_hit_ratio"] if e["cache_hit_ratio"] is not None and "local" not in label else "-"
         return (f"| {label} | {e['mb_s']} | {e['files_s']} | {e['latency_ms']['p50']} | {e['latency_ms']['p99']} | "
-                f"{e['cache_hit_ratio'] if e['cache_hit_ratio'] is not None else '-'} |")
+                f"{hits} |")
 
     out = ["## Issue 14: the read path (a data loader over iSCSI, NFS and a local copy)", "",
            f"Measured in one run by `make bench-read` on {when} at commit {commit}. The tree: "
@@ -263,7 +271,8 @@ def section(doc: dict, when: str) -> list[str]:
            "(16 KiB-1 MiB, random bytes). bench/read_loader.py on gpu1: N workers read every file once per epoch in "
            "a seeded shuffled order, gpu1's page cache dropped before each epoch; epoch 1 after storage1's ARC was "
            "shrunk to its minimum and its L2ARC emptied. Cache hits: storage1's (ARC hits + L2ARC hits) / ARC "
-           "lookups during that read. Figures also in `bench/results/read.json`.", "",
+           "lookups during that read (none for the local copy, which storage1 does not serve). Figures also in "
+           "`bench/results/read.json`.", "",
            "| read | MB/s | files/s | p50 ms | p99 ms | ARC+L2ARC hits |", "|---|---|---|---|---|---|"]
     for label, d in (("iscsi-ext4", i), ("iscsi-xfs", x), ("nfs (v4.2, nconnect=4)", n), ("local NVMe copy", loc)):
         for key in ("8w_epoch1", "8w_epoch2", "8w_epoch3", "1w_warm", "4w_warm"):
@@ -308,7 +317,7 @@ def main() -> int:
         return 0
     return run_bench("bench-read", "read", checking="storage1 and gpu1 converged, one cache device, fio, NFS server",
                      preflight=preflight, leftovers=cleanup, cleanup_only=a.cleanup, measure=measure,
-                     cleanup=cleanup, rows=rows)
+                     cleanup=cleanup, rows=rows, partial=lambda: MEASURED)
 
 
 if __name__ == "__main__":
