@@ -59,8 +59,10 @@ def sh(host: str, command: str, **kw) -> str:
 
 def preflight() -> dict:
     facts = fabricctl_facts(STORAGE, GPU)
-    cache = sh(STORAGE, f"zpool list -H -v -P {facts['pool']} | awk '/^cache/{{c=1; next}} c && $1 ~ /^\\// "
-                        "{print $1}'").split()
+    # the cache vdev's name as zpool shows it: a whole disk by its /dev/disk/by-id name (-P would show its
+    # partition, -part1, and adding that back would leave the pool with a partition where it had the disk)
+    cache = sh(STORAGE, f"zpool list -H -v {facts['pool']} | awk '/^cache/{{c=1; next}} c && $1 !~ /^(logs|special|"
+                        "spares|dedup)$/ {print $1}'").split()
     if len(cache) != 1:
         raise BenchError(f"the pool {facts['pool']} has {len(cache)} cache devices; this benchmark empties the "
                          "L2ARC by removing and adding back exactly one")
@@ -104,8 +106,8 @@ def restore_caches(lab: dict) -> None:
     """zfs_arc_max and the cache device as preflight found them (idempotent)."""
     ssh(STORAGE, f"echo {lab['arc_max']} > {PARAMS}/zfs_arc_max; echo 1 > {PARAMS}/l2arc_rebuild_enabled", check=False)
     dev = lab["cache_device"]
-    if ssh(STORAGE, f"zpool list -H -v -P {lab['pool']} | grep -q '{dev}'", check=False).returncode != 0:
-        ssh(STORAGE, f"zpool add {lab['pool']} cache {dev}", check=False)
+    if ssh(STORAGE, f"zpool list -H -v {lab['pool']} | grep -q '{dev}'", check=False).returncode != 0:
+        ssh(STORAGE, f"zpool add {lab['pool']} cache /dev/disk/by-id/{dev}", check=False)
 
 
 def cold(lab: dict) -> None:
@@ -114,7 +116,7 @@ def cold(lab: dict) -> None:
     pool, dev = lab["pool"], lab["cache_device"]
     sh(STORAGE, f"echo {c_min} > {PARAMS}/zfs_arc_max && sync && echo 3 > /proc/sys/vm/drop_caches && sleep 2; "
                 f"echo {lab['arc_max']} > {PARAMS}/zfs_arc_max; zpool remove {pool} {dev} && "
-                f"zpool add {pool} cache {dev}")
+                f"zpool add {pool} cache /dev/disk/by-id/{dev}")
 
 
 def arcstats() -> dict:
@@ -132,15 +134,26 @@ def ratios_of(before: dict, after: dict) -> dict:
             "cache_hit_ratio": round((d["hits"] + d["l2_hits"]) / lookups, 3) if lookups else None, **d}
 
 
+def host_cpu() -> tuple[int, int]:
+    """This host's CPU time (busy, total) in ticks from /proc/stat: the lab's VMs all run on it."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def read(path: str, workers: int, seed: int, label: str) -> dict:
     before = arcstats()
+    cpu = host_cpu()
     doc = json.loads(sh(GPU, f"python3 {LOADER} {path} --workers {workers} --epochs 1 --seed {seed} "
                              "--drop-caches-between-epochs", timeout=3600))
     epoch = doc["epochs"][0]
     out = {k: epoch[k] for k in ("seconds", "mb_s", "files_s", "latency_ms", "files", "bytes")}
+    busy, total = (b - a for a, b in zip(cpu, host_cpu(), strict=True))
+    out["host_cpu_busy"] = round(busy / total, 3) if total else None  # how much of the lab's host the read took
     out.update(ratios_of(before, arcstats()))
     say(f"  {label}: {workers} workers: {out['mb_s']} MB/s, {out['files_s']} files/s, p50 "
-        f"{out['latency_ms']['p50']} ms, p99 {out['latency_ms']['p99']} ms; ARC+L2ARC hits {out['cache_hit_ratio']}")
+        f"{out['latency_ms']['p50']} ms, p99 {out['latency_ms']['p99']} ms; ARC+L2ARC hits {out['cache_hit_ratio']}; "
+        f"host CPU busy {out['host_cpu_busy']}")
     return out
 
 
@@ -263,7 +276,7 @@ def section(doc: dict, when: str) -> list[str]:
         e = d[key]
         hits = e["cache_hit_ratio"] if e["cache_hit_ratio"] is not None and "local" not in label else "-"
         return (f"| {label} | {e['mb_s']} | {e['files_s']} | {e['latency_ms']['p50']} | {e['latency_ms']['p99']} | "
-                f"{hits} |")
+                f"{hits} | {e.get('host_cpu_busy', '-')} |")
 
     out = ["## Issue 14: the read path (a data loader over iSCSI, NFS and a local copy)", "",
            f"Measured in one run by `make bench-read` on {when} at commit {commit}. The tree: "
@@ -273,7 +286,8 @@ def section(doc: dict, when: str) -> list[str]:
            "shrunk to its minimum and its L2ARC emptied. Cache hits: storage1's (ARC hits + L2ARC hits) / ARC "
            "lookups during that read (none for the local copy, which storage1 does not serve). Figures also in "
            "`bench/results/read.json`.", "",
-           "| read | MB/s | files/s | p50 ms | p99 ms | ARC+L2ARC hits |", "|---|---|---|---|---|---|"]
+           "| read | MB/s | files/s | p50 ms | p99 ms | ARC+L2ARC hits | host CPU busy |",
+           "|---|---|---|---|---|---|---|"]
     for label, d in (("iscsi-ext4", i), ("iscsi-xfs", x), ("nfs (v4.2, nconnect=4)", n), ("local NVMe copy", loc)):
         for key in ("8w_epoch1", "8w_epoch2", "8w_epoch3", "1w_warm", "4w_warm"):
             if key in d:
