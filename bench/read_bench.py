@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -304,9 +305,20 @@ def section(doc: dict, when: str) -> list[str]:
         a, b = f[f"iscsi_{bs}"], f[f"zvol_{bs}"]
         out.append(f"| {bs}: IOPS (p99 ms) | {a['iops']} ({a['p99_ms']}) | {b['iops']} ({b['p99_ms']}) | "
                    f"{_r(a['iops'], b['iops'])} |")
+    remote = [e.get("host_cpu_busy") for d in (i, x, n) for e in d.values()]
+    near = [e.get("host_cpu_busy") for e in loc.values()]
+    remote, near = [v for v in remote if v is not None], [v for v in near if v is not None]
+    if remote and near:
+        out += ["", "What this lab can and cannot say: the storage VM (ZFS, LIO or nfsd) and the GPU VM (ext4, "
+                "SCSI or NFS client, the reader) are emulated on the same two host cores. During the iSCSI and NFS "
+                f"reads the host was {statistics.median(remote):.2f} busy (median; {min(remote)}-{max(remote)}), "
+                f"during the local ones {statistics.median(near):.2f} ({min(near)}-{max(near)}): a remote read "
+                "spends CPU in two emulated machines for every byte, out of one budget, where a local one spends it "
+                "in one. The ratios measure that emulated path; they do not say how a storage network with its own "
+                "CPUs on each side compares with a local NVMe."]
     out += ["", "DLIO (MLPerf Storage's `dlio-benchmark`) does not run in the lab's GPU VMs, so only the plain reader "
-            "above is reported. Its newest release on PyPI (2.0.0) pins `pydftracer==1.0.2`, whose only wheels are "
-            "for CPython 3.11 and older, while the trixie guests run Python 3.13: `pip download dlio-benchmark "
+            "above is reported. Its newest release on PyPI (2.0.0) pins `pydftracer==1.0.2`, which has no wheel for "
+            "CPython 3.13 (pip finds a cp311 one), the trixie guests' Python: `pip download dlio-benchmark "
             "--python-version 3.13 --only-binary=:all:` ends with `ERROR: No matching distribution found for "
             "pydftracer==1.0.2`. Building it needs a C++ tool chain and CMake in the guest, and DLIO needs an MPI "
             "library (mpi4py): the guest image has neither, and the guests reach no package index.",
