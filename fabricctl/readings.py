@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from fabric_core import freeze, health, lio, lzc, versions, zfs, zpool
 from fabric_core.errors import FabricError
 from fabric_core.metrics import ARCSTATS
+from fabric_core.replicate import ORIGIN_PROP
 from fabric_core.rules import KIND_CHECKPOINT
 
 from . import datasets
@@ -216,6 +217,20 @@ def read_arcstats(path: str = ARCSTATS) -> str | None:
             return fh.read()
     except OSError:
         return None
+
+
+def replica_snapshots(ctx) -> list[dict] | None:
+    """The snapshots of volumes received from another storage node (fabric:origin set, as replicate's receive
+    sets it; its snapshots inherit it), versions and checkpoints: one `zfs list` under each root; None when
+    they cannot be listed."""
+    try:
+        cfg = ctx.config
+        rows = [row for root in (cfg.dataset_root, cfg.checkpoint_root)
+                for row in versions.list_snapshots(ctx.local, root, kinds=("dataset-version", KIND_CHECKPOINT),
+                                                   extra_columns=(ORIGIN_PROP,))]
+    except Exception:  # noqa: BLE001 - a metrics source: reported as not up
+        return None
+    return [row for row in rows if row.get(ORIGIN_PROP)]
 
 
 def checkpoint_snapshots(ctx) -> list[dict] | None:

@@ -58,7 +58,8 @@ def observe(ctx, now: float) -> fabric_metrics.Observed:
                                    pool=pool.row, pool_health=pool.health, pool_missing=pool.missing,
                                    checks=reading.checks, versions=readings.published_versions(reading.exports),
                                    arcstats=readings.read_arcstats(arcstats_path),
-                                   checkpoints=readings.checkpoint_snapshots(ctx))
+                                   checkpoints=readings.checkpoint_snapshots(ctx),
+                                   replicas=readings.replica_snapshots(ctx))
 
 
 def write(path: str | None, text: bytes) -> None:

@@ -102,7 +102,9 @@ def observed(**changes) -> fm.Observed:
                       checkpoints=[{"name": "tank/checkpoints/llama@step-100", "name_short": "llama",
                                     "creation": CK_CREATED - 7200},
                                    {"name": "tank/checkpoints/llama@step-200", "name_short": "llama",
-                                    "creation": CK_CREATED}])
+                                    "creation": CK_CREATED}],
+                      replicas=[{"name_short": "bert", "fabric:kind": "checkpoint", "fabric:origin": "storage2",
+                                 "creation": CK_CREATED}])
     for key, val in changes.items():
         setattr(obs, key, val)
     return obs
@@ -243,6 +245,24 @@ def test_checkpoint_age_is_that_of_the_newest_snapshot():
     assert value(text, "fabric_checkpoint_snapshots", job="llama") == 2
 
 
+def test_a_replica_lags_by_the_age_of_its_newest_snapshot():
+    rows = [{"name_short": "llama", "fabric:kind": "checkpoint", "fabric:origin": "storage1", "creation": NOW - 900},
+            {"name_short": "llama", "fabric:kind": "checkpoint", "fabric:origin": "storage1", "creation": NOW - 300},
+            {"name_short": "imagenet", "fabric:kind": "dataset-version", "fabric:origin": "storage1",
+             "creation": NOW - 86400},
+            {"name_short": "made-here", "fabric:kind": "checkpoint", "fabric:origin": None, "creation": NOW}]
+    text = render(observed(replicas=rows))
+    assert value(text, "fabric_replica_newest_snapshot_age_seconds", kind="checkpoint", volume="llama",
+                 origin="storage1") == 300
+    assert value(text, "fabric_replica_newest_snapshot_age_seconds", kind="dataset", volume="imagenet",
+                 origin="storage1") == 86400
+    assert "made-here" not in text  # made on this node: not a replica
+    assert value(text, "fabric_metrics_source_up", source="replicas") == 1
+    down = render(observed(replicas=None))
+    assert value(down, "fabric_metrics_source_up", source="replicas") == 0
+    assert "fabric_replica_newest_snapshot_age_seconds{" not in down
+
+
 def test_the_overall_state_and_each_check():
     text = render(observed())
     assert value(text, "fabric_health_state") == 1  # the checksum errors: WARNING
@@ -323,7 +343,7 @@ def test_the_textfile_goes_next_to_rotations_atomically_with_mode_0644(node, cap
     assert os.listdir(node.textfiles) == ["fabric.prom"]  # no temporary file left
     assert capsys.readouterr().out == ""  # quiet for the timer
     text = target.read_text()
-    assert names(text) == set(fm.NAMES)
+    assert names(text) == set(fm.NAMES) - {"fabric_replica_newest_snapshot_age_seconds"}  # the node holds no replica
     assert value(text, "fabric_pool_device_checksum_errors_total", pool="tank", vdev="raidz2-0",
                  device=HDD.format(2)) == 509
     assert value(text, "fabric_version_session", dataset="imagenet", version="v1", host="gpu2") == 0
@@ -339,7 +359,7 @@ def test_output_replaces_a_given_file_and_dash_prints(node, capsys, tmp_path):
     assert node("--output", str(out)) == 0
     assert out.read_text().startswith("# HELP fabric_")
     assert node("--output", "-") == 0
-    assert names(capsys.readouterr().out) == set(fm.NAMES)
+    assert names(capsys.readouterr().out) == set(fm.NAMES) - {"fabric_replica_newest_snapshot_age_seconds"}
     assert not (node.textfiles / "fabric.prom").exists()
 
 
@@ -356,8 +376,8 @@ def test_json_says_where_and_what_was_not_read(node, capsys):
     captured = capsys.readouterr()
     out = json.loads(captured.out)
     assert out["output"] == str(node.textfiles / "fabric.prom") and out["state"] == "WARNING"
-    assert out["sources_down"] == ["arcstats", "checkpoints"]
-    assert "could not read arcstats, checkpoints" in captured.err
+    assert out["sources_down"] == ["arcstats", "checkpoints", "replicas"]  # replicas: under both roots
+    assert "could not read arcstats, checkpoints, replicas" in captured.err
     text = (node.textfiles / "fabric.prom").read_text()
     assert value(text, "fabric_metrics_source_up", source="arcstats") == 0
     assert value(text, "fabric_pool_size_bytes", pool="tank") == 55029268480  # the rest is there

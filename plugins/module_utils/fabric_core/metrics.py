@@ -42,7 +42,7 @@ METRICS: tuple[Metric, ...] = (
            "capacity, chap, discovery, lio_saved, sessions, foreign_acls, rotation; exports or config when "
            "unreadable): 0-3 as above."),
     Metric("fabric_metrics_source_up", GAUGE, ("source",), "boolean",
-           "1 when the source (pool, exports, arcstats, checkpoints) was read, 0 when it could not be "
+           "1 when the source (pool, exports, arcstats, checkpoints, replicas) was read, 0 when it could not be "
            "(its metrics are then absent)."),
     Metric("fabric_pool_state", GAUGE, ("pool", "state"), "boolean",
            "1 for the pool's state (ONLINE, DEGRADED, FAULTED, OFFLINE, UNAVAIL, REMOVED, SUSPENDED; MISSING: not "
@@ -89,10 +89,14 @@ METRICS: tuple[Metric, ...] = (
     Metric("fabric_checkpoint_age_seconds", GAUGE, ("job",), "seconds",
            "Age of the job's newest checkpoint snapshot (its creation)."),
     Metric("fabric_checkpoint_snapshots", GAUGE, ("job",), "snapshots", "Checkpoint snapshots the job has."),
+    Metric("fabric_replica_newest_snapshot_age_seconds", GAUGE, ("kind", "volume", "origin"), "seconds",
+           "For each volume received from another storage node (fabric:origin; kind dataset or checkpoint): the "
+           "age of its newest snapshot, by its creation on the node that took it (send and receive keep it). "
+           "When the origin snapshots a job regularly, this is how far the replica lags."),
 )
 BY_NAME = {m.name: m for m in METRICS}
 NAMES = tuple(BY_NAME)
-SOURCES = ("pool", "exports", "arcstats", "checkpoints")
+SOURCES = ("pool", "exports", "arcstats", "checkpoints", "replicas")
 # the pool states of zpool (vdev_state_t as zpool_pool_state_to_name names a pool's), and MISSING: not imported
 POOL_STATES = ("ONLINE", "DEGRADED", "FAULTED", "OFFLINE", "UNAVAIL", "REMOVED", "SUSPENDED", "MISSING")
 ARCSTATS = "/proc/spl/kstat/zfs/arcstats"
@@ -111,7 +115,8 @@ class Observed:
     fabricctl status. versions: the published dataset versions, [{"dataset", "version", "acl": [host, ...],
     "sessions": [host, ...]}] (hosts with an ACL, those of them logged in). arcstats: the text of
     /proc/spl/kstat/zfs/arcstats. checkpoints: the checkpoint snapshot rows ({"name_short": job, "creation": epoch
-    seconds}). node: this storage node's name. now: the clock (epoch seconds)."""
+    seconds}). replicas: the snapshot rows of volumes received from another node ({"name_short", "fabric:kind",
+    "fabric:origin", "creation"}). node: this storage node's name. now: the clock (epoch seconds)."""
 
     pool_name: str
     now: float
@@ -123,6 +128,7 @@ class Observed:
     versions: list | None = None
     arcstats: str | None = None
     checkpoints: list | None = None
+    replicas: list | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -158,7 +164,8 @@ def _ratio(hits: int | None, misses: int | None) -> float | None:
 def sources_up(obs: Observed) -> dict[str, bool]:
     """{source: whether it was read} for SOURCES (a pool that is not imported was read: it is MISSING)."""
     return {"pool": obs.pool is not None or obs.pool_missing, "exports": obs.versions is not None,
-            "arcstats": obs.arcstats is not None, "checkpoints": obs.checkpoints is not None}
+            "arcstats": obs.arcstats is not None, "checkpoints": obs.checkpoints is not None,
+            "replicas": obs.replicas is not None}
 
 
 def _device_labels(pool: str, d) -> tuple[str, str, str]:
@@ -252,6 +259,18 @@ def _samples(obs: Observed) -> dict[str, list]:
             add("fabric_checkpoint_snapshots", (job,), count[job])
             if job in newest:
                 add("fabric_checkpoint_age_seconds", (job,), max(0.0, obs.now - newest[job]))
+
+    if obs.replicas is not None:
+        received: dict[tuple, float] = {}
+        for row in obs.replicas:
+            origin, created = row.get("fabric:origin"), row.get("creation")
+            if not origin or not isinstance(created, int | float):
+                continue
+            kind = "checkpoint" if row.get("fabric:kind") == "checkpoint" else "dataset"
+            key = (kind, str(row.get("name_short", "")), str(origin))
+            received[key] = max(received.get(key, created), created)
+        for key in sorted(received):
+            add("fabric_replica_newest_snapshot_age_seconds", key, max(0.0, obs.now - received[key]))
     return out
 
 
