@@ -37,6 +37,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fabric_core.metrics import parse_arcstats  # noqa: E402 - the core, as make venv installs it
 from labbench import BenchError, fabricctl_facts, put, run_bench, say, ssh  # noqa: E402
 from report import write_json, write_section  # noqa: E402
 
@@ -122,8 +123,8 @@ def cold(lab: dict) -> None:
 
 def arcstats() -> dict:
     keys = ("hits", "misses", "l2_hits", "l2_misses", "size", "l2_size")
-    rows = dict(line.split()[::2] for line in sh(STORAGE, f"cat {ARC}").splitlines()[2:] if len(line.split()) == 3)
-    return {k: int(rows[k]) for k in keys}
+    rows = parse_arcstats(sh(STORAGE, f"cat {ARC}"))  # the core's reader of the kstat
+    return {k: rows[k] for k in keys}
 
 
 def ratios_of(before: dict, after: dict) -> dict:

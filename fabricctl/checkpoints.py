@@ -15,6 +15,12 @@ def volume(cfg, job: str) -> str:
     return cfg.checkpoint(job)
 
 
+def mountpoint(cfg, job: str) -> str:
+    """Where JOB's checkpoint volume is mounted read-write on its writer (CHECKPOINT_MOUNT_ROOT/JOB): the mount
+    point of its export, by fabric_core.publish's rule (the file system does not change it)."""
+    return cfg.publishing().writable(job, "ext4").mountpoint
+
+
 VOLUMES = zvols.Volumes("checkpoint_root", KIND_CHECKPOINT_VOLUME, lambda job, known: NotFound(
     f"unknown job {job!r} (jobs with a checkpoint volume: {known})",
     f"create its volume with `fabricctl checkpoint volume create {job} --size SIZE --writer HOST`"))

@@ -14,7 +14,7 @@ from fabric_core.metrics import ARCSTATS
 from fabric_core.replicate import ORIGIN_PROP
 from fabric_core.rules import KIND_CHECKPOINT
 
-from . import datasets
+from . import checkpoints, datasets
 
 
 def why(exc: Exception) -> str:
@@ -133,11 +133,10 @@ def writer_states(ctx) -> tuple[dict, dict]:
     {host: why} of the writers that could not be asked). Writers not in the configuration are not asked."""
     cfg = ctx.config
     jobs: dict = {}
-    for row in versions.list_volumes(ctx.local, cfg.checkpoint_root, kinds=("checkpoint-volume",)):
+    for job, row in checkpoints.all_volumes(ctx).items():
         writer = row.get("fabric:writer") or ""
         if writer in cfg.hosts:
-            job = row["name"].rsplit("/", 1)[-1]
-            jobs.setdefault(writer, {})[job] = f"{cfg.checkpoint_mount_root}/{job}"
+            jobs.setdefault(writer, {})[job] = checkpoints.mountpoint(cfg, job)
     if not jobs:
         return {}, {}
 
@@ -219,24 +218,26 @@ def read_arcstats(path: str = ARCSTATS) -> str | None:
         return None
 
 
-def replica_snapshots(ctx) -> list[dict] | None:
+def replica_snapshots(ctx, checkpoints: list[dict] | None) -> list[dict] | None:
     """The snapshots of volumes received from another storage node (fabric:origin set, as replicate's receive
-    sets it; its snapshots inherit it), versions and checkpoints: one `zfs list` under each root; None when
-    they cannot be listed."""
+    sets it; its snapshots inherit it): the dataset versions from one `zfs list` under the dataset root, the
+    checkpoints from ``checkpoints`` (checkpoint_snapshots' rows, which carry fabric:origin); None when either
+    cannot be listed."""
+    if checkpoints is None:
+        return None
     try:
-        cfg = ctx.config
-        rows = [row for root in (cfg.dataset_root, cfg.checkpoint_root)
-                for row in versions.list_snapshots(ctx.local, root, kinds=("dataset-version", KIND_CHECKPOINT),
-                                                   extra_columns=(ORIGIN_PROP,))]
+        version_rows = versions.list_snapshots(ctx.local, ctx.config.dataset_root, kinds=("dataset-version",),
+                                               extra_columns=(ORIGIN_PROP,))
     except Exception:  # noqa: BLE001 - a metrics source: reported as not up
         return None
-    return [row for row in rows if row.get(ORIGIN_PROP)]
+    return [row for row in version_rows + checkpoints if row.get(ORIGIN_PROP)]
 
 
 def checkpoint_snapshots(ctx) -> list[dict] | None:
     """Every job's checkpoint snapshots (one `zfs list` under the checkpoint root; rows with name_short: the job,
-    creation), None when they cannot be listed."""
+    creation, fabric:origin for replica_snapshots), None when they cannot be listed."""
     try:
-        return versions.list_snapshots(ctx.local, ctx.config.checkpoint_root, kinds=(KIND_CHECKPOINT,))
+        return versions.list_snapshots(ctx.local, ctx.config.checkpoint_root, kinds=(KIND_CHECKPOINT,),
+                                       extra_columns=(ORIGIN_PROP,))
     except Exception:  # noqa: BLE001 - a metrics source: reported as not up
         return None

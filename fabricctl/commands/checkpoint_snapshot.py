@@ -73,7 +73,7 @@ def run(ctx, args) -> int:
         raise AlreadyExists(f"job {job} already has a checkpoint at step {args.step} ({snap})",
                             "checkpoints are immutable: use the next step")
     writer = cfg.host(vol.get("fabric:writer") or "")
-    mountpoint = f"{cfg.checkpoint_mount_root}/{job}"
+    mountpoint = checkpoints.mountpoint(cfg, job)
     runner = ctx.ssh(writer)
     mounted = mounts.current_mount(runner, mountpoint)  # also proves the writer is reachable
     if not mounted or "rw" not in mounted["options"]:

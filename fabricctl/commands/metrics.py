@@ -54,12 +54,12 @@ def observe(ctx, now: float) -> fabric_metrics.Observed:
     cfg = ctx.config
     reading = readings.read(ctx, now)
     pool = reading.pool
+    checkpoints = readings.checkpoint_snapshots(ctx)
     return fabric_metrics.Observed(pool_name=pool.name, now=now, node=cfg.node or socket.gethostname(),
                                    pool=pool.row, pool_health=pool.health, pool_missing=pool.missing,
                                    checks=reading.checks, versions=readings.published_versions(reading.exports),
                                    arcstats=readings.read_arcstats(arcstats_path),
-                                   checkpoints=readings.checkpoint_snapshots(ctx),
-                                   replicas=readings.replica_snapshots(ctx))
+                                   checkpoints=checkpoints, replicas=readings.replica_snapshots(ctx, checkpoints))
 
 
 def write(path: str | None, text: bytes) -> None:

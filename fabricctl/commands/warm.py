@@ -79,9 +79,9 @@ def version(ctx, ref: str):
     return datasets.export_of(ctx, row)
 
 
-def make_plan(ctx, args, export) -> tuple[warm.Plan, dict]:
-    """(the plan, {cache device: bytes}) from the snapshot's properties, the ARC's kstat and the pool's cache
-    devices."""
+def make_plan(ctx, args, export, arc: dict) -> tuple[warm.Plan, dict]:
+    """(the plan, {cache device: bytes}) from the snapshot's properties, the ARC's state (``arc_now``) and the
+    pool's cache devices."""
     props = zfs.get_props(ctx.local, export.snapshot, PROPS).get(export.snapshot, {})
 
     def prop(name: str, default: str = "") -> str:
@@ -91,7 +91,6 @@ def make_plan(ctx, args, export) -> tuple[warm.Plan, dict]:
         text = prop(name, "0")
         return int(text) if text.isdigit() else 0
 
-    arc = arc_now()
     pool = export.snapshot.split("/", 1)[0]
     cache_devices = zpool.get_cache_space(ctx.local, pool)
     plan = warm.plan(export.ref, device_bytes=number("volsize"), stored_bytes=number("referenced"),
@@ -117,12 +116,12 @@ def summary(plan: warm.Plan, reading: warm.Reading) -> str:
 
 def run(ctx, args) -> int:
     export = version(ctx, args.ref)
-    plan, cache_devices = make_plan(ctx, args, export)
+    before = arc_now()  # the plan's c_max, and the ARC as the read found it
+    plan, cache_devices = make_plan(ctx, args, export, before)
     device = datasets.readable_device(ctx, export)
     if not args.json:
         for line in plan.lines:
             print(line)
-    before = arc_now()
     progress_bar = None
     if plan.read_bytes and not args.json and sys.stderr.isatty():  # a terminal only: no lines in a log
         progress_bar = ProgressBar(0, plan.read_bytes, label=f"warm {export.ref}")

@@ -98,8 +98,8 @@ def snapshot_frozen(runner, mountpoint: str, take: Callable[[], T], *, limit: in
 
 BLOCKED_WCHAN = "percpu_rwsem_wait"  # where a write to a frozen file system waits (mnt_want_write, sb_start_write)
 # Every task waiting in BLOCKED_WCHAN, as "PID COMM" lines: a fixed script (no argument of anyone's in it); dash's
-# `read` returns 1 at a wchan's missing newline but has set the variable.
-# (a task that ends meanwhile is skipped: the loop's errors go to /dev/null).
+# `read` returns 1 at a wchan's missing newline but has set the variable; a task that ends meanwhile is skipped
+# (the loop's errors go to /dev/null).
 BLOCKED_SCRIPT = ("for f in /proc/[0-9]*/wchan; do w=; read -r w < \"$f\"; "
                   f"if [ \"$w\" = {BLOCKED_WCHAN} ]; then c=; read -r c < \"${{f%wchan}}comm\"; "
                   "p=${f#/proc/}; echo \"${p%/wchan} $c\"; fi; done 2>/dev/null; true")

@@ -533,13 +533,19 @@ def _missing_pool(name: str) -> NotFound:
                     f"check the name with `zpool list`; an exported pool comes back with `zpool import {name}`")
 
 
-def get_layout(runner: Runner, name: str, aliases: dict | None = None) -> tuple:
-    """(PoolLayout, PoolHealth) of a live pool from one `zpool status -j --json-int -P NAME`, paths mapped
-    through ``aliases`` (alias -> by_id). NotFound when the pool is not imported."""
+def _status_object(runner: Runner, name: str) -> dict:
+    """The live pool NAME's object in `zpool status -j --json-int -P NAME`; NotFound when it is not imported."""
     doc = zjson.run(runner, ["zpool", "status", *zjson.ZPOOL_JSON, "-P", name], missing=zjson.NO_POOL)
     obj = next((p for p in zjson.objects(doc or {}, "pools") if p.get("name") == name), None)
     if obj is None:
         raise _missing_pool(name)
+    return obj
+
+
+def get_layout(runner: Runner, name: str, aliases: dict | None = None) -> tuple:
+    """(PoolLayout, PoolHealth) of a live pool from one `zpool status -j --json-int -P NAME`, paths mapped
+    through ``aliases`` (alias -> by_id). NotFound when the pool is not imported."""
+    obj = _status_object(runner, name)
     layout = _layout(obj)
     if aliases:
         for vdev in layout.vdevs:
@@ -565,10 +571,7 @@ def parse_cache_space(text: str, pool: str | None = None) -> dict:
 def get_cache_space(runner: Runner, name: str) -> dict:
     """parse_cache_space of the live pool NAME (the `zpool status -j --json-int -P NAME` get_layout reads);
     NotFound when the pool is not imported."""
-    doc = zjson.run(runner, ["zpool", "status", *zjson.ZPOOL_JSON, "-P", name], missing=zjson.NO_POOL)
-    obj = next((p for p in zjson.objects(doc or {}, "pools") if p.get("name") == name), None)
-    if obj is None:
-        raise _missing_pool(name)
+    obj = _status_object(runner, name)
     return _cache_space(obj)
 
 
@@ -714,10 +717,7 @@ def read_pool(runner: Runner, spec: PoolSpec) -> LivePool:
     if pool_exists(runner, spec.name) is None:
         return LivePool(name=spec.name, exists=False)
     live = LivePool(name=spec.name, exists=True)
-    doc = zjson.run(runner, ["zpool", "status", *zjson.ZPOOL_JSON, "-P", spec.name], missing=zjson.NO_POOL)
-    obj = next((p for p in zjson.objects(doc or {}, "pools") if p.get("name") == spec.name), None)
-    if obj is None:
-        raise _missing_pool(spec.name)
+    obj = _status_object(runner, spec.name)
     _fill_status(live, obj, spec.aliases)
     root = zfs.get_props(runner, spec.name, [MANAGED_PROP]).get(spec.name, {})
     live.managed = root.get(MANAGED_PROP, ("-", ""))[0] == "true"
