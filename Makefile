@@ -15,6 +15,7 @@ PYTEST       := tests/run-pytest $(PY)
 STORAGE2     ?=
 DEBIAN       ?=
 SHUFFLE      ?=
+LEVERS       ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-levers lint docs lock clean
@@ -90,8 +91,8 @@ bench-replication: venv ## issue 13 benchmark on the running lab with storage2: 
 bench-read: venv ## issue 14 benchmark on the running lab: a data loader on gpu1 over iSCSI (ext4, xfs), NFS and a local copy, epochs from a cold ARC, fabricctl warm, fio -> docs/benchmarks.md, bench/results/read.json
 	$(PY) bench/read_bench.py
 
-bench-read-levers: venv ## issue 14 benchmark on the running lab: read_ahead_kb, nr_requests, max_sectors_kb on gpu1's iSCSI disks, one at a time (A B A B) -> docs/benchmarks.md, bench/results/read_levers.json
-	$(PY) bench/read_levers.py
+bench-read-levers: venv ## issue 14 benchmark on the running lab: read-path levers (block queue, SCSI queue depth, iSCSI PDU sizes, ZFS prefetch, volblocksize), one at a time (A B A B); LEVERS=a,b for some -> docs/benchmarks.md, bench/results/read_levers.json
+	$(PY) bench/read_levers.py $(if $(LEVERS),--levers $(LEVERS))
 
 bench-checkpoint: venv ## issue 5 benchmark on the running lab: rotate vs sanoid, checkpoint list vs zfs list, freeze window -> docs/benchmarks.md
 	$(PY) bench/checkpoint_bench.py

@@ -138,7 +138,7 @@ def measure(lab: dict) -> dict:
     before = boot_id("storage1")
     say("rebooting storage1 under both readers")
     started = time.monotonic()
-    ssh("storage1", "systemd-run --on-active=1 systemctl reboot")
+    ssh("storage1", "systemd-run --on-active=1 --timer-property=AccuracySec=100ms systemctl reboot")
     while boot_id("storage1") in ("", before):
         if time.monotonic() - started > WAIT_BACK_S:
             raise BenchError(f"storage1 did not come back within {WAIT_BACK_S} s")

@@ -60,7 +60,7 @@ def sh(host: str, command: str, **kw) -> str:
 
 
 def preflight() -> dict:
-    facts = fabricctl_facts(STORAGE, GPU)
+    facts = preflight_nfs()
     # the cache vdev's name as zpool shows it: a whole disk by its /dev/disk/by-id name (-P would show its
     # partition, -part1, and adding that back would leave the pool with a partition where it had the disk)
     cache = sh(STORAGE, f"zpool list -H -v {facts['pool']} | awk '/^cache/{{c=1; next}} c && $1 !~ /^(logs|special|"
@@ -73,7 +73,6 @@ def preflight() -> dict:
                          "(.venv/bin/ansible-playbook playbooks/fabricctl.yml)")
     for host in (STORAGE, GPU):
         sh(host, "command -v fio")
-    sh(STORAGE, "command -v exportfs && test -e /lib/systemd/system/nfs-server.service")
     disk = f"/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_SCRATCH{GPU[-1]}"
     if ssh(GPU, f"test -b {disk}", check=False).returncode != 0:
         raise BenchError(f"{GPU} has no scratch disk {disk}")
@@ -81,14 +80,17 @@ def preflight() -> dict:
             "arc_max": int(sh(STORAGE, f"cat {PARAMS}/zfs_arc_max"))}
 
 
+def preflight_nfs() -> dict:
+    """What the NFS baseline alone needs: fabricctl's facts and the kernel NFS server on storage1."""
+    facts = fabricctl_facts(STORAGE, GPU)
+    sh(STORAGE, "command -v exportfs && test -e /lib/systemd/system/nfs-server.service")
+    return facts
+
+
 def cleanup(lab: dict) -> list[str]:
     left = []
-    ssh(GPU, f"umount {NFS_MOUNT} 2>/dev/null; rmdir {NFS_MOUNT} 2>/dev/null; "
-             f"umount {LOCAL} 2>/dev/null; rmdir {LOCAL} 2>/dev/null; true", check=False)
-    ssh(STORAGE, f"exportfs -u '{lab['hosts'][GPU]}:{NFS_EXPORT}' 2>/dev/null; systemctl stop nfs-server; "
-                 f"umount {NFS_EXPORT} 2>/dev/null; rmdir {NFS_EXPORT} 2>/dev/null; "
-                 f"for l in $(losetup -j /dev/zvol/{lab['dataset_root']}/{SMALL}@v1 -O NAME -n); do losetup -d $l; "
-                 "done; true", check=False)
+    ssh(GPU, f"umount {LOCAL} 2>/dev/null; rmdir {LOCAL} 2>/dev/null; true", check=False)
+    nfs_withdraw(lab, f"/dev/zvol/{lab['dataset_root']}/{SMALL}@v1")
     for name in TREES:
         vol = f"{lab['dataset_root']}/{name}"
         if ssh(STORAGE, f"zfs list {vol}", check=False).returncode == 0:
@@ -99,8 +101,45 @@ def cleanup(lab: dict) -> list[str]:
     restore_caches(lab)
     if ssh(GPU, f"findmnt -n {LOCAL}", check=False).returncode == 0:
         left.append(f"{GPU}:{LOCAL} still mounted")
-    if ssh(STORAGE, f"exportfs -v | grep -q {NFS_EXPORT}", check=False).returncode == 0:
-        left.append(f"{STORAGE}: {NFS_EXPORT} still exported")
+    return left + nfs_left(lab, f"/dev/zvol/{lab['dataset_root']}/{SMALL}@v1")
+
+
+# ---- the NFS baseline: one snapshot exported read-only to gpu1 alone, and taken away again ------------------
+
+def nfs_export(lab: dict, dev: str) -> dict:
+    """``dev`` (a snapshot's device: read-only already) mounted read-only on storage1 through a read-only loop
+    device with direct I/O (so the bytes are cached once, in the ARC), exported read-only with root squashed
+    to gpu1's address alone, and mounted read-only on gpu1 with NFSv4.2 and nconnect=4."""
+    gpu_ip, storage_ip = lab["hosts"][GPU], lab["portal_ip"]
+    sh(STORAGE, f"mkdir -p {NFS_EXPORT} && loop=$(losetup -r --direct-io=on -f --show {dev}) && "
+                f"mount -o ro,noload $loop {NFS_EXPORT} && systemctl start nfs-server && "
+                f"exportfs -o ro,root_squash,no_subtree_check,fsid=7314 '{gpu_ip}:{NFS_EXPORT}'")
+    sh(GPU, f"mkdir -p {NFS_MOUNT} && mount -t nfs4 -o ro,vers=4.2,nconnect=4 {storage_ip}:{NFS_EXPORT} {NFS_MOUNT}")
+    return {"nfs_export": sh(STORAGE, "exportfs -v"), "nfs_mount": sh(GPU, f"findmnt -n {NFS_MOUNT}")}
+
+
+def nfs_withdraw(lab: dict, dev: str) -> None:
+    """Everything nfs_export made taken away (idempotent): gpu1's mount, the export, the NFS server (the lab
+    image keeps it off), storage1's mount and its loop devices over ``dev``."""
+    ssh(GPU, f"umount {NFS_MOUNT} 2>/dev/null; rmdir {NFS_MOUNT} 2>/dev/null; true", check=False)
+    ssh(STORAGE, f"exportfs -u '{lab['hosts'][GPU]}:{NFS_EXPORT}' 2>/dev/null; systemctl stop nfs-server; "
+                 f"umount {NFS_EXPORT} 2>/dev/null; rmdir {NFS_EXPORT} 2>/dev/null; "
+                 f"for l in $(losetup -j {dev} -O NAME -n); do losetup -d $l; done; true", check=False)
+
+
+def nfs_left(lab: dict, dev: str) -> list[str]:
+    """What of the NFS baseline is still there, each read where the kernel keeps it."""
+    left = []
+    if ssh(GPU, f"findmnt -n {NFS_MOUNT}", check=False).returncode == 0:
+        left.append(f"{GPU}:{NFS_MOUNT} still mounted")
+    if ssh(STORAGE, f"grep -qs '^{NFS_EXPORT}' /proc/fs/nfsd/exports", check=False).returncode == 0:
+        left.append(f"{STORAGE}: {NFS_EXPORT} still in the kernel's export table")
+    if ssh(STORAGE, "systemctl is-active --quiet nfs-server", check=False).returncode == 0:
+        left.append(f"{STORAGE}: the NFS server still runs")
+    if sh(STORAGE, f"losetup -j {dev} -O NAME -n"):
+        left.append(f"{STORAGE}: a loop device over {dev} is left")
+    if ssh(STORAGE, f"findmnt -n {NFS_EXPORT}", check=False).returncode == 0:
+        left.append(f"{STORAGE}:{NFS_EXPORT} still mounted")
     return left
 
 
@@ -190,13 +229,7 @@ def setup(lab: dict) -> dict:
             f"&& cp -a /datasets/{SMALL}/v1/. {LOCAL}/small/ && cp -a /datasets/{SHARDS}/v1/. {LOCAL}/shards/ && sync",
        timeout=1800)
     say(f"nfs: {SMALL}@v1 mounted read-only on {STORAGE} and exported read-only to {GPU} alone")
-    dev = f"/dev/zvol/{lab['dataset_root']}/{SMALL}@v1"
-    gpu_ip, storage_ip = lab["hosts"][GPU], lab["portal_ip"]
-    sh(STORAGE, f"mkdir -p {NFS_EXPORT} && loop=$(losetup -r --direct-io=on -f --show {dev}) && "
-                f"mount -o ro,noload $loop {NFS_EXPORT} && systemctl start nfs-server && "
-                f"exportfs -o ro,root_squash,no_subtree_check,fsid=7314 '{gpu_ip}:{NFS_EXPORT}'")
-    sh(GPU, f"mkdir -p {NFS_MOUNT} && mount -t nfs4 -o ro,vers=4.2,nconnect=4 {storage_ip}:{NFS_EXPORT} {NFS_MOUNT}")
-    return {"trees": trees, "nfs_export": sh(STORAGE, "exportfs -v"), "nfs_mount": sh(GPU, f"findmnt -n {NFS_MOUNT}")}
+    return {"trees": trees, **nfs_export(lab, f"/dev/zvol/{lab['dataset_root']}/{SMALL}@v1")}
 
 
 def fio(host: str, device: str, bs: str) -> dict:

@@ -4,95 +4,277 @@ in turn A B A B (the host is shared and noisy: alternating keeps drift out of th
 as `make bench-read` (1 GiB of 16 KiB-1 MiB files, published read-only to gpu1), read by bench/read_loader.py
 with 8 workers, storage1's caches warm (an epoch 2: the lever acts on the path, not on the disks).
 
-Levers (set on gpu1 for the block devices under the mount: the multipath map and its iSCSI disks):
-- read_ahead_kb: 128 (the kernel's default) against 1024 and 4096;
-- nr_requests: the kernel's default against 32 (fewer requests in flight per disk);
-- max_sectors_kb: 1024 (what the role sets) against 256.
+Levers (the first value is the baseline; "as found" is what the lab has):
+- on gpu1, the multipath map under the mount and its iSCSI disks:
+  read_ahead_kb (128, 1024, 4096), nr_requests (as found, 32), max_sectors_kb (1024, 256);
+- on gpu1, the iSCSI disks only: scheduler (as found, none), the SCSI device's queue_depth (as found: the
+  session's node.session.queue_depth, 32; then 8 and 128);
+- the iSCSI session's PDU sizes (pdu_kb: as found, 1024): MaxBurstLength and MaxRecvDataSegmentLength of the
+  initiator's node record and MaxBurstLength and MaxXmitDataSegmentLength of storage1's target, then the
+  session logged out and in again so that they are negotiated (read back from `iscsiadm -m session -P 2`);
+- on storage1: ZFS prefetch (zfs_prefetch_disable: as found, 1);
+- the volume's volblocksize (16K, 64K, 128K): the same tree (same seed) in three datasets made with
+  `fabricctl dataset create --volblocksize`, each published to gpu1 and read once before the rounds.
 
-Writes its section of docs/benchmarks.md and bench/results/read_levers.json. Everything it makes is taken away
-at the end and every value it changed is set back. Needs the lab up and converged (storage1, gpu1).
+`--levers a,b` measures only those; the figures of levers measured in earlier runs are kept in
+bench/results/read_levers.json with their own date and commit, and the section of docs/benchmarks.md shows
+them all. Everything it makes is taken away at the end and every value it changed is set back. Needs the lab
+up and converged (storage1, gpu1).
 """
 
 from __future__ import annotations
 
 import datetime
+import json
+import re
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import read_bench as rb  # noqa: E402
-from labbench import fabricctl_facts, put, run_bench, say, ssh  # noqa: E402
-from report import write_json  # noqa: E402
+from labbench import BenchError, fabricctl_facts, put, run_bench, say, ssh  # noqa: E402
+from report import RESULTS, write_json  # noqa: E402
 
 NAME = "rb-levers"
 MOUNT = f"/datasets/{NAME}/v1"
-LEVERS = {"read_ahead_kb": ["128", "1024", "4096"], "nr_requests": [None, "32"], "max_sectors_kb": ["1024", "256"]}
 ROUNDS = 2
+BLOCKSIZES = {"16K": NAME, "64K": "rb-levers-64k", "128K": "rb-levers-128k"}  # volblocksize -> dataset
+PDU_PARAMS = {  # pdu_kb: (initiator node record names, target TPG parameter names)
+    "initiator": ("node.session.iscsi.MaxBurstLength", "node.conn[0].iscsi.MaxRecvDataSegmentLength"),
+    "target": ("MaxBurstLength", "MaxXmitDataSegmentLength"),
+}
 
 
 def sh(host: str, command: str, **kw) -> str:
     return ssh(host, command, **kw).stdout.strip()
 
 
+@dataclass
+class Lever:
+    """A lever: its values (the first is the baseline; None: as found), what reads it, what sets it, and
+    which mount a value is read through (the same one but for volblocksize)."""
+    values: list
+    where: str
+    get: Callable[[], dict]
+    put: Callable[[dict], None]
+    mount: Callable[[str], str] = lambda value: MOUNT
+    scale: int = 1  # a value times this is what is written (pdu_kb: KiB -> bytes)
+
+    def setting(self, found: dict, value) -> dict:
+        return found if value is None else dict.fromkeys(found, str(int(value) * self.scale) if self.scale > 1
+                                                          else value)
+
+
+# ---- where the levers live ------------------------------------------------------------------------
+
+def disks() -> tuple[str, list[str]]:
+    """The multipath map under the mount (dm-N) and its iSCSI disks (sdX)."""
+    dev = sh(rb.GPU, f"basename $(readlink -f $(findmnt -n -o SOURCE {MOUNT}))")
+    return dev, sh(rb.GPU, f"ls /sys/block/{dev}/slaves 2>/dev/null").split()
+
+
+def sysfs(files: Callable[[], list[str]]) -> tuple[Callable[[], dict], Callable[[dict], None]]:
+    def get() -> dict:
+        out = {}
+        for f in files():
+            text = sh(rb.GPU, f"cat {f}")
+            chosen = re.search(r"\[(\S+)\]", text)  # scheduler: "none [mq-deadline]"
+            out[f] = chosen.group(1) if chosen else text
+        return out
+
+    def put(values: dict) -> None:
+        for f, value in values.items():
+            sh(rb.GPU, f"echo {value} > {f}")
+    return get, put
+
+
+def queue_files(attr: str, *, map_too: bool) -> Callable[[], list[str]]:
+    def files() -> list[str]:
+        dev, slaves = disks()
+        return [f"/sys/block/{d}/queue/{attr}" for d in ([dev] if map_too else []) + slaves]
+    return files
+
+
+def device_files(attr: str) -> Callable[[], list[str]]:
+    return lambda: [f"/sys/block/{d}/device/{attr}" for d in disks()[1]]
+
+
+def zfs_param(name: str) -> tuple[Callable[[], dict], Callable[[dict], None]]:
+    path = f"{rb.PARAMS}/{name}"
+
+    def put(values: dict) -> None:
+        for p, v in values.items():
+            sh(rb.STORAGE, f"echo {v} > {p}")
+    return lambda: {path: sh(rb.STORAGE, f"cat {path}")}, put
+
+
+def sessions() -> list[dict]:
+    """The iSCSI sessions under the map: id, target, portal (from sysfs, as the kernel has them)."""
+    out = []
+    for disk in disks()[1]:
+        sid = re.search(r"/session(\d+)/", sh(rb.GPU, f"readlink -f /sys/block/{disk}/device")).group(1)
+        cls = f"/sys/class/iscsi_session/session{sid}"
+        conn = f"/sys/class/iscsi_connection/connection{sid}:0"
+        out.append({"sid": sid, "target": sh(rb.GPU, f"cat {cls}/targetname"),
+                    "portal": sh(rb.GPU, f"echo $(cat {conn}/persistent_address):$(cat {conn}/persistent_port)")})
+    return out
+
+
+def tpg(target: str) -> str:
+    return f"/sys/kernel/config/target/iscsi/{target}/tpgt_1/param"
+
+
+def pdu_get() -> dict:
+    """Each session's node record and target parameters, keyed 'initiator|target|portal|name' and
+    'target|target|name'."""
+    out = {}
+    for s in sessions():
+        record = sh(rb.GPU, f"iscsiadm -m node -T {s['target']} -p {s['portal']}")
+        for name in PDU_PARAMS["initiator"]:
+            found = re.search(rf"^{re.escape(name)} = (\d+)$", record, re.M)
+            if not found:
+                raise BenchError(f"{rb.GPU}: the node record of {s['target']} has no {name}")
+            out[f"initiator|{s['target']}|{s['portal']}|{name}"] = found.group(1)
+        for name in PDU_PARAMS["target"]:
+            out[f"target|{s['target']}|{name}"] = sh(rb.STORAGE, f"cat {tpg(s['target'])}/{name}")
+    return out
+
+
+def pdu_put(values: dict) -> None:
+    """Set the node records and the target's parameters, then log each session out and in again (they are
+    negotiated at login) and wait for the map to have its paths back."""
+    relogin = set()
+    for key, value in values.items():
+        side, target, *rest = key.split("|")
+        if side == "initiator":
+            portal, name = rest
+            sh(rb.GPU, f"iscsiadm -m node -T {target} -p {portal} -o update -n '{name}' -v {value}")
+            relogin.add((target, portal))
+        else:
+            sh(rb.STORAGE, f"echo {value} > {tpg(target)}/{rest[0]}")
+    dev = disks()[0]
+    want = len(relogin)
+    for target, portal in sorted(relogin):
+        sh(rb.GPU, f"iscsiadm -m node -T {target} -p {portal} --logout >/dev/null && "
+                   f"iscsiadm -m node -T {target} -p {portal} --login >/dev/null", timeout=120)
+    deadline = time.monotonic() + 120
+    while len(sh(rb.GPU, f"udevadm settle; ls /sys/block/{dev}/slaves").split()) < want:
+        if time.monotonic() > deadline:
+            raise BenchError(f"{rb.GPU}: the map {dev} did not get its paths back after the iSCSI re-login")
+        time.sleep(2)
+
+
+def negotiated() -> dict:
+    """What the sessions negotiated, as `iscsiadm -m session -P 2` shows it."""
+    out = {}
+    for s in sessions():
+        text = sh(rb.GPU, f"iscsiadm -m session -r {s['sid']} -P 2")
+        out[s["target"]] = {k: int(v) for k, v in re.findall(r"(MaxBurstLength|MaxRecvDataSegmentLength): (\d+)",
+                                                              text)}
+    return out
+
+
+LEVERS: dict[str, Lever] = {
+    "read_ahead_kb": Lever(["128", "1024", "4096"], "gpu1: the map and its iSCSI disks",
+                           *sysfs(queue_files("read_ahead_kb", map_too=True))),
+    "nr_requests": Lever([None, "32"], "gpu1: the map and its iSCSI disks",
+                         *sysfs(queue_files("nr_requests", map_too=True))),
+    "max_sectors_kb": Lever(["1024", "256"], "gpu1: the map and its iSCSI disks",
+                            *sysfs(queue_files("max_sectors_kb", map_too=True))),
+    "scheduler": Lever([None, "none"], "gpu1: the iSCSI disks", *sysfs(queue_files("scheduler", map_too=False))),
+    "queue_depth": Lever([None, "8", "128"], "gpu1: the iSCSI disks' SCSI devices (the session's queue depth)",
+                         *sysfs(device_files("queue_depth"))),
+    "pdu_kb": Lever([None, "1024"], "gpu1's node record and storage1's target (MaxBurstLength, "
+                                    "MaxRecvDataSegmentLength / MaxXmitDataSegmentLength), then a re-login",
+                    pdu_get, pdu_put, scale=1024),
+    "zfs_prefetch_disable": Lever([None, "1"], "storage1: the zfs module", *zfs_param("zfs_prefetch_disable")),
+    "volblocksize": Lever(list(BLOCKSIZES), "storage1: the volume (a dataset each, same tree)",
+                          lambda: {}, lambda values: None, lambda value: f"/datasets/{BLOCKSIZES[value]}/v1"),
+}
+
+
+# ---- the run --------------------------------------------------------------------------------------
+
+def chosen() -> list[str]:
+    for i, arg in enumerate(sys.argv[1:]):
+        if arg == "--levers":
+            names = sys.argv[i + 2].split(",")
+            unknown = [n for n in names if n not in LEVERS]
+            if unknown:
+                raise SystemExit(f"bench-read-levers: unknown lever(s) {', '.join(unknown)}; the levers: "
+                                 f"{', '.join(LEVERS)}")
+            return names
+    return list(LEVERS)
+
+
 def preflight() -> dict:
-    return fabricctl_facts(rb.STORAGE, rb.GPU)
+    return {**fabricctl_facts(rb.STORAGE, rb.GPU), "levers": chosen()}
+
+
+def datasets(lab: dict) -> list[str]:
+    return [NAME, *(BLOCKSIZES[b] for b in BLOCKSIZES if b != "16K" and "volblocksize" in lab["levers"])]
 
 
 def cleanup(lab: dict) -> list[str]:
-    vol = f"{lab['dataset_root']}/{NAME}"
-    if ssh(rb.STORAGE, f"zfs list {vol}", check=False).returncode == 0:
-        ssh(rb.STORAGE, f"fabricctl unpublish {NAME}@v1 --force", check=False, timeout=900)
-        ssh(rb.STORAGE, f"fabricctl dataset destroy {NAME} --yes", check=False, timeout=900)
-    return [vol] if ssh(rb.STORAGE, f"zfs list {vol}", check=False).returncode == 0 else []
+    left = []
+    for name in (NAME, *BLOCKSIZES.values()):
+        vol = f"{lab['dataset_root']}/{name}"
+        if ssh(rb.STORAGE, f"zfs list {vol}", check=False).returncode == 0:
+            ssh(rb.STORAGE, f"fabricctl unpublish {name}@v1 --force", check=False, timeout=900)
+            ssh(rb.STORAGE, f"fabricctl dataset destroy {name} --yes", check=False, timeout=900)
+        if ssh(rb.STORAGE, f"zfs list {vol}", check=False).returncode == 0:
+            left.append(vol)
+    return left
 
 
-def queues() -> list[str]:
-    """The queue directories of the block devices under the mount: the map (dm-N) and its iSCSI disks."""
-    dev = sh(rb.GPU, f"basename $(readlink -f $(findmnt -n -o SOURCE {MOUNT}))")
-    slaves = sh(rb.GPU, f"ls /sys/block/{dev}/slaves 2>/dev/null").split()
-    return [f"/sys/block/{d}/queue" for d in (dev, *slaves)]
-
-
-def get(paths: list[str], lever: str) -> dict[str, str]:
-    return {p: sh(rb.GPU, f"cat {p}/{lever}") for p in paths}
-
-
-def set_all(values: dict[str, str], lever: str) -> None:
-    for path, value in values.items():
-        sh(rb.GPU, f"echo {value} > {path}/{lever}")
+def make(name: str, blocksize: str) -> None:
+    fs, spec = rb.TREES[rb.SMALL]
+    say(f"{name}: {spec}, volblocksize {blocksize}, sealed, published to {rb.GPU}")
+    sh(rb.STORAGE, f"fabricctl dataset create {name} --size {rb.VOLSIZE} --fs {fs} --volblocksize {blocksize} "
+                   ">/dev/null", timeout=900)
+    sh(rb.STORAGE, f"python3 {rb.TREE} /srv/fabricctl/staging/{name} {spec} --seed 1", timeout=1800)
+    sh(rb.STORAGE, f"fabricctl dataset seal {name} v1 >/dev/null && fabricctl publish {name}@v1 --to {rb.GPU} "
+                   ">/dev/null", timeout=1800)
 
 
 def measure(lab: dict) -> dict:
     put(rb.STORAGE, rb.TREE, (Path(__file__).resolve().parent / "make_tree.py").read_text())
     put(rb.GPU, rb.LOADER, (Path(__file__).resolve().parent / "read_loader.py").read_text())
-    fs, spec = rb.TREES[rb.SMALL]
-    say(f"{NAME}: {spec}, sealed, published to {rb.GPU}")
-    sh(rb.STORAGE, f"fabricctl dataset create {NAME} --size {rb.VOLSIZE} --fs {fs} >/dev/null", timeout=900)
-    sh(rb.STORAGE, f"python3 {rb.TREE} /srv/fabricctl/staging/{NAME} {spec} --seed 1", timeout=1800)
-    sh(rb.STORAGE, f"fabricctl dataset seal {NAME} v1 >/dev/null && fabricctl publish {NAME}@v1 --to {rb.GPU} "
-                   ">/dev/null", timeout=1800)
-    paths = queues()
-    rb.read(MOUNT, 8, 1, "first read (fills storage1's ARC and L2ARC)")
-    out: dict = {"devices": paths}
+    for blocksize, name in BLOCKSIZES.items():
+        if name in datasets(lab):
+            make(name, blocksize)
+    for name in datasets(lab):
+        rb.read(f"/datasets/{name}/v1", 8, 1, f"{name}: first read (fills storage1's ARC and L2ARC)")
+    out: dict = {}
     seed = 100
-    for lever, values in LEVERS.items():
-        original = get(paths, lever)
-        say(f"{lever}: now {sorted(set(original.values()))}; values {values} (None: as found)")
-        runs: dict = {str(v): [] for v in values}
+    for name in lab["levers"]:
+        lever = LEVERS[name]
+        original = lever.get()
+        say(f"{name}: now {sorted(set(original.values()))}; values {lever.values} (None: as found)")
+        runs: dict = {str(v): [] for v in lever.values}
+        extra: dict = {}
         try:
             for _ in range(ROUNDS):
-                for value in values:
-                    set_all(original if value is None else dict.fromkeys(paths, value), lever)
+                for value in lever.values:
+                    lever.put(lever.setting(original, value))
+                    if name == "pdu_kb":
+                        extra[str(value)] = negotiated()
                     seed += 1
-                    runs[str(value)].append(rb.read(MOUNT, 8, seed, f"{lever}={value}"))
+                    runs[str(value)].append(rb.read(lever.mount(value), 8, seed, f"{name}={value}"))
         finally:
-            set_all(original, lever)
-        base = str(values[0])
+            lever.put(original)
+        base = str(lever.values[0])
         mb = {v: statistics.mean(r["mb_s"] for r in rs) for v, rs in runs.items()}
-        out[lever] = {"found": original, "runs": runs, "mean_mb_s": {v: round(m, 1) for v, m in mb.items()},
-                      "over_first": {v: round(m / mb[base], 3) for v, m in mb.items()}}
+        out[name] = {"where": lever.where, "found": original, "runs": runs,
+                     "mean_mb_s": {v: round(m, 1) for v, m in mb.items()},
+                     "over_first": {v: round(m / mb[base], 3) for v, m in mb.items()}}
+        if extra:
+            out[name]["negotiated"] = extra
     return out
 
 
@@ -100,22 +282,40 @@ def rows(lab: dict, res: dict, when: str) -> list[str]:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parents[1]).stdout.strip()
     date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    ratios = {f"{lever}_{v}_over_{LEVERS[lever][0]}": r for lever in LEVERS
-              for v, r in res[lever]["over_first"].items() if v != str(LEVERS[lever][0])}
+    try:  # levers measured by earlier runs stay, each with the run that measured it
+        earlier = json.loads((RESULTS / "read_levers.json").read_text())
+    except (OSError, ValueError):
+        earlier = {}
+    figures = {k: v for k, v in (earlier.get("figures") or {}).items() if k in LEVERS}
+    for r in figures.values():
+        r.setdefault("date", earlier.get("date"))
+        r.setdefault("commit", earlier.get("commit"))
+    for name, r in res.items():
+        figures[name] = {**r, "date": date, "commit": commit}
+    figures = {k: figures[k] for k in LEVERS if k in figures}
+    ratios = {f"{name}_{v}_over_{r['runs'] and next(iter(r['runs']))}": x for name, r in figures.items()
+              for v, x in r["over_first"].items() if v != next(iter(r["runs"]))}
     write_json("read_levers", {"date": date, "commit": commit, "lab": "trixie lab (TCG), storage1 and gpu1",
-                               "figures": res, "ratios": ratios})
+                               "figures": figures, "ratios": ratios})
     out = ["## Issue 14: read-path levers, one at a time", "",
-           f"Measured in one run by `make bench-read-levers` on {when} at commit {commit}: bench/read_loader.py, 8 "
-           f"workers, the bench-read tree over iSCSI (ext4) on gpu1, storage1's caches warm; each value read "
-           f"{ROUNDS} times, the values in turn (A B A B). Set on the multipath map and its iSCSI disks "
-           f"({', '.join(Path(p).parent.name for p in res['devices'])}).", "",
-           "| lever | value | MB/s (mean) | over the first value | runs (MB/s) |", "|---|---|---|---|---|"]
-    for lever in LEVERS:
-        r = res[lever]
+           f"Measured by `make bench-read-levers` (last run {when}, commit {commit}; each lever's own run in the "
+           f"table): bench/read_loader.py, 8 workers, the bench-read tree (1 GiB, 16 KiB-1 MiB files) over iSCSI "
+           f"(ext4) on gpu1, storage1's caches warm; each value read {ROUNDS} times, the values in turn (A B A B). "
+           "\"as found\" is the lab's value.", "",
+           "| lever | set on | value | MB/s (mean) | over the first value | runs (MB/s) | ARC+L2ARC hits | measured |",
+           "|---|---|---|---|---|---|---|---|"]
+    for name, r in figures.items():
         for v in r["mean_mb_s"]:
             shown = v if v != "None" else f"as found ({', '.join(sorted(set(r['found'].values())))})"
-            out.append(f"| {lever} | {shown} | {r['mean_mb_s'][v]} | {r['over_first'][v]} | "
-                       f"{', '.join(str(x['mb_s']) for x in r['runs'][v])} |")
+            hits = ", ".join(str(x.get("cache_hit_ratio")) for x in r["runs"][v])
+            out.append(f"| {name} | {r.get('where', 'gpu1: the map and its iSCSI disks')} | {shown} | "
+                       f"{r['mean_mb_s'][v]} | {r['over_first'][v]} | "
+                       f"{', '.join(str(x['mb_s']) for x in r['runs'][v])} | {hits} | "
+                       f"{str(r.get('date'))[:16].replace('T', ' ')}, {r.get('commit')} |")
+    pdu = figures.get("pdu_kb", {}).get("negotiated")
+    if pdu:
+        out += ["", "Negotiated by the sessions (`iscsiadm -m session -P 2`): " + "; ".join(
+            f"{v}: {json.dumps(n, sort_keys=True)}" for v, n in pdu.items())]
     out.append("")
     return out
 

@@ -8,6 +8,7 @@ then seal a version.
 Examples:
   fabricctl dataset create imagenet --size 200G
   fabricctl dataset create imagenet --size 200G --fs xfs --dry-run
+  fabricctl dataset create shards --size 2T --volblocksize 64K
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 from fabric_core import blockfs, zfs
 from fabric_core.errors import AlreadyExists, UserError
 from fabric_core.names import validate_fabric_name
-from fabric_core.rules import FILESYSTEMS, KIND_DATASET, KIND_PROP
+from fabric_core.rules import (FILESYSTEMS, KIND_DATASET, KIND_PROP, VOLBLOCKSIZE_DEFAULT, VOLBLOCKSIZES,
+                               validate_volblocksize)
 from fabric_core.versions import created_by, now_iso
 
 from .. import datasets, zvols
@@ -31,10 +33,14 @@ def configure(p) -> None:
     p.add_argument("name", metavar="NAME", help="dataset name: a-z, 0-9, '-' (at most 30)")
     p.add_argument("--size", required=True, help="volume size, e.g. 500G or 2T")
     p.add_argument("--fs", choices=FILESYSTEMS, default=None, help="file system (default: the config's defaults.fs)")
+    p.add_argument("--volblocksize", default=VOLBLOCKSIZE_DEFAULT, metavar="SIZE",
+                   help=f"the volume's block size, fixed at creation: {', '.join(VOLBLOCKSIZES)} (default "
+                        f"{VOLBLOCKSIZE_DEFAULT}; docs/benchmarks.md has what larger blocks did to reads)")
 
 
 def run(ctx, args) -> int:
     name = validate_fabric_name(args.name)
+    blocksize = validate_volblocksize(args.volblocksize)
     size = zfs.parse_size(args.size)
     if size < 64 * 2**20:
         raise UserError(f"--size {args.size} is too small", "give at least 64M")
@@ -54,13 +60,13 @@ def run(ctx, args) -> int:
                         f"{free / 2**30:.1f} GiB available, the volume reserves {size * RESERVE_SLACK / 2**30:.1f} GiB",
                         "give a smaller --size, free space (unpublish and destroy old versions, `fabricctl rotate`), "
                         "or grow the pool")
-    props = {"volblocksize": "16K", "snapdev": "visible", KIND_PROP: KIND_DATASET, "fabric:fs": fstype,
+    props = {"volblocksize": blocksize, "snapdev": "visible", KIND_PROP: KIND_DATASET, "fabric:fs": fstype,
              "fabric:created-by": created_by(), "fabric:created-at": now_iso()}
     result = zfs.ensure_dataset(ctx.local, name=volume, properties=props, volume_size=size)
     zvols.settle(ctx, volume)
     ctx.local.run(blockfs.mkfs_argv(fstype, "/dev/zvol/" + volume), mutating=True)
     where = datasets.mount_staging(ctx, name, fstype)
-    out = {"dataset": name, "volume": volume, "size": size, "fs": fstype, "staging": where,
+    out = {"dataset": name, "volume": volume, "size": size, "fs": fstype, "volblocksize": blocksize, "staging": where,
            "dry_run": ctx.dry_run, "commands": result["commands"] + ctx.planned()}
     if args.json:
         ctx.emit(out)

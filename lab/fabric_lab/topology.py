@@ -133,6 +133,15 @@ def plan(with_storage2: bool = False) -> tuple[VM, ...]:
     return tuple(vms)
 
 
+# The lab has one guest image for every VM, so a GPU stand-in carries the storage node's packages too. A real
+# GPU node has neither ZFS nor an iSCSI target: their units are masked there (systemd.mask= on the kernel
+# command line, every boot including the first), which also keeps them from costing an emulated boot ~10 s
+# (loading zfs.ko waits for udev to settle; the target restore loads LIO's modules).
+STORAGE_ONLY_UNITS = ("zfs-load-module.service", "zfs-import-cache.service", "zfs-import-scan.service",
+                      "zfs-mount.service", "zfs-share.service", "zfs-volume-wait.service", "zfs-zed.service",
+                      "rtslib-fb-targetctl.service")
+
+
 def kernel_cmdline(vm: VM, ssh_pubkey: str) -> str:
     """Kernel command line; fabric.* words are read by fabric-lab-seed in the guest."""
     key = base64.b64encode(ssh_pubkey.strip().encode() + b"\n").decode()
@@ -140,6 +149,7 @@ def kernel_cmdline(vm: VM, ssh_pubkey: str) -> str:
         "root=LABEL=root", "rw", "console=ttyS0", "quiet", "loglevel=4",
         f"fabric.hostname={vm.name}", f"fabric.mac={vm.mac}", f"fabric.addr={vm.cidr}",
         f"fabric.sshkey={key}",
+        *([f"systemd.mask={unit}" for unit in STORAGE_ONLY_UNITS] if vm.role == "gpu" else []),
     ])
 
 

@@ -117,7 +117,7 @@ def test_completion_offers_a_commands_options_and_their_choices(script):
     assert complete(script, "fabricctl publish --") == ["--dry-run", "--from-nodes", "--help", "--json", "--to"]
     assert complete(script, "fabricctl publish imagenet@v1 --t") == ["--to"]
     assert complete(script, "fabricctl dataset create --size 10G --") == ["--dry-run", "--fs", "--help", "--json",
-                                                                         "--size"]
+                                                                         "--size", "--volblocksize"]
     assert complete(script, "fabricctl dataset create --fs ") == ["ext4", "xfs"]
     assert complete(script, "fabricctl dataset create --fs x") == ["xfs"]
     assert complete(script, "fabricctl --") == ["--config", "--help", "--version"]

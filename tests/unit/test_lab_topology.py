@@ -69,6 +69,18 @@ def test_qemu_argv_storage_node():
     assert " " not in append.split("fabric.sshkey=")[1]
 
 
+def test_only_gpu_stand_ins_mask_the_storage_units():
+    """One image serves every VM: a GPU stand-in runs neither ZFS nor an iSCSI target (masked at boot)."""
+    for vm in topology.plan(with_storage2=True):
+        append = topology.kernel_cmdline(vm, "k")
+        masked = {w.split("=", 1)[1] for w in append.split() if w.startswith("systemd.mask=")}
+        if vm.role == "gpu":
+            assert masked == set(topology.STORAGE_ONLY_UNITS)
+            assert {"zfs-load-module.service", "rtslib-fb-targetctl.service"} <= masked
+        else:
+            assert masked == set(), vm.name
+
+
 def test_qemu_argv_kvm_when_probe_says_so():
     vm = topology.plan()[1]
     argv = topology.qemu_argv(vm, vmdir=Path("/v"), image_dir=Path("/i"), ssh_pubkey="k", accel="kvm")

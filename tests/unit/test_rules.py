@@ -99,6 +99,14 @@ def test_filesystems():
         rules.validate_filesystem("btrfs")
 
 
+def test_volblocksize():
+    assert rules.validate_volblocksize("64k") == "64K"
+    assert rules.validate_volblocksize(rules.VOLBLOCKSIZE_DEFAULT) == "16K"
+    for bad in ("48K", "1M", "512", "", "64KB"):
+        with pytest.raises(UserError, match="use one of 4K, 8K, 16K, 32K, 64K, 128K"):
+            rules.validate_volblocksize(bad)
+
+
 # --- names added to the naming rules --------------------------------------------------------------
 
 @pytest.mark.parametrize("rule, good, bad, words", [

@@ -199,6 +199,22 @@ def validate_filesystem(fstype) -> str:
     return fstype
 
 
+# A dataset volume's block size (fixed at creation): ZFS reads and checksums whole blocks, so it is the unit
+# of every read the GPU nodes send. 16K is OpenZFS's default; larger blocks cost fewer reads per byte and
+# compress better, and make a small random read fetch more. Powers of two; 128K is the largest a zvol takes
+# without the large_blocks pool feature.
+VOLBLOCKSIZE_DEFAULT = "16K"
+VOLBLOCKSIZES = ("4K", "8K", "16K", "32K", "64K", "128K")
+
+
+def validate_volblocksize(value) -> str:
+    text = str(value).strip().upper()
+    if text not in VOLBLOCKSIZES:
+        raise UserError(f"volblocksize {value!r} is not one a dataset volume takes",
+                        f"use one of {', '.join(VOLBLOCKSIZES)} (default {VOLBLOCKSIZE_DEFAULT})")
+    return text
+
+
 def validate_path(value, *, mount_root: bool = False) -> str:
     """An absolute, normalised path; with ``mount_root``, not a system directory either."""
     if not isinstance(value, str) or not value.startswith("/") or posixpath.normpath(value) != value \
