@@ -59,10 +59,12 @@ section of docs/benchmarks.md. Absolute figures depend on the emulated lab (TCG)
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -86,6 +88,7 @@ from labbench import (  # noqa: E402
     zfs_value,
 )
 from labbench import snapshot_names as labbench_snapshot_names  # noqa: E402
+from report import write_json  # noqa: E402
 
 SECTION = "checkpoint"
 STORAGE = "storage1"
@@ -501,7 +504,23 @@ def measure_freeze(lab: Lab, state: State) -> list[dict]:
 
 # ---- report --------------------------------------------------------------------------------------
 
+def results(r: dict) -> dict:
+    """bench/results/checkpoint.json: the run's figures, the checkpoint writer's MB/s alone (what `fabricctl
+    plan checkpoint` compares a checkpoint's need with) and the ratios of the section."""
+    alone = next(w for w in r["freeze"] if w["step"] is None)
+    lo, lb = median(r["list_ours"]), median(r["list_base"])
+    return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                     cwd=Path(__file__).resolve().parents[1]).stdout.strip(),
+            "lab": "trixie lab (TCG), storage1 and gpu1 (the writer)",
+            "figures": {**r, "write_mb_s": alone["mb_s"]},
+            "ratios": {"rotate_over_sanoid": round(r["ours_s"] / r["base_s"], 3),
+                       "rotate_plan_over_sanoid_readonly": round(r["ours_plan_s"] / r["base_plan_s"], 3),
+                       "list_over_zfs_list": round(lo / lb, 3)}}
+
+
 def section(lab: Lab, r: dict, when: str) -> list[str]:
+    write_json("checkpoint", results(r))
     lo, lb = median(r["list_ours"]), median(r["list_base"])
     rows = [
         "## Issue 5: checkpoint rotation, listing and the snapshot freeze window (lab, TCG)",

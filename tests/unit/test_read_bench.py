@@ -16,6 +16,7 @@ def _load(name: str):
     sys.path.insert(0, str(REPO / "bench"))
     spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -47,3 +48,16 @@ def test_hit_ratios_from_two_arcstats_readings():
     assert (r["arc_hit_ratio"], r["l2arc_hit_ratio"], r["cache_hit_ratio"]) == (0.9, 0.8, 0.98)
     idle = read_bench.ratios_of(before, before)
     assert idle["arc_hit_ratio"] is None and idle["cache_hit_ratio"] is None and idle["l2arc_hit_ratio"] is None
+
+
+def test_the_checkpoint_benchmark_states_the_writers_bandwidth_for_the_planner():
+    """bench/results/checkpoint.json carries the writer-alone MB/s that `fabricctl plan checkpoint` reads."""
+    checkpoint_bench = _load("checkpoint_bench")
+    from fabric_core import ckplan
+    run = {"freeze": [{"step": None, "mb_s": 13.6}, {"step": 11000, "mb_s": 14.5}], "list_ours": [16.5, 16.8, 20.2],
+           "list_base": [7.4, 8.25, 8.65], "ours_s": 98.2, "base_s": 473.0, "ours_plan_s": 25.4, "base_plan_s": 218.3}
+    doc = checkpoint_bench.results(run)
+    assert {"date", "commit", "lab", "figures", "ratios"} <= set(doc)
+    assert doc["ratios"] == {"rotate_over_sanoid": 0.208, "rotate_plan_over_sanoid_readonly": 0.116,
+                             "list_over_zfs_list": 2.036}
+    assert ckplan.write_mb_s(doc) == (13.6, "figures.write_mb_s")
