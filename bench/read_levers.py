@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import read_bench as rb  # noqa: E402
 from labbench import BenchError, fabricctl_facts, put, run_bench, say, ssh  # noqa: E402
-from report import RESULTS, write_json  # noqa: E402
+from report import write_json, write_section  # noqa: E402
 
 NAME = "rb-levers"
 MOUNT = f"/datasets/{NAME}/v1"
@@ -157,15 +157,23 @@ def pdu_put(values: dict) -> None:
             relogin.add((target, portal))
         else:
             sh(rb.STORAGE, f"echo {value} > {tpg(target)}/{rest[0]}")
-    dev = disks()[0]
     want = len(relogin)
+    # fabricctl's mount unit requires the map's device: with its only path logged out, systemd unmounts it, and
+    # it is started again once the map is back
+    unit = sh(rb.GPU, f"systemd-escape --path --suffix=mount {MOUNT}")
     for target, portal in sorted(relogin):
         sh(rb.GPU, f"iscsiadm -m node -T {target} -p {portal} --logout >/dev/null && "
                    f"iscsiadm -m node -T {target} -p {portal} --login >/dev/null", timeout=120)
     deadline = time.monotonic() + 120
-    while len(sh(rb.GPU, f"udevadm settle; ls /sys/block/{dev}/slaves").split()) < want:
+    while True:
+        back = ssh(rb.GPU, f"udevadm settle; systemctl start '{unit}' && findmnt -n {MOUNT} >/dev/null && "
+                           f"ls /sys/block/$(basename $(readlink -f $(findmnt -n -o SOURCE {MOUNT})))/slaves",
+                   check=False)
+        if back.returncode == 0 and len(back.stdout.split()) >= want:
+            return
         if time.monotonic() > deadline:
-            raise BenchError(f"{rb.GPU}: the map {dev} did not get its paths back after the iSCSI re-login")
+            raise BenchError(f"{rb.GPU}: {MOUNT} did not come back on its map with {want} path(s) after the iSCSI "
+                             f"re-login: {back.stderr.strip()[-300:]}")
         time.sleep(2)
 
 
@@ -260,19 +268,20 @@ def measure(lab: dict) -> dict:
         runs: dict = {str(v): [] for v in lever.values}
         extra: dict = {}
         try:
-            for _ in range(ROUNDS):
-                for value in lever.values:
-                    lever.put(lever.setting(original, value))
-                    if name == "pdu_kb":
-                        extra[str(value)] = negotiated()
-                    seed += 1
-                    runs[str(value)].append(rb.read(lever.mount(value), 8, seed, f"{name}={value}"))
-        except BenchError as exc:  # this lever could not be set: said, and the next one is measured
+            try:
+                for _ in range(ROUNDS):
+                    for value in lever.values:
+                        lever.put(lever.setting(original, value))
+                        if name == "pdu_kb":
+                            extra[str(value)] = negotiated()
+                        seed += 1
+                        runs[str(value)].append(rb.read(lever.mount(value), 8, seed, f"{name}={value}"))
+            finally:
+                lever.put(original)
+        except BenchError as exc:  # this lever could not be set (or set back): said, and the next one is measured
             say(f"{name}: NOT measured: {exc}")
             out[name] = {"where": lever.where, "found": original, "error": str(exc)}
             continue
-        finally:
-            lever.put(original)
         base = str(lever.values[0])
         mb = {v: statistics.mean(r["mb_s"] for r in rs) for v, rs in runs.items()}
         out[name] = {"where": lever.where, "found": original, "runs": runs,
@@ -283,35 +292,39 @@ def measure(lab: dict) -> dict:
     return out
 
 
-def rows(lab: dict, res: dict, when: str) -> list[str]:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parents[1]).stdout.strip()
-    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    try:  # levers measured by earlier runs stay, each with the run that measured it
-        earlier = json.loads((RESULTS / "read_levers.json").read_text())
-    except (OSError, ValueError):
-        earlier = {}
-    figures = {k: v for k, v in (earlier.get("figures") or {}).items() if k in LEVERS}
+JSON = Path(__file__).resolve().parent / "results" / "read_levers.json"
+
+
+def merged(earlier: dict, res: dict, date: str, commit: str) -> dict:
+    """bench/results/read_levers.json after a run: the levers it measured, and those measured by earlier runs
+    (each keeps the date and commit of the run that measured it)."""
+    figures = {k: dict(v) for k, v in (earlier.get("figures") or {}).items() if k in LEVERS}
     for r in figures.values():
         r.setdefault("date", earlier.get("date"))
         r.setdefault("commit", earlier.get("commit"))
     for name, r in res.items():
-        figures[name] = {**r, "date": date, "commit": commit}
+        figures[name] = {"date": date, "commit": commit, **r}
     figures = {k: figures[k] for k in LEVERS if k in figures}
     ratios = {f"{name}_{v}_over_{next(iter(r['runs']))}": x for name, r in figures.items() if "runs" in r
               for v, x in r["over_first"].items() if v != next(iter(r["runs"]))}
-    write_json("read_levers", {"date": date, "commit": commit, "lab": "trixie lab (TCG), storage1 and gpu1",
-                               "figures": figures, "ratios": ratios})
+    return {"date": date, "commit": commit, "lab": "trixie lab (TCG), storage1 and gpu1", "figures": figures,
+            "ratios": ratios}
+
+
+def section(doc: dict) -> list[str]:
+    figures = doc["figures"]
     out = ["## Issue 14: read-path levers, one at a time", "",
-           f"Measured by `make bench-read-levers` (last run {when}, commit {commit}; each lever's own run in the "
-           f"table): bench/read_loader.py, 8 workers, the bench-read tree (1 GiB, 16 KiB-1 MiB files) over iSCSI "
-           f"(ext4) on gpu1, storage1's caches warm; each value read {ROUNDS} times, the values in turn (A B A B). "
-           "\"as found\" is the lab's value.", "",
+           f"Measured by `make bench-read-levers` (last run {doc['date'][:16].replace('T', ' ')} UTC, commit "
+           f"{doc['commit']}; each lever's own run in the table): bench/read_loader.py, 8 workers, the bench-read "
+           "tree (1 GiB, 16 KiB-1 MiB files) over iSCSI (ext4) on gpu1, storage1's caches warm; each value read "
+           f"{ROUNDS} times, the values in turn (A B A B). \"as found\" is the lab's value.", "",
            "| lever | set on | value | MB/s (mean) | over the first value | runs (MB/s) | ARC+L2ARC hits | measured |",
            "|---|---|---|---|---|---|---|---|"]
+    figures = {k: figures[k] for k in LEVERS if k in figures}  # the JSON file has them sorted by name
     failed = {name: r for name, r in figures.items() if "error" in r}
     for name, r in figures.items():
-        for v in r.get("mean_mb_s", {}):
+        order = [str(v) for v in LEVERS[name].values]
+        for v in sorted(r.get("mean_mb_s", {}), key=lambda v: order.index(v) if v in order else len(order)):
             shown = v if v != "None" else f"as found ({', '.join(sorted(set(r['found'].values())))})"
             hits = ", ".join(str(x.get("cache_hit_ratio")) for x in r["runs"][v])
             out.append(f"| {name} | {r.get('where', 'gpu1: the map and its iSCSI disks')} | {shown} | "
@@ -328,7 +341,23 @@ def rows(lab: dict, res: dict, when: str) -> list[str]:
     return out
 
 
+def rows(lab: dict, res: dict, when: str) -> list[str]:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    try:
+        earlier = json.loads(JSON.read_text())
+    except (OSError, ValueError):
+        earlier = {}
+    doc = merged(earlier, res, date, commit)
+    write_json("read_levers", doc)
+    return section(doc)
+
+
 def main() -> int:
+    if "--render" in sys.argv[1:]:  # the section again from bench/results/read_levers.json
+        write_section("read-levers", section(json.loads(JSON.read_text())))
+        return 0
     return run_bench("bench-read-levers", "read-levers", checking="storage1 and gpu1 converged",
                      preflight=preflight, leftovers=cleanup, cleanup_only="--cleanup" in sys.argv[1:],
                      measure=measure, cleanup=cleanup, rows=rows)

@@ -16,8 +16,14 @@ from __future__ import annotations
 from fabric_core import blockfs, zfs
 from fabric_core.errors import AlreadyExists, UserError
 from fabric_core.names import validate_fabric_name
-from fabric_core.rules import (FILESYSTEMS, KIND_DATASET, KIND_PROP, VOLBLOCKSIZE_DEFAULT, VOLBLOCKSIZES,
-                               validate_volblocksize)
+from fabric_core.rules import (
+    FILESYSTEMS,
+    KIND_DATASET,
+    KIND_PROP,
+    VOLBLOCKSIZE_DEFAULT,
+    VOLBLOCKSIZES,
+    validate_volblocksize,
+)
 from fabric_core.versions import created_by, now_iso
 
 from .. import datasets, zvols

@@ -167,6 +167,7 @@ def test_role_mounts_readonly_exports_idempotently_and_removes_unlisted_ones(hos
         # the udev rule lifts LIO's optimal transfer length (the zvol's volblocksize) as the request cap
         assert gpu.check_output(f"cat /sys/block/{disk}/queue/max_sectors_kb") == "1024", disk
         assert gpu.check_output(f"cat /sys/block/{disk}/queue/read_ahead_kb") == "4096", disk  # issue 14
+        assert "[none]" in gpu.check_output(f"cat /sys/block/{disk}/queue/scheduler"), disk  # issue 14
 
     step("gpu1: --check --diff with the default initiator name (BASE:inventory name) shows it and changes nothing")
     default = dict(variables)

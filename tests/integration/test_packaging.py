@@ -66,7 +66,9 @@ def test_the_installed_fabricctl_is_a_pip_package_of_this_checkout(storage):
     assert storage.check_output(f"ls {VENV}/wheel") == f"gpu_storage_fabric-{built_version()}-py3-none-any.whl"
 
 
-def test_the_role_upgrades_to_the_next_version_and_back(lab, storage, next_wheel):
+def test_the_role_upgrades_then_removes_cleanly_and_a_reinstall_restores_it(lab, storage, hosts, next_wheel):
+    """One sequence, three role runs: an upgrade in place (pip --force-reinstall of the named wheel, the path a
+    downgrade takes too), removal, and a fresh install of this checkout, which leaves the lab as it was."""
     wheel, version = next_wheel
     step(f"role with fabricctl_wheel={wheel.name}")
     up = role(lab, fabricctl_wheel=str(wheel))
@@ -75,12 +77,7 @@ def test_the_role_upgrades_to_the_next_version_and_back(lab, storage, next_wheel
     assert storage.check_output("fabricctl --version").splitlines()[0] == f"fabricctl {version}"
     assert storage.check_output(f"ls {VENV}/wheel") == wheel.name  # the older wheel is gone
     # (the role's second run changing nothing is the converged site's idempotence run)
-    step("role with this checkout's wheel again")
-    role(lab)
-    assert installed(storage)["version"] == built_version()
 
-
-def test_removal_is_clean_and_a_reinstall_restores_it(lab, storage, hosts):
     key = storage.check_output("cut -d' ' -f2 /etc/fabricctl/id_ed25519.pub")
     step("fabricctl_state=absent")
     role(lab, fabricctl_state="absent")
@@ -89,9 +86,11 @@ def test_removal_is_clean_and_a_reinstall_restores_it(lab, storage, hosts):
     assert storage.run("test -s /etc/fabricctl/config.yml && test -s /etc/fabricctl/id_ed25519").rc == 0  # kept
     for gpu in ("gpu1", "gpu2"):
         assert key not in hosts[gpu].check_output("cat /root/.ssh/authorized_keys")
-    step("fabricctl_state=present")
+
+    step("fabricctl_state=present (this checkout's wheel)")
     role(lab)
     assert installed(storage)["version"] == built_version()
+    assert storage.check_output("fabricctl --version").splitlines()[0] == f"fabricctl {built_version()}"
     assert storage.check_output("systemctl is-enabled fabricctl-rotate.timer") == "enabled"
     for gpu in ("gpu1", "gpu2"):
         assert key in hosts[gpu].check_output("cat /root/.ssh/authorized_keys")

@@ -161,16 +161,17 @@ def test_the_multipath_map_comes_back_after_the_gpu_node_reboots(rebooted):
 
 def test_the_read_path_tuning_is_back_after_the_gpu_node_reboots(rebooted):
     """Issue 14: the role's udev rule applies again at boot, read back from sysfs: the map fabricctl mounts
-    reads ahead iscsi_initiator_read_ahead_kb (4096), and its iSCSI disks take 1024 KiB requests and read
-    ahead as much."""
+    reads ahead iscsi_initiator_read_ahead_kb (4096), and its iSCSI disks take 1024 KiB requests, read
+    ahead as much and use the scheduler none (iscsi_initiator_scheduler)."""
     wwid = rebooted["wwid"]
     dm = wait_for("gpu1", f"basename $(readlink -f /dev/mapper/{wwid})")
     assert ssh("gpu1", f"cat /sys/block/{dm}/queue/read_ahead_kb").stdout.strip() == "4096"
     disks = ssh("gpu1", f"ls /sys/block/{dm}/slaves").stdout.split()
     assert disks
     for disk in disks:
-        got = ssh("gpu1", f"cat /sys/block/{disk}/queue/max_sectors_kb /sys/block/{disk}/queue/read_ahead_kb")
-        assert got.stdout.split() == ["1024", "4096"], (disk, got.stdout)
+        q = f"/sys/block/{disk}/queue"
+        got = ssh("gpu1", f"cat {q}/max_sectors_kb {q}/read_ahead_kb {q}/scheduler")
+        assert got.stdout.split()[:2] == ["1024", "4096"] and "[none]" in got.stdout.split()[2:], (disk, got.stdout)
 
 
 def test_pool_is_imported_and_healthy(rebooted):
