@@ -37,13 +37,13 @@ demo: venv lab-up ## boot the lab, converge site.yml, print the fabric, publish 
 test: venv ## all tests: unit (seconds, no root), linters (make lint), then integration on the lab VMs (root); SHUFFLE=SEED shuffles the files, DEBIAN=12 runs them on Debian 12 guests
 	$(PYTEST) tests/unit -q
 	$(MAKE) --no-print-directory lint
-	$(if $(DEBIAN),FABRIC_LAB_DEBIAN=$(DEBIAN)) $(PYTEST) tests/integration -v --durations=25 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE))
+	$(if $(DEBIAN),FABRIC_LAB_DEBIAN=$(DEBIAN)) $(PYTEST) tests/integration -v --durations=60 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE))
 
 unit: venv ## unit tests only
 	$(PYTEST) tests/unit -q
 
 integration: venv ## integration tests only (boots the lab if it is not up); SHUFFLE=SEED shuffles the files
-	$(if $(DEBIAN),FABRIC_LAB_DEBIAN=$(DEBIAN)) $(PYTEST) tests/integration -v --durations=25 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE))
+	$(if $(DEBIAN),FABRIC_LAB_DEBIAN=$(DEBIAN)) $(PYTEST) tests/integration -v --durations=60 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE))
 
 host-deps:
 	@tests/host-deps.sh
