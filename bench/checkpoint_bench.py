@@ -59,18 +59,17 @@ section of docs/benchmarks.md. Absolute figures depend on the emulated lab (TCG)
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report  # noqa: E402
 from labbench import (  # noqa: E402
     OWNER_PROP,
     BenchError,
@@ -509,10 +508,7 @@ def results(r: dict) -> dict:
     plan checkpoint` compares a checkpoint's need with) and the ratios of the section."""
     alone = next(w for w in r["freeze"] if w["step"] is None)
     lo, lb = median(r["list_ours"]), median(r["list_base"])
-    return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                     cwd=Path(__file__).resolve().parents[1]).stdout.strip(),
-            "lab": "trixie lab (TCG), storage1 and gpu1 (the writer)",
+    return {"date": report.now(), "commit": report.commit(), "lab": "trixie lab (TCG), storage1 and gpu1 (the writer)",
             "figures": {**r, "write_mb_s": alone["mb_s"]},
             "ratios": {"rotate_over_sanoid": round(r["ours_s"] / r["base_s"], 3),
                        "rotate_plan_over_sanoid_readonly": round(r["ours_plan_s"] / r["base_plan_s"], 3),

@@ -19,14 +19,13 @@ and the lab's VMs share two host cores: the aggregate figures show the mechanism
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report  # noqa: E402
 from labbench import BenchError, fabricctl_facts, put, run_bench, say, ssh  # noqa: E402
 from report import write_json  # noqa: E402
 
@@ -163,9 +162,8 @@ def rows(lab: dict, res: dict, when: str) -> list[str]:
               "aggregate_two_nodes_over_one": round(two["aggregate_mb_s"] / one["aggregate_mb_s"], 3)}
     stall = {"multipath_max_stall_s": multi["max_stall_s"], "single_path_max_stall_s": single["max_stall_s"],
              "multipath_read_errors": multi["errors"], "single_path_read_errors": single["errors"]}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parents[1]).stdout.strip()
-    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    commit = report.commit()
+    date = report.now()
     write_json("multipath", {"date": date, "commit": commit, "lab": f"trixie lab (TCG), OpenZFS {lab['zfs']}, "
                              "storage1 and storage2, gpu1 and gpu2", "figures": {**stall, **res}, "ratios": ratios})
     merge_into_replication(stall, date, commit)

@@ -29,14 +29,13 @@ Absolute figures are bound by software emulation (TCG) on two shared host cores:
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report  # noqa: E402
 from fabric_core.metrics import parse_arcstats  # noqa: E402 - the core, as make venv installs it
 from labbench import BenchError, fabricctl_facts, put, run_bench, say, ssh  # noqa: E402
 from report import write_json, write_section  # noqa: E402
@@ -90,7 +89,7 @@ def preflight_nfs() -> dict:
 def cleanup(lab: dict) -> list[str]:
     left = []
     ssh(GPU, f"umount {LOCAL} 2>/dev/null; rmdir {LOCAL} 2>/dev/null; true", check=False)
-    nfs_withdraw(lab, f"/dev/zvol/{lab['dataset_root']}/{SMALL}@v1")
+    nfs_withdraw(lab, nfs_device(lab))
     for name in TREES:
         vol = f"{lab['dataset_root']}/{name}"
         if ssh(STORAGE, f"zfs list {vol}", check=False).returncode == 0:
@@ -101,7 +100,7 @@ def cleanup(lab: dict) -> list[str]:
     restore_caches(lab)
     if ssh(GPU, f"findmnt -n {LOCAL}", check=False).returncode == 0:
         left.append(f"{GPU}:{LOCAL} still mounted")
-    return left + nfs_left(lab, f"/dev/zvol/{lab['dataset_root']}/{SMALL}@v1")
+    return left + nfs_left(lab, nfs_device(lab))
 
 
 # ---- the NFS baseline: one snapshot exported read-only to gpu1 alone, and taken away again ------------------
@@ -207,17 +206,28 @@ def epochs(lab: dict, path: str, label: str, *, more_workers: bool) -> dict:
     return res
 
 
+def make_version(name: str, fs: str, spec: str, *, volblocksize: str = "") -> dict:
+    """Dataset NAME with the tree of make_tree.py SPEC (seed 1: the same files every time), sealed as v1 and
+    published to gpu1; the tree's description."""
+    say(f"{name}: {spec} ({fs}{', volblocksize ' + volblocksize if volblocksize else ''}), sealed, published to "
+        f"{GPU}")
+    sh(STORAGE, f"fabricctl dataset create {name} --size {VOLSIZE} --fs {fs}"
+                f"{' --volblocksize ' + volblocksize if volblocksize else ''} >/dev/null", timeout=900)
+    tree = json.loads(sh(STORAGE, f"python3 {TREE} /srv/fabricctl/staging/{name} {spec} --seed 1", timeout=1800))
+    sh(STORAGE, f"fabricctl dataset seal {name} v1 >/dev/null && fabricctl publish {name}@v1 --to {GPU} >/dev/null",
+       timeout=1800)
+    return tree
+
+
+def nfs_device(lab: dict) -> str:
+    """The snapshot the NFS baseline exports: the small-file tree's, the one read over iSCSI too."""
+    return f"/dev/zvol/{lab['dataset_root']}/{SMALL}@v1"
+
+
 def setup(lab: dict) -> dict:
     put(STORAGE, TREE, (Path(__file__).resolve().parent / "make_tree.py").read_text())
     put(GPU, LOADER, (Path(__file__).resolve().parent / "read_loader.py").read_text())
-    trees = {}
-    for name, (fs, spec) in TREES.items():
-        say(f"{name}: {spec} ({fs}), sealed, published to {GPU}")
-        sh(STORAGE, f"fabricctl dataset create {name} --size {VOLSIZE} --fs {fs} >/dev/null", timeout=900)
-        trees[name] = json.loads(sh(STORAGE, f"python3 {TREE} /srv/fabricctl/staging/{name} {spec} --seed 1",
-                                    timeout=1800))
-        sh(STORAGE, f"fabricctl dataset seal {name} v1 >/dev/null && fabricctl publish {name}@v1 --to {GPU} "
-                    ">/dev/null", timeout=1800)
+    trees = {name: make_version(name, fs, spec) for name, (fs, spec) in TREES.items()}
     say(f"{GPU}: the local copies on its scratch NVMe ({lab['scratch']})")
     blank = ssh(GPU, f"blkid -p -o export {lab['scratch']}", check=False)
     if blank.returncode == 2:
@@ -229,7 +239,7 @@ def setup(lab: dict) -> dict:
             f"&& cp -a /datasets/{SMALL}/v1/. {LOCAL}/small/ && cp -a /datasets/{SHARDS}/v1/. {LOCAL}/shards/ && sync",
        timeout=1800)
     say(f"nfs: {SMALL}@v1 mounted read-only on {STORAGE} and exported read-only to {GPU} alone")
-    return {"trees": trees, **nfs_export(lab, f"/dev/zvol/{lab['dataset_root']}/{SMALL}@v1")}
+    return {"trees": trees, **nfs_export(lab, nfs_device(lab))}
 
 
 def fio(host: str, device: str, bs: str) -> dict:
@@ -292,9 +302,8 @@ def rows(lab: dict, res: dict, when: str) -> list[str]:
         "fio_128k_qd32_iscsi_over_zvol_iops": _r(f["iscsi_128k"]["iops"], f["zvol_128k"]["iops"]),
         "fio_4k_qd32_iscsi_over_zvol_iops": _r(f["iscsi_4k"]["iops"], f["zvol_4k"]["iops"]),
     }
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parents[1]).stdout.strip()
-    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    commit = report.commit()
+    date = report.now()
     doc = {"date": date, "commit": commit, "lab": f"trixie lab (TCG), OpenZFS {lab['zfs']}, storage1 (2 vCPU, ARC 512 "
            "MiB, NVMe L2ARC) and gpu1 (1 vCPU, 1280 MiB)", "figures": res, "ratios": ratios}
     write_json("read", doc)

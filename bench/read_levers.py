@@ -24,11 +24,10 @@ up and converged (storage1, gpu1).
 
 from __future__ import annotations
 
-import datetime
+import argparse
 import json
 import re
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import read_bench as rb  # noqa: E402
+import report  # noqa: E402
 from labbench import BenchError, fabricctl_facts, put, run_bench, say, ssh  # noqa: E402
 from report import write_json, write_section  # noqa: E402
 
@@ -64,6 +64,7 @@ class Lever:
     put: Callable[[dict], None]
     mount: Callable[[str], str] = lambda value: MOUNT
     scale: int = 1  # a value times this is what is written (pdu_kb: KiB -> bytes)
+    readback: Callable[[], dict] | None = None  # what a value became, where it is negotiated (pdu_kb)
 
     def setting(self, found: dict, value) -> dict:
         return found if value is None else dict.fromkeys(found, str(int(value) * self.scale) if self.scale > 1
@@ -200,7 +201,7 @@ LEVERS: dict[str, Lever] = {
                          *sysfs(device_files("queue_depth"))),
     "pdu_kb": Lever([None, "1024"], "gpu1's node record and storage1's target (MaxBurstLength, "
                                     "MaxRecvDataSegmentLength / MaxXmitDataSegmentLength), then a re-login",
-                    pdu_get, pdu_put, scale=1024),
+                    pdu_get, pdu_put, scale=1024, readback=negotiated),
     "zfs_prefetch_disable": Lever([None, "1"], "storage1: the zfs module", *zfs_param("zfs_prefetch_disable")),
     "volblocksize": Lever(list(BLOCKSIZES), "storage1: the volume (a dataset each, same tree)",
                           lambda: {}, lambda values: None, lambda value: f"/datasets/{BLOCKSIZES[value]}/v1"),
@@ -209,20 +210,12 @@ LEVERS: dict[str, Lever] = {
 
 # ---- the run --------------------------------------------------------------------------------------
 
-def chosen() -> list[str]:
-    for i, arg in enumerate(sys.argv[1:]):
-        if arg == "--levers":
-            names = sys.argv[i + 2].split(",")
-            unknown = [n for n in names if n not in LEVERS]
-            if unknown:
-                raise SystemExit(f"bench-read-levers: unknown lever(s) {', '.join(unknown)}; the levers: "
-                                 f"{', '.join(LEVERS)}")
-            return names
-    return list(LEVERS)
-
-
-def preflight() -> dict:
-    return {**fabricctl_facts(rb.STORAGE, rb.GPU), "levers": chosen()}
+def lever_names(text: str) -> list[str]:
+    names = text.split(",")
+    unknown = [n for n in names if n not in LEVERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown lever(s) {', '.join(unknown)}; the levers: {', '.join(LEVERS)}")
+    return names
 
 
 def datasets(lab: dict) -> list[str]:
@@ -241,22 +234,12 @@ def cleanup(lab: dict) -> list[str]:
     return left
 
 
-def make(name: str, blocksize: str) -> None:
-    fs, spec = rb.TREES[rb.SMALL]
-    say(f"{name}: {spec}, volblocksize {blocksize}, sealed, published to {rb.GPU}")
-    sh(rb.STORAGE, f"fabricctl dataset create {name} --size {rb.VOLSIZE} --fs {fs} --volblocksize {blocksize} "
-                   ">/dev/null", timeout=900)
-    sh(rb.STORAGE, f"python3 {rb.TREE} /srv/fabricctl/staging/{name} {spec} --seed 1", timeout=1800)
-    sh(rb.STORAGE, f"fabricctl dataset seal {name} v1 >/dev/null && fabricctl publish {name}@v1 --to {rb.GPU} "
-                   ">/dev/null", timeout=1800)
-
-
 def measure(lab: dict) -> dict:
     put(rb.STORAGE, rb.TREE, (Path(__file__).resolve().parent / "make_tree.py").read_text())
     put(rb.GPU, rb.LOADER, (Path(__file__).resolve().parent / "read_loader.py").read_text())
     for blocksize, name in BLOCKSIZES.items():
         if name in datasets(lab):
-            make(name, blocksize)
+            rb.make_version(name, *rb.TREES[rb.SMALL], volblocksize=blocksize)
     for name in datasets(lab):
         rb.read(f"/datasets/{name}/v1", 8, 1, f"{name}: first read (fills storage1's ARC and L2ARC)")
     out: dict = {}
@@ -272,8 +255,8 @@ def measure(lab: dict) -> dict:
                 for _ in range(ROUNDS):
                     for value in lever.values:
                         lever.put(lever.setting(original, value))
-                        if name == "pdu_kb":
-                            extra[str(value)] = negotiated()
+                        if lever.readback is not None:
+                            extra[str(value)] = lever.readback()
                         seed += 1
                         runs[str(value)].append(rb.read(lever.mount(value), 8, seed, f"{name}={value}"))
             finally:
@@ -342,9 +325,8 @@ def section(doc: dict) -> list[str]:
 
 
 def rows(lab: dict, res: dict, when: str) -> list[str]:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parents[1]).stdout.strip()
-    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    commit = report.commit()
+    date = report.now()
     try:
         earlier = json.loads(JSON.read_text())
     except (OSError, ValueError):
@@ -355,12 +337,19 @@ def rows(lab: dict, res: dict, when: str) -> list[str]:
 
 
 def main() -> int:
-    if "--render" in sys.argv[1:]:  # the section again from bench/results/read_levers.json
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--levers", type=lever_names, default=list(LEVERS), metavar="A,B",
+                   help=f"measure only these (default all: {', '.join(LEVERS)})")
+    p.add_argument("--cleanup", action="store_true", help="only remove what an earlier run left, then exit")
+    p.add_argument("--render", action="store_true", help="only write the report section again from "
+                   "bench/results/read_levers.json (nothing is measured)")
+    a = p.parse_args()
+    if a.render:
         write_section("read-levers", section(json.loads(JSON.read_text())))
         return 0
     return run_bench("bench-read-levers", "read-levers", checking="storage1 and gpu1 converged",
-                     preflight=preflight, leftovers=cleanup, cleanup_only="--cleanup" in sys.argv[1:],
-                     measure=measure, cleanup=cleanup, rows=rows)
+                     preflight=lambda: {**fabricctl_facts(rb.STORAGE, rb.GPU), "levers": a.levers},
+                     leftovers=cleanup, cleanup_only=a.cleanup, measure=measure, cleanup=cleanup, rows=rows)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,12 @@ Absolute figures are bound by software emulation (TCG); compare the ratios.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report  # noqa: E402
 from labbench import BenchError, fabricctl_facts, run_bench, say, ssh, timed  # noqa: E402
 from report import write_json  # noqa: E402
 
@@ -157,10 +156,9 @@ def rows(lab: dict, res: dict, when: str) -> list[str]:
     inc, full = res["incremental"], s["1g"]
     ratios["incremental_over_full_1g_seconds"] = round(inc["seconds"] / full["fabricctl_s"], 3)
     ratios["incremental_over_full_1g_bytes"] = round(inc["sent_bytes"] / full["fabricctl_sent"], 3)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    commit = report.commit()
     figures = {**res, **stall_figures()}
-    write_json("replication", {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    write_json("replication", {"date": report.now(),
                                "commit": commit, "lab": f"storage1 -> storage2 of the trixie lab (TCG, 2 vCPU "
                                f"each), OpenZFS {lab['zfs']}", "figures": figures, "ratios": ratios})
     table = ["| version | stream | floor: zfs send \\| ssh \\| zfs receive | fabricctl replicate | syncoid | "

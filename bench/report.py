@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
+import subprocess
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
@@ -24,6 +26,17 @@ def write_section(name: str, rows: list[str], results: Path = RESULTS) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     results.write_text(text)
+
+
+def commit() -> str:
+    """The checkout's commit (short), recorded with each run's figures."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+
+
+def now() -> str:
+    """The time of a run, UTC, as the results files record it."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def write_json(name: str, document: dict) -> Path:

@@ -20,14 +20,13 @@ software emulation; compare the ratios.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report  # noqa: E402
 from labbench import BenchError, run_bench, say, ssh  # noqa: E402
 from report import write_json  # noqa: E402
 
@@ -115,9 +114,8 @@ def rows(lab: dict, res: dict, when: str) -> list[str]:
             figures[f"{case}_{job}"] = {"classic": a, "blk_mq": b}
             table.append(f"| {case.replace('_', ' ')} | {job} | {ma} MB/s, p99 {median(a, 'p99_ms')} ms | "
                          f"{mb} MB/s, p99 {median(b, 'p99_ms')} ms | {ratios[f'mq_over_classic_{case}_{job}']} |")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parents[1]).stdout.strip()
-    write_json("zvol_mq", {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    commit = report.commit()
+    write_json("zvol_mq", {"date": report.now(),
                            "commit": commit,
                            "lab": f"storage1 of the trixie lab (TCG, 2 vCPU), OpenZFS {lab['version']}",
                            "figures": {**figures, "mq_queues_seen": res.get("mq_queues", {})}, "ratios": ratios})
