@@ -61,7 +61,8 @@ class Host(Runner):
             pids = argv[-1].split(",")
             return 0, "".join(f"{pid} {comm}\n" for who in self.users.values() for pid, comm in who if pid in pids), ""
         if cmd == "systemctl":
-            verb, unit = argv[1], argv[2] if len(argv) > 2 else ""
+            words = [a for a in argv[1:] if not a.startswith("--")]
+            verb, unit = words[0], words[1] if len(words) > 1 else ""
             if verb == "is-enabled":
                 return (0, "enabled\n", "") if unit in self.enabled else (1, "disabled\n", "")
             if verb == "enable":
@@ -110,6 +111,29 @@ def test_reconcile_writes_enables_and_mounts_then_changes_nothing():
     again = mounts.reconcile(host, [want("welcome")], owner="iscsi_initiator")
     assert again == {"changed": False, "mounts": again["mounts"], "removed": [], "commands": []}
     assert host.mutations() == []
+
+
+def reloads(log) -> int:
+    """How many times the commands reloaded systemd: daemon-reload, and enable/disable without --no-reload."""
+    return sum(1 for a in log if a[0] == "systemctl" and (a[1] == "daemon-reload" or (
+        {"enable", "disable"} & set(a) and "--no-reload" not in a)))
+
+
+def test_a_mount_made_or_removed_reloads_systemd_once():
+    """A reload costs seconds on a busy node and is paid per host of every publish: writing a new unit and
+    enabling it is one reload (enable's own), a changed unit already enabled is one, a removal is one."""
+    host = Host()
+    mounts.ensure_mount(host, device=DEV.format(0), mountpoint="/datasets/a", fstype="ext4")
+    assert reloads(host.log) == 1 and "datasets-a.mount" in host.enabled
+    host.log.clear()
+    mounts.ensure_mount(host, device=DEV.format(1), mountpoint="/datasets/a", fstype="ext4")
+    assert reloads(host.log) == 1 and ("systemctl", "daemon-reload") in host.log
+    host.log.clear()
+    mounts.ensure_mount(host, device=DEV.format(1), mountpoint="/datasets/a", fstype="ext4")
+    assert reloads(host.log) == 0
+    mounts.remove_mount(host, "/datasets/a")
+    assert reloads(host.log) == 1 and "datasets-a.mount" not in host.enabled
+    assert host.log.index(("rm", "-f", f"{UNITS}/datasets-a.mount")) < host.log.index(("systemctl", "daemon-reload"))
 
 
 def test_reconcile_removes_only_its_own_units_that_are_no_longer_wanted():

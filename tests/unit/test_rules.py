@@ -159,3 +159,9 @@ def test_paths_refuse_control_characters(value):
     with pytest.raises(UserError) as err:
         rules.validate_path(value)
     assert "control character" in err.value.problem
+
+
+def test_the_repr_of_chap_credentials_shows_no_secret():
+    chap = Chap("gpu1", SECRET, "st1", OTHER)
+    assert "gpu1" in repr(chap) and "st1" in repr(chap)
+    assert SECRET not in repr(chap) and OTHER not in repr(chap) and SECRET not in str(chap)

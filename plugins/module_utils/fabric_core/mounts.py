@@ -92,14 +92,19 @@ def ensure_mount(runner, *, device: str, mountpoint: str, fstype: str, readonly:
         raise UserError(f"{mountpoint} is mounted by {path}, which belongs to {theirs}, not {owner}",
                         f"choose another mount point, or remove it with {theirs} first")
     commands = []
-    if old.rc != 0 or old.stdout != text:
+    written = old.rc != 0 or old.stdout != text
+    if written:
         runner.run(["install", "-D", "-m", "0644", "/dev/stdin", path], data=text, mutating=True)
-        runner.run(["systemctl", "daemon-reload"], mutating=True)
         commands.append(f"write {path}")
+    # `systemctl enable` reloads the manager itself (a reload is 1.6 s on a busy or emulated node): the
+    # written unit is loaded by that reload, or by an explicit one when the unit was enabled already
+    # (is-enabled reads the unit files on disk, not the loaded units)
     enabled = runner.run(["systemctl", "is-enabled", unit], check=False).stdout.strip()
     if enabled != "enabled":
         runner.run(["systemctl", "enable", unit], mutating=True)
         commands.append(f"systemctl enable {unit}")
+    elif written:
+        runner.run(["systemctl", "daemon-reload"], mutating=True)
     mounted = current_mount(runner, mountpoint)
     if mounted and commands and old.rc == 0:
         runner.run(["systemctl", "restart", unit], mutating=True)
@@ -225,7 +230,8 @@ def remove_mount(runner, mountpoint: str, *, force: bool = False) -> dict:
         runner.run(["systemctl", "stop", unit], mutating=True, check=False)
         commands.append(f"systemctl stop {unit}")
     if runner.run(["test", "-e", path], check=False).rc == 0:
-        runner.run(["systemctl", "disable", unit], mutating=True, check=False)
+        # one reload, after the file is gone (`disable` would reload the manager itself, before)
+        runner.run(["systemctl", "disable", "--no-reload", unit], mutating=True, check=False)
         runner.run(["rm", "-f", path], mutating=True)
         runner.run(["systemctl", "daemon-reload"], mutating=True)
         commands.append(f"remove {path}")

@@ -18,7 +18,7 @@ import difflib
 import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import UserError
 
@@ -84,12 +84,13 @@ OPEN_ISCSI = ChapView("username", "password", "username_in", "password_in", targ
 
 @dataclass(frozen=True)
 class Chap:
-    """Valid CHAP credentials (``parse_chap`` makes them): the initiator's, and the target's for mutual CHAP."""
+    """Valid CHAP credentials (``parse_chap`` makes them): the initiator's, and the target's for mutual CHAP.
+    Their repr (a traceback's locals, a debug print of a host) names the user ids, never the secrets."""
 
     userid: str
-    password: str
+    password: str = field(repr=False)
     mutual_userid: str = ""
-    mutual_password: str = ""
+    mutual_password: str = field(default="", repr=False)
 
     @property
     def mutual(self) -> bool:
