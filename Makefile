@@ -18,7 +18,7 @@ SHUFFLE      ?=
 LEVERS       ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-levers lint docs lock clean
+.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers lint docs lock clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -90,6 +90,9 @@ bench-replication: venv ## issue 13 benchmark on the running lab with storage2: 
 
 bench-read: venv ## issue 14 benchmark on the running lab: a data loader on gpu1 over iSCSI (ext4, xfs), NFS and a local copy, epochs from a cold ARC, fabricctl warm, fio -> docs/benchmarks.md, bench/results/read.json
 	$(PY) bench/read_bench.py
+
+bench-read-profile: venv ## issue 14 benchmark on the running lab: where a read's CPU goes (each VM's QEMU CPU time, warm reads over iSCSI and from a local copy) -> docs/benchmarks.md, bench/results/read_profile.json
+	$(PY) bench/read_bench.py --profile
 
 bench-read-levers: venv ## issue 14 benchmark on the running lab: read-path levers (block queue, SCSI queue depth, iSCSI PDU sizes, ZFS prefetch, volblocksize), one at a time (A B A B); LEVERS=a,b for some -> docs/benchmarks.md, bench/results/read_levers.json
 	$(PY) bench/read_levers.py $(if $(LEVERS),--levers $(LEVERS))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -125,6 +126,30 @@ def timed(host: str, command: str, *, check: bool = True, timeout: float = 3600)
     if node is None:
         raise BenchError(f"{host}: no time measured for `{command[:300]}` (is /usr/bin/time installed?)")
     return Timed(proc.stdout, stderr, proc.returncode, wall, node)
+
+
+def vm_cpu_ticks() -> dict[str, int]:
+    """CPU time so far (user + system, clock ticks) of each running lab VM's QEMU process, read from this host's
+    /proc: the VMs are emulated on this host, so this is what running each of them costs."""
+    status = json.loads(subprocess.run([sys.executable, str(REPO / "lab" / "labctl.py"), "status", "--json"],
+                                       capture_output=True, text=True, check=True).stdout)
+    ticks = {}
+    for vm in status["vms"]:
+        try:
+            fields = Path(f"/proc/{vm['pid']}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, TypeError):
+            continue  # not running
+        ticks[vm["name"]] = int(fields[11]) + int(fields[12])  # utime, stime (stat fields 14 and 15)
+    return ticks
+
+
+def vm_cores(before: dict[str, int], seconds: float) -> dict[str, float]:
+    """Each VM's average CPU use since ``vm_cpu_ticks()`` returned ``before``, ``seconds`` ago, in host cores
+    (1.0: one core busy all the time; a VM with two vCPUs can reach 2.0)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    now = vm_cpu_ticks()
+    return {name: round((now[name] - ticks) / hz / seconds, 3) for name, ticks in before.items()
+            if name in now and seconds > 0}
 
 
 def put(host: str, path: str, text: str) -> None:

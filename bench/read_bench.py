@@ -32,12 +32,22 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report  # noqa: E402
 from fabric_core.metrics import parse_arcstats  # noqa: E402 - the core, as make venv installs it
-from labbench import BenchError, fabricctl_facts, put, run_bench, say, ssh  # noqa: E402
+from labbench import (  # noqa: E402
+    BenchError,
+    fabricctl_facts,
+    put,
+    run_bench,
+    say,
+    ssh,
+    vm_cores,
+    vm_cpu_ticks,
+)
 from report import write_json, write_section  # noqa: E402
 
 STORAGE, GPU = "storage1", "gpu1"
@@ -183,13 +193,16 @@ def host_cpu() -> tuple[int, int]:
 
 def read(path: str, workers: int, seed: int, label: str) -> dict:
     before = arcstats()
-    cpu = host_cpu()
+    cpu, vms, started = host_cpu(), vm_cpu_ticks(), time.monotonic()
     doc = json.loads(sh(GPU, f"python3 {LOADER} {path} --workers {workers} --epochs 1 --seed {seed} "
                              "--drop-caches-between-epochs", timeout=3600))
+    wall = time.monotonic() - started
     epoch = doc["epochs"][0]
     out = {k: epoch[k] for k in ("seconds", "mb_s", "files_s", "latency_ms", "files", "bytes")}
     busy, total = (b - a for a, b in zip(cpu, host_cpu(), strict=True))
     out["host_cpu_busy"] = round(busy / total, 3) if total else None  # how much of the lab's host the read took
+    # each VM's QEMU, in host cores, over the ssh call (the reader's start and its JSON included: a second or so)
+    out["vm_cores"] = vm_cores(vms, wall)
     out.update(ratios_of(before, arcstats()))
     say(f"  {label}: {workers} workers: {out['mb_s']} MB/s, {out['files_s']} files/s, p50 "
         f"{out['latency_ms']['p50']} ms, p99 {out['latency_ms']['p99']} ms; ARC+L2ARC hits {out['cache_hit_ratio']}; "
@@ -228,6 +241,14 @@ def setup(lab: dict) -> dict:
     put(STORAGE, TREE, (Path(__file__).resolve().parent / "make_tree.py").read_text())
     put(GPU, LOADER, (Path(__file__).resolve().parent / "read_loader.py").read_text())
     trees = {name: make_version(name, fs, spec) for name, (fs, spec) in TREES.items()}
+    local_copies(lab, {"small": SMALL, "shards": SHARDS})
+    say(f"nfs: {SMALL}@v1 mounted read-only on {STORAGE} and exported read-only to {GPU} alone")
+    return {"trees": trees, **nfs_export(lab, nfs_device(lab))}
+
+
+def local_copies(lab: dict, copies: dict[str, str]) -> None:
+    """gpu1's scratch NVMe (ext4, made when blank, refused when it carries anything else) mounted at LOCAL, with
+    LOCAL/DIR a copy of the published version NAME@v1 for each DIR: NAME of ``copies``."""
     say(f"{GPU}: the local copies on its scratch NVMe ({lab['scratch']})")
     blank = ssh(GPU, f"blkid -p -o export {lab['scratch']}", check=False)
     if blank.returncode == 2:
@@ -235,11 +256,8 @@ def setup(lab: dict) -> dict:
     elif f"LABEL={LABEL}" not in blank.stdout.split():
         raise BenchError(f"{GPU}: {lab['scratch']} carries something else ({' '.join(blank.stdout.split())}); "
                          "left alone")
-    sh(GPU, f"mkdir -p {LOCAL} && mount -o noatime {lab['scratch']} {LOCAL} && rm -rf {LOCAL}/small {LOCAL}/shards "
-            f"&& cp -a /datasets/{SMALL}/v1/. {LOCAL}/small/ && cp -a /datasets/{SHARDS}/v1/. {LOCAL}/shards/ && sync",
-       timeout=1800)
-    say(f"nfs: {SMALL}@v1 mounted read-only on {STORAGE} and exported read-only to {GPU} alone")
-    return {"trees": trees, **nfs_export(lab, nfs_device(lab))}
+    copy = " && ".join(f"rm -rf {LOCAL}/{d} && cp -a /datasets/{name}/v1/. {LOCAL}/{d}/" for d, name in copies.items())
+    sh(GPU, f"mkdir -p {LOCAL} && mount -o noatime {lab['scratch']} {LOCAL} && {copy} && sync", timeout=1800)
 
 
 def fio(host: str, device: str, bs: str) -> dict:
@@ -279,6 +297,66 @@ def measure(lab: dict) -> dict:
                   for where, host, dev in (("iscsi", GPU, device),
                                            ("zvol", STORAGE, f"/dev/zvol/{lab['dataset_root']}/{SMALL}@v1"))}
     return res
+
+
+def profile(lab: dict) -> dict:
+    """--profile: where a read's CPU goes. The small-file tree (ext4) is published to gpu1 and copied to its NVMe;
+    one read over iSCSI fills storage1's caches; then two rounds of one read over iSCSI and one of the local copy
+    (8 workers, caches warm, gpu1's page cache dropped first), each VM's QEMU CPU time measured on this host."""
+    res = MEASURED
+    put(STORAGE, TREE, (Path(__file__).resolve().parent / "make_tree.py").read_text())
+    put(GPU, LOADER, (Path(__file__).resolve().parent / "read_loader.py").read_text())
+    res["tree"] = make_version(SMALL, *TREES[SMALL])
+    local_copies(lab, {"small": SMALL})
+    read(f"/datasets/{SMALL}/v1", 8, 1, "iscsi-ext4: first read (fills storage1's ARC and L2ARC)")
+    res["reads"] = {"iscsi-ext4": [], "local": []}
+    for seed in (2, 3):
+        res["reads"]["iscsi-ext4"].append(read(f"/datasets/{SMALL}/v1", 8, seed, "iscsi-ext4 (warm)"))
+        res["reads"]["local"].append(read(f"{LOCAL}/small", 8, seed, "local (warm)"))
+    return res
+
+
+def profile_rows(lab: dict, res: dict, when: str) -> list[str]:
+    """Writes bench/results/read_profile.json and returns the report section (``profile_section``)."""
+    reads = res["reads"]
+    gib = res["tree"]["bytes"] / 2**30
+    per = {}
+    for source, runs in reads.items():
+        vms = sorted({vm for r in runs for vm in r["vm_cores"]})
+        per[source] = {"mb_s": statistics.median(r["mb_s"] for r in runs),
+                       "cores": {vm: statistics.median(r["vm_cores"].get(vm, 0) for r in runs) for vm in vms},
+                       # CPU-seconds each VM spent per GiB read: cores x seconds / GiB
+                       "cpu_s_per_gib": {vm: round(statistics.median(r["vm_cores"].get(vm, 0) * r["seconds"]
+                                                                     for r in runs) / gib, 1) for vm in vms}}
+    i, loc = per["iscsi-ext4"], per["local"]
+    ratios = {"iscsi_over_local_mb_s": _r(i["mb_s"], loc["mb_s"]),
+              "gpu1_cpu_per_gib_iscsi_over_local": _r(i["cpu_s_per_gib"][GPU], loc["cpu_s_per_gib"][GPU]),
+              "lab_cpu_per_gib_iscsi_over_local": _r(sum(i["cpu_s_per_gib"].values()),
+                                                     sum(loc["cpu_s_per_gib"].values()))}
+    doc = {"date": report.now(), "commit": report.commit(), "lab": f"trixie lab (TCG), OpenZFS {lab['zfs']}, "
+           "storage1 (2 vCPU) and gpu1 (1 vCPU) on a host of 2 cores", "figures": {**res, "summary": per},
+           "ratios": ratios}
+    write_json("read_profile", doc)
+    return profile_section(doc, when)
+
+
+def profile_section(doc: dict, when: str) -> list[str]:
+    per, ratios, tree = doc["figures"]["summary"], doc["ratios"], doc["figures"]["tree"]
+    vms = sorted({vm for p in per.values() for vm in p["cores"]})
+    out = ["## Issue 14: where a read's CPU goes (per-VM profile)", "",
+           f"Measured in one run by `make bench-read-profile` on {when} at commit {doc['commit']}: the small-file "
+           f"tree ({tree['files']} files, {tree['bytes'] / 2**30:.2f} GiB) read by 8 workers with storage1's caches "
+           "warm, over iSCSI and from gpu1's local NVMe copy, two rounds each (medians). Each VM's CPU is its QEMU "
+           "process's CPU time on this host (1.0 = one host core all the time); CPU-s/GiB is what each VM spent "
+           "per GiB read. Figures also in `bench/results/read_profile.json`.", "",
+           "| read | MB/s | " + " | ".join(f"{vm} cores" for vm in vms) + " | "
+           + " | ".join(f"{vm} CPU-s/GiB" for vm in vms) + " |",
+           "|---|---|" + "---|" * (2 * len(vms))]
+    for source, p in per.items():
+        out.append(f"| {source} | {p['mb_s']:.1f} | " + " | ".join(str(p["cores"].get(vm, "-")) for vm in vms)
+                   + " | " + " | ".join(str(p["cpu_s_per_gib"].get(vm, "-")) for vm in vms) + " |")
+    out += ["", "Ratios:", ""] + [f"- {k}: {v}" for k, v in ratios.items()] + [""]
+    return out
 
 
 def _r(a, b):
@@ -379,7 +457,13 @@ def main() -> int:
     p.add_argument("--cleanup", action="store_true", help="only remove what an earlier run left, then exit")
     p.add_argument("--render", action="store_true", help="only write the report section again from "
                    "bench/results/read.json (the figures of the last run; nothing is measured)")
+    p.add_argument("--profile", action="store_true", help="measure only where a read's CPU goes (each VM's QEMU "
+                   "CPU time during warm reads over iSCSI and from the local copy) -> bench/results/read_profile.json")
     a = p.parse_args()
+    if a.profile:
+        return run_bench("bench-read-profile", "read-profile", checking="storage1 and gpu1 converged, one cache "
+                         "device, fio, NFS server", preflight=preflight, leftovers=cleanup, cleanup_only=a.cleanup,
+                         measure=profile, cleanup=cleanup, rows=profile_rows, partial=lambda: MEASURED)
     if a.render:
         doc = json.loads((Path(__file__).resolve().parent / "results" / "read.json").read_text())
         write_section("read", section(doc, doc["date"].replace("T", " ").replace("+00:00", " UTC")))
