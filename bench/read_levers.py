@@ -12,6 +12,11 @@ Levers (the first value is the baseline; "as found" is what the lab has):
 - the iSCSI session's PDU sizes (pdu_kb: as found, 1024): MaxBurstLength and MaxRecvDataSegmentLength of the
   initiator's node record and MaxBurstLength and MaxXmitDataSegmentLength of storage1's target, then the
   session logged out and in again so that they are negotiated (read back from `iscsiadm -m session -P 2`);
+- several sessions per target (sessions: as found, 2, 4): node.session.nr_sessions of the initiator's node
+  record, then a re-login; each session is one more path of the version's multipath map (multibus,
+  service-time), read back from the map's paths;
+- on storage1, the version's LIO backstore: how its commands are submitted (lio_submit_type: as found, 2 =
+  queued to a workqueue);
 - on storage1: ZFS prefetch (zfs_prefetch_disable: as found, 1);
 - the volume's volblocksize (16K, 64K, 128K): the same tree (same seed) in three datasets made with
   `fabricctl dataset create --volblocksize`, each published to gpu1 and read once before the rounds.
@@ -149,20 +154,55 @@ def pdu_get() -> dict:
 def pdu_put(values: dict) -> None:
     """Set the node records and the target's parameters, then log each session out and in again (they are
     negotiated at login) and wait for the map to have its paths back."""
-    relogin = set()
+    pairs = set()
     for key, value in values.items():
         side, target, *rest = key.split("|")
         if side == "initiator":
             portal, name = rest
             sh(rb.GPU, f"iscsiadm -m node -T {target} -p {portal} -o update -n '{name}' -v {value}")
-            relogin.add((target, portal))
+            pairs.add((target, portal))
         else:
             sh(rb.STORAGE, f"echo {value} > {tpg(target)}/{rest[0]}")
-    want = len(relogin)
+    relogin(sorted(pairs), want=len(pairs))
+
+
+def records() -> list[tuple[str, str]]:
+    """(target, portal) of the node records behind the map's sessions (several sessions may share one)."""
+    return sorted({(s["target"], s["portal"]) for s in sessions()})
+
+
+def sessions_get() -> dict:
+    """node.session.nr_sessions of each node record behind the map, keyed 'target|portal'."""
+    out = {}
+    for target, portal in records():
+        found = re.search(r"^node\.session\.nr_sessions = (\d+)$",
+                          sh(rb.GPU, f"iscsiadm -m node -T {target} -p {portal}"), re.M)
+        out[f"{target}|{portal}"] = found.group(1) if found else "1"
+    return out
+
+
+def sessions_put(values: dict) -> None:
+    """nr_sessions into each node record, then a re-login (the login makes that many sessions, each a path of
+    the map: multibus, service-time) and a wait for every path."""
+    for key, value in values.items():
+        target, portal = key.split("|")
+        sh(rb.GPU, f"iscsiadm -m node -T {target} -p {portal} -o update -n node.session.nr_sessions -v {value}")
+    relogin([tuple(k.split("|")) for k in sorted(values)], want=sum(int(v) for v in values.values()))
+
+
+def paths() -> dict:
+    """What the map has after a change: its paths (iSCSI disks) and the sessions behind them."""
+    slaves = disks()[1]
+    return {"paths": len(slaves), "sessions": len({s["sid"] for s in sessions()})}
+
+
+def relogin(pairs: list, *, want: int) -> None:
+    """Log the node records' sessions out and in again, then wait until the mount is back on its map with at
+    least ``want`` paths."""
     # fabricctl's mount unit requires the map's device: with its only path logged out, systemd unmounts it, and
     # it is started again once the map is back
     unit = sh(rb.GPU, f"systemd-escape --path --suffix=mount {MOUNT}")
-    for target, portal in sorted(relogin):
+    for target, portal in pairs:
         sh(rb.GPU, f"iscsiadm -m node -T {target} -p {portal} --logout >/dev/null && "
                    f"iscsiadm -m node -T {target} -p {portal} --login >/dev/null", timeout=120)
     deadline = time.monotonic() + 120
@@ -188,6 +228,23 @@ def negotiated() -> dict:
     return out
 
 
+def lio_attrib(name: str) -> tuple[Callable[[], dict], Callable[[dict], None]]:
+    """An attribute of the benchmark version's LIO backstore on storage1 (configfs)."""
+    def files() -> list[str]:
+        found = sh(rb.STORAGE, f"ls -d /sys/kernel/config/target/core/*/*_{NAME}.v1/attrib/{name} 2>/dev/null").split()
+        if len(found) != 1:
+            raise BenchError(f"{rb.STORAGE}: expected one LIO backstore of {NAME}@v1 with {name}, found {found}")
+        return found
+
+    def get() -> dict:
+        return {f: sh(rb.STORAGE, f"cat {f}") for f in files()}
+
+    def put(values: dict) -> None:
+        for f, value in values.items():
+            sh(rb.STORAGE, f"echo {value} > {f}")
+    return get, put
+
+
 LEVERS: dict[str, Lever] = {
     "read_ahead_kb": Lever(["128", "1024", "4096"], "gpu1: the map and its iSCSI disks",
                            *sysfs(queue_files("read_ahead_kb", map_too=True))),
@@ -202,6 +259,13 @@ LEVERS: dict[str, Lever] = {
     "pdu_kb": Lever([None, "1024"], "gpu1's node record and storage1's target (MaxBurstLength, "
                                     "MaxRecvDataSegmentLength / MaxXmitDataSegmentLength), then a re-login",
                     pdu_get, pdu_put, scale=1024, readback=negotiated),
+    "sessions": Lever([None, "2", "4"], "gpu1's node record (node.session.nr_sessions: sessions per target, each "
+                                        "a path of the multipath map), then a re-login",
+                      sessions_get, sessions_put, readback=paths),
+    # kernel 6.11+: 0 the fabric's default (iSCSI: submitted from the connection's receive thread), 1 direct,
+    # 2 queued to a workqueue (the backstore's I/O submitted from another CPU than the one receiving)
+    "lio_submit_type": Lever([None, "2"], "storage1: the version's LIO backstore (attrib/submit_type)",
+                             *lio_attrib("submit_type")),
     "zfs_prefetch_disable": Lever([None, "1"], "storage1: the zfs module", *zfs_param("zfs_prefetch_disable")),
     "volblocksize": Lever(list(BLOCKSIZES), "storage1: the volume (a dataset each, same tree)",
                           lambda: {}, lambda values: None, lambda value: f"/datasets/{BLOCKSIZES[value]}/v1"),
@@ -320,6 +384,10 @@ def section(doc: dict) -> list[str]:
     if pdu:
         out += ["", "Negotiated by the sessions (`iscsiadm -m session -P 2`): " + "; ".join(
             f"{v}: {json.dumps(n, sort_keys=True)}" for v, n in pdu.items())]
+    many = figures.get("sessions", {}).get("negotiated")
+    if many:
+        out += ["", "The map's paths and sessions for each `sessions` value: " + "; ".join(
+            f"{v}: {json.dumps(n, sort_keys=True)}" for v, n in many.items())]
     out.append("")
     return out
 
