@@ -94,8 +94,8 @@ bench-read: venv ## issue 14 benchmark on the running lab: a data loader on gpu1
 bench-read-profile: venv ## issue 14 benchmark on the running lab: where a read's CPU goes (each VM's QEMU CPU time, warm reads over iSCSI and from a local copy) -> docs/benchmarks.md, bench/results/read_profile.json
 	$(PY) bench/read_bench.py --profile
 
-bench-read-levers: venv ## issue 14 benchmark on the running lab: read-path levers (block queue, SCSI queue depth, iSCSI PDU sizes, ZFS prefetch, volblocksize), one at a time (A B A B); LEVERS=a,b for some -> docs/benchmarks.md, bench/results/read_levers.json
-	$(PY) bench/read_levers.py $(if $(LEVERS),--levers $(LEVERS))
+bench-read-levers: venv ## issue 14 benchmark on the running lab: read-path levers (block queue, SCSI queue depth, iSCSI PDU sizes, ZFS prefetch, volblocksize), one at a time (A B A B); LEVERS=a,b for some, ROUNDS=N -> docs/benchmarks.md, bench/results/read_levers.json
+	$(PY) bench/read_levers.py $(if $(LEVERS),--levers $(LEVERS)) $(if $(ROUNDS),--rounds $(ROUNDS))
 
 bench-checkpoint: venv ## issue 5 benchmark on the running lab: rotate vs sanoid, checkpoint list vs zfs list, freeze window -> docs/benchmarks.md
 	$(PY) bench/checkpoint_bench.py

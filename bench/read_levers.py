@@ -316,7 +316,7 @@ def measure(lab: dict) -> dict:
         extra: dict = {}
         try:
             try:
-                for _ in range(ROUNDS):
+                for _ in range(lab["rounds"]):
                     for value in lever.values:
                         lever.put(lever.setting(original, value))
                         if lever.readback is not None:
@@ -364,7 +364,8 @@ def section(doc: dict) -> list[str]:
            f"Measured by `make bench-read-levers` (last run {doc['date'][:16].replace('T', ' ')} UTC, commit "
            f"{doc['commit']}; each lever's own run in the table): bench/read_loader.py, 8 workers, the bench-read "
            "tree (1 GiB, 16 KiB-1 MiB files) over iSCSI (ext4) on gpu1, storage1's caches warm; each value read "
-           f"{ROUNDS} times, the values in turn (A B A B). \"as found\" is the lab's value.", "",
+           f"{ROUNDS} times (or as many as its runs list), the values in turn (A B A B). \"as found\" is the lab's "
+           "value.", "",
            "| lever | set on | value | MB/s (mean) | over the first value | runs (MB/s) | ARC+L2ARC hits | measured |",
            "|---|---|---|---|---|---|---|---|"]
     figures = {k: figures[k] for k in LEVERS if k in figures}  # the JSON file has them sorted by name
@@ -408,6 +409,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--levers", type=lever_names, default=list(LEVERS), metavar="A,B",
                    help=f"measure only these (default all: {', '.join(LEVERS)})")
+    p.add_argument("--rounds", type=int, default=ROUNDS, metavar="N",
+                   help=f"read each value N times, the values in turn (default {ROUNDS})")
     p.add_argument("--cleanup", action="store_true", help="only remove what an earlier run left, then exit")
     p.add_argument("--render", action="store_true", help="only write the report section again from "
                    "bench/results/read_levers.json (nothing is measured)")
@@ -416,7 +419,8 @@ def main() -> int:
         write_section("read-levers", section(json.loads(JSON.read_text())))
         return 0
     return run_bench("bench-read-levers", "read-levers", checking="storage1 and gpu1 converged",
-                     preflight=lambda: {**fabricctl_facts(rb.STORAGE, rb.GPU), "levers": a.levers},
+                     preflight=lambda: {**fabricctl_facts(rb.STORAGE, rb.GPU), "levers": a.levers,
+                                        "rounds": a.rounds},
                      leftovers=cleanup, cleanup_only=a.cleanup, measure=measure, cleanup=cleanup, rows=rows)
 
 
