@@ -45,7 +45,7 @@ def reboot(vm: str, during=None) -> float:
     if during is not None:
         during()
     while time.monotonic() - started < BOOT_TIMEOUT:
-        time.sleep(5)
+        time.sleep(2)
         now = boot_id(vm)
         if now and now != before:
             return time.monotonic() - started

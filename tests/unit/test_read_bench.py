@@ -61,3 +61,25 @@ def test_the_checkpoint_benchmark_states_the_writers_bandwidth_for_the_planner()
     assert doc["ratios"] == {"rotate_over_sanoid": 0.208, "rotate_plan_over_sanoid_readonly": 0.116,
                              "list_over_zfs_list": 2.036}
     assert ckplan.write_mb_s(doc) == (13.6, "figures.write_mb_s")
+
+
+def test_the_profile_names_each_vms_cpu_per_gib_and_the_ceiling_it_sets(tmp_path, monkeypatch):
+    """bench-read-profile's arithmetic: CPU-seconds per GiB per VM are cores x seconds / GiB (medians of the
+    rounds), and the ceiling is the host's cores over the CPU-seconds per GiB of both VMs of the iSCSI read."""
+    monkeypatch.setattr(read_bench, "write_json", lambda name, doc: tmp_path / name)
+    monkeypatch.setattr(read_bench.os, "cpu_count", lambda: 2)
+
+    def run(mb_s, seconds, cores):
+        return {"mb_s": mb_s, "seconds": seconds, "vm_cores": cores}
+
+    res = {"tree": {"files": 10, "bytes": 2**30},
+           "reads": {"iscsi-ext4": [run(50, 20, {"gpu1": 0.5, "storage1": 1.0}),
+                                    run(60, 20, {"gpu1": 0.7, "storage1": 1.0})],
+                     "local": [run(170, 6, {"gpu1": 1.0, "storage1": 0.0}),
+                               run(180, 6, {"gpu1": 1.0, "storage1": 0.0})]}}
+    lines = read_bench.profile_rows({"zfs": "2.3.2"}, res, "now")
+    text = "\n".join(lines)
+    assert "| iscsi-ext4 | 55.0 | 0.6 | 1.0 | 12.0 | 20.0 |" in text  # 0.6 cores x 20 s / 1 GiB = 12
+    assert "| local | 175.0 | 1.0 | 0.0 | 6.0 | 0.0 |" in text
+    assert "32.0 CPU-seconds" in text and f"about {2 / 32 * 2**30 / 1e6:.0f} MB/s" in text  # 2 cores / 32 s per GiB
+    assert "- iscsi_over_local_mb_s: 0.314" in text and "- gpu1_cpu_per_gib_iscsi_over_local: 2.0" in text
