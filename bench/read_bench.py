@@ -309,11 +309,14 @@ def profile(lab: dict) -> dict:
     put(GPU, LOADER, (Path(__file__).resolve().parent / "read_loader.py").read_text())
     res["tree"] = make_version(SMALL, *TREES[SMALL])
     local_copies(lab, {"small": SMALL})
+    res["nfs"] = nfs_export(lab, nfs_device(lab))
     read(f"/datasets/{SMALL}/v1", 8, 1, "iscsi-ext4: first read (fills storage1's ARC and L2ARC)")
-    res["reads"] = {"iscsi-ext4": [], "local": []}
+    read(NFS_MOUNT, 8, 1, "nfs: first read (fills storage1's page cache over the loop device)")
+    sources = {"iscsi-ext4": f"/datasets/{SMALL}/v1", "nfs": NFS_MOUNT, "local": f"{LOCAL}/small"}
+    res["reads"] = {source: [] for source in sources}
     for seed in (2, 3):
-        res["reads"]["iscsi-ext4"].append(read(f"/datasets/{SMALL}/v1", 8, seed, "iscsi-ext4 (warm)"))
-        res["reads"]["local"].append(read(f"{LOCAL}/small", 8, seed, "local (warm)"))
+        for source, path in sources.items():
+            res["reads"][source].append(read(path, 8, seed, f"{source} (warm)"))
     return res
 
 
@@ -331,7 +334,11 @@ def profile_rows(lab: dict, res: dict, when: str) -> list[str]:
                        "cpu_s_per_gib": {vm: round(statistics.median(r["vm_cores"].get(vm, 0) * r["seconds"]
                                                                      for r in runs) / gib, 1) for vm in vms}}
     i, loc = per["iscsi-ext4"], per["local"]
+    nfs = per.get("nfs")
     ratios = {"iscsi_over_local_mb_s": _r(i["mb_s"], loc["mb_s"]),
+              **({"iscsi_over_nfs_mb_s": _r(i["mb_s"], nfs["mb_s"]),
+                  "lab_cpu_per_gib_iscsi_over_nfs": _r(sum(i["cpu_s_per_gib"].values()),
+                                                       sum(nfs["cpu_s_per_gib"].values()))} if nfs else {}),
               "gpu1_cpu_per_gib_iscsi_over_local": _r(i["cpu_s_per_gib"][GPU], loc["cpu_s_per_gib"][GPU]),
               "lab_cpu_per_gib_iscsi_over_local": _r(sum(i["cpu_s_per_gib"].values()),
                                                      sum(loc["cpu_s_per_gib"].values()))}
@@ -350,7 +357,9 @@ def profile_section(doc: dict, when: str) -> list[str]:
     out = ["## Issue 14: where a read's CPU goes (per-VM profile)", "",
            f"Measured in one run by `make bench-read-profile` on {when} at commit {doc['commit']}: the small-file "
            f"tree ({tree['files']} files, {tree['bytes'] / 2**30:.2f} GiB) read by 8 workers with storage1's caches "
-           "warm, over iSCSI and from gpu1's local NVMe copy, two rounds each (medians). Each VM's CPU is its QEMU "
+           "warm, " + ", ".join({"iscsi-ext4": "over iSCSI", "nfs": "over NFS (exported as bench-read does)",
+                                 "local": "from gpu1's local NVMe copy"}.get(source, source) for source in per)
+           + ", two rounds each (medians). Each VM's CPU is its QEMU "
            "process's CPU time on this host (1.0 = one host core all the time); CPU-s/GiB is what each VM spent "
            "per GiB read. Figures also in `bench/results/read_profile.json`.", "",
            "| read | MB/s | " + " | ".join(f"{vm} cores" for vm in vms) + " | "
@@ -375,6 +384,12 @@ def profile_section(doc: dict, when: str) -> list[str]:
                 "over iSCSI costs CPU in two emulated machines out of the same two host cores. So on this lab the "
                 "ratio to the local copy measures what the emulator spends per byte on each path; how the same paths "
                 "compare on machines with their own CPUs is not measured here."]
+        nfs = per.get("nfs")
+        if nfs:
+            over_nfs = sum(nfs["cpu_s_per_gib"].get(vm, 0) for vm in (STORAGE, GPU))
+            out += ["", f"Over NFS each GiB cost {over_nfs:.1f} CPU-seconds ({GPU} {nfs['cpu_s_per_gib'].get(GPU)}, "
+                    f"{STORAGE} {nfs['cpu_s_per_gib'].get(STORAGE)}) and it read at {nfs['mb_s']} MB/s: where one "
+                    "path reads faster than the other here, it is the one that costs the emulator less per byte."]
     out += ["", "Ratios:", ""] + [f"- {k}: {v}" for k, v in ratios.items()] + [""]
     return out
 
