@@ -21,6 +21,7 @@ from .topology import VM
 REPO = Path(__file__).resolve().parents[2]
 BOOT_TIMEOUT = float(os.environ.get("FABRIC_LAB_BOOT_TIMEOUT", "600"))
 BOOT_RETRIES = 2  # starts again of a guest whose kernel panicked while booting (a TCG flake)
+LAST_CONSOLES = "last-consoles"  # in the state directory: the serial consoles of the last lab taken down
 
 
 def log(msg: str) -> None:
@@ -164,6 +165,19 @@ class Lab:
         console = self.vmdir(vm) / "console.log"
         return console.exists() and "Kernel panic - not syncing" in console.read_text(errors="replace")
 
+    def keep_consoles(self) -> None:
+        """The serial consoles of the VMs being taken down, kept in LAST_CONSOLES (those of the lab before are
+        replaced): a guest that crashed during a test run still has its kernel's last words after `lab down`."""
+        kept = self.state_dir / LAST_CONSOLES
+        shutil.rmtree(kept, ignore_errors=True)
+        for vm in self.vms(storage2=True):
+            console = self.vmdir(vm) / "console.log"
+            if console.exists():
+                kept.mkdir(parents=True, exist_ok=True)
+                shutil.copy(console, kept / f"{vm.name}.log")
+                if self.panicked(vm):
+                    log(f"{vm.name}: its kernel had panicked; its console is kept in {kept / (vm.name + '.log')}")
+
     def stop(self, vm: VM) -> None:
         pid = self.pid(vm)
         if pid:
@@ -255,6 +269,7 @@ class Lab:
                 host.delete_netns(self.netns, log)
             else:
                 log(f"namespace {self.netns} belongs to another lab ({owner}): left alone")
+            self.keep_consoles()
             shutil.rmtree(self.state_dir / "vms", ignore_errors=True)
             for vm in self.vms(storage2=True):
                 (self.facts_dir / vm.name).unlink(missing_ok=True)

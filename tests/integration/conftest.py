@@ -84,8 +84,23 @@ def lab() -> LabInfo:
     info = LabInfo(ssh_config=state / "ssh_config", inventory=REPO / "inventory" / "lab" / "hosts.yml",
                    vms={v["name"]: v for v in status["vms"]})
     yield info
+    _PANICS.update(guest_panics(state))
     if not os.environ.get("FABRIC_LAB_KEEP"):
         run([*LABCTL, "down"])
+
+
+_PANICS: dict = {}  # VM -> the end of its serial console, for each guest whose kernel panicked during the run
+
+
+def guest_panics(state: Path) -> dict:
+    """The lab's guests whose kernel panicked (their serial console says so), with the console's last 60 lines:
+    a VM that stops answering mid-run is named with its kernel's last words in the run's summary."""
+    found = {}
+    for console in sorted(state.glob("vms/*/console.log")):
+        text = console.read_text(errors="replace")
+        if "Kernel panic - not syncing" in text:
+            found[console.parent.name] = "\n".join(text.splitlines()[-60:])
+    return found
 
 
 @pytest.fixture(scope="session")
@@ -232,7 +247,11 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The time of each file in the order run (docs/testing.md's timings table is made from it)."""
+    """The time of each file in the order run (docs/testing.md's timings table is made from it), and the
+    consoles of guests whose kernel panicked."""
+    for name, tail in _PANICS.items():
+        terminalreporter.section(f"{name}: its kernel panicked during the run (the end of its serial console)")
+        terminalreporter.write_line(tail)
     if _FILE_SECONDS:
         terminalreporter.section("seconds per file (in the order run)")
         for name, seconds in _FILE_SECONDS.items():
