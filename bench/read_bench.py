@@ -377,13 +377,14 @@ def profile_section(doc: dict, when: str) -> list[str]:
         out += ["", f"What it says: over iSCSI, each GiB cost the lab {remote:.1f} CPU-seconds of emulation "
                 f"({GPU} {i['cpu_s_per_gib'].get(GPU)}, {STORAGE} {i['cpu_s_per_gib'].get(STORAGE)}); the host has "
                 f"{cores} cores, so no iSCSI read here can exceed about {ceiling:.0f} MB/s, and it read at "
-                f"{i['mb_s']} MB/s. The local copy cost {near} CPU-seconds per GiB, nearly all in {GPU}, whose one "
-                f"vCPU (one host core) caps it at about {2**30 / 1e6 / near:.0f} MB/s (QEMU's own I/O threads add a "
-                f"little above one core); it read at {loc['mb_s']} MB/s. Both reads run into the emulator's CPU, not "
-                "into the network, the disks or ZFS's caches (every read was served from the ARC), and a byte read "
-                "over iSCSI costs CPU in two emulated machines out of the same two host cores. So on this lab the "
-                "ratio to the local copy measures what the emulator spends per byte on each path; how the same paths "
-                "compare on machines with their own CPUs is not measured here."]
+                f"{i['mb_s']} MB/s ({i['mb_s'] / ceiling:.0%} of that). The local copy cost {near} CPU-seconds per "
+                f"GiB in {GPU} ({loc['cpu_s_per_gib'].get(STORAGE)} in {STORAGE}, which does not serve it); {GPU}'s "
+                f"one vCPU could give it at most about {2**30 / 1e6 / near:.0f} MB/s, and it read at {loc['mb_s']} "
+                f"MB/s with {loc['cores'].get(GPU)} cores of {GPU}. Every read was served from storage1's caches, so "
+                "the network, the disks and the ARC's size are not what limits the iSCSI read: the CPU of two "
+                "emulated machines on the same host cores is. On this lab the ratio to the local copy measures what "
+                "the emulator spends per byte on each path; how the same paths compare on machines with their own "
+                "CPUs is not measured here."]
         nfs = per.get("nfs")
         if nfs:
             over_nfs = sum(nfs["cpu_s_per_gib"].get(vm, 0) for vm in (STORAGE, GPU))
