@@ -143,13 +143,12 @@ def vm_cpu_ticks() -> dict[str, int]:
     return ticks
 
 
-def vm_cores(before: dict[str, int], seconds: float) -> dict[str, float]:
-    """Each VM's average CPU use since ``vm_cpu_ticks()`` returned ``before``, ``seconds`` ago, in host cores
+def vm_cores(before: dict[str, int], after: dict[str, int], seconds: float) -> dict[str, float]:
+    """Each VM's average CPU use between two ``vm_cpu_ticks()`` readings ``seconds`` apart, in host cores
     (1.0: one core busy all the time; a VM with two vCPUs can reach 2.0)."""
     hz = os.sysconf("SC_CLK_TCK")
-    now = vm_cpu_ticks()
-    return {name: round((now[name] - ticks) / hz / seconds, 3) for name, ticks in before.items()
-            if name in now and seconds > 0}
+    return {name: round((after[name] - ticks) / hz / seconds, 3) for name, ticks in before.items()
+            if name in after and seconds > 0}
 
 
 def put(host: str, path: str, text: str) -> None:

@@ -197,13 +197,13 @@ def read(path: str, workers: int, seed: int, label: str) -> dict:
     cpu, vms, started = host_cpu(), vm_cpu_ticks(), time.monotonic()
     doc = json.loads(sh(GPU, f"python3 {LOADER} {path} --workers {workers} --epochs 1 --seed {seed} "
                              "--drop-caches-between-epochs", timeout=3600))
-    wall = time.monotonic() - started
+    vms_after, wall = vm_cpu_ticks(), time.monotonic() - started
     epoch = doc["epochs"][0]
     out = {k: epoch[k] for k in ("seconds", "mb_s", "files_s", "latency_ms", "files", "bytes")}
     busy, total = (b - a for a, b in zip(cpu, host_cpu(), strict=True))
     out["host_cpu_busy"] = round(busy / total, 3) if total else None  # how much of the lab's host the read took
     # each VM's QEMU, in host cores, over the ssh call (the reader's start and its JSON included: a second or so)
-    out["vm_cores"] = vm_cores(vms, wall)
+    out["vm_cores"] = vm_cores(vms, vms_after, wall)
     out.update(ratios_of(before, arcstats()))
     say(f"  {label}: {workers} workers: {out['mb_s']} MB/s, {out['files_s']} files/s, p50 "
         f"{out['latency_ms']['p50']} ms, p99 {out['latency_ms']['p99']} ms; ARC+L2ARC hits {out['cache_hit_ratio']}; "
@@ -238,9 +238,14 @@ def nfs_device(lab: dict) -> str:
     return f"/dev/zvol/{lab['dataset_root']}/{SMALL}@v1"
 
 
-def setup(lab: dict) -> dict:
+def install_tools() -> None:
+    """The tree maker on storage1 and the data loader on gpu1 (this checkout's copies)."""
     put(STORAGE, TREE, (Path(__file__).resolve().parent / "make_tree.py").read_text())
     put(GPU, LOADER, (Path(__file__).resolve().parent / "read_loader.py").read_text())
+
+
+def setup(lab: dict) -> dict:
+    install_tools()
     trees = {name: make_version(name, fs, spec) for name, (fs, spec) in TREES.items()}
     local_copies(lab, {"small": SMALL, "shards": SHARDS})
     say(f"nfs: {SMALL}@v1 mounted read-only on {STORAGE} and exported read-only to {GPU} alone")
@@ -305,8 +310,7 @@ def profile(lab: dict) -> dict:
     one read over iSCSI fills storage1's caches; then two rounds of one read over iSCSI and one of the local copy
     (8 workers, caches warm, gpu1's page cache dropped first), each VM's QEMU CPU time measured on this host."""
     res = MEASURED
-    put(STORAGE, TREE, (Path(__file__).resolve().parent / "make_tree.py").read_text())
-    put(GPU, LOADER, (Path(__file__).resolve().parent / "read_loader.py").read_text())
+    install_tools()
     res["tree"] = make_version(SMALL, *TREES[SMALL])
     local_copies(lab, {"small": SMALL})
     res["nfs"] = nfs_export(lab, nfs_device(lab))

@@ -42,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import read_bench as rb  # noqa: E402
 import report  # noqa: E402
-from labbench import BenchError, fabricctl_facts, put, run_bench, say, ssh  # noqa: E402
+from labbench import BenchError, fabricctl_facts, run_bench, say, ssh  # noqa: E402
 from report import write_json, write_section  # noqa: E402
 
 NAME = "rb-levers"
@@ -272,6 +272,12 @@ LEVERS: dict[str, Lever] = {
 }
 
 
+READBACK_CAPTIONS = {  # how the report names what a lever's readback found
+    "pdu_kb": "Negotiated by the sessions (`iscsiadm -m session -P 2`)",
+    "sessions": "The map's paths and sessions for each `sessions` value",
+}
+
+
 # ---- the run --------------------------------------------------------------------------------------
 
 def lever_names(text: str) -> list[str]:
@@ -299,8 +305,7 @@ def cleanup(lab: dict) -> list[str]:
 
 
 def measure(lab: dict) -> dict:
-    put(rb.STORAGE, rb.TREE, (Path(__file__).resolve().parent / "make_tree.py").read_text())
-    put(rb.GPU, rb.LOADER, (Path(__file__).resolve().parent / "read_loader.py").read_text())
+    rb.install_tools()
     for blocksize, name in BLOCKSIZES.items():
         if name in datasets(lab):
             rb.make_version(name, *rb.TREES[rb.SMALL], volblocksize=blocksize)
@@ -381,14 +386,13 @@ def section(doc: dict) -> list[str]:
                        f"{str(r.get('date'))[:16].replace('T', ' ')}, {r.get('commit')} |")
     for name, r in failed.items():
         out += ["", f"{name} ({r['where']}) was not measured: {r['error']}"]
-    pdu = figures.get("pdu_kb", {}).get("negotiated")
-    if pdu:
-        out += ["", "Negotiated by the sessions (`iscsiadm -m session -P 2`): " + "; ".join(
-            f"{v}: {json.dumps(n, sort_keys=True)}" for v, n in pdu.items())]
-    many = figures.get("sessions", {}).get("negotiated")
-    if many:
-        out += ["", "The map's paths and sessions for each `sessions` value: " + "; ".join(
-            f"{v}: {json.dumps(n, sort_keys=True)}" for v, n in many.items())]
+    for name, caption in READBACK_CAPTIONS.items():
+        seen = figures.get(name, {}).get("negotiated")  # what the lever's readback found for each value
+        if seen:
+            order = [str(v) for v in LEVERS[name].values]  # the lever's order, as measured (the file sorts keys)
+            out += ["", caption + ": " + "; ".join(
+                f"{v}: {json.dumps(seen[v], sort_keys=True)}"
+                for v in sorted(seen, key=lambda v: order.index(v) if v in order else len(order)))]
     out.append("")
     return out
 

@@ -24,6 +24,11 @@ BOOT_RETRIES = 2  # starts again of a guest whose kernel panicked while booting 
 LAST_CONSOLES = "last-consoles"  # in the state directory: the serial consoles of the last lab taken down
 
 
+def console_panicked(console: Path) -> bool:
+    """Whether the serial console of a guest (a file) says its kernel panicked."""
+    return console.exists() and "Kernel panic - not syncing" in console.read_text(errors="replace")
+
+
 def log(msg: str) -> None:
     print(f"[lab {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -162,8 +167,7 @@ class Lab:
     def panicked(self, vm: VM) -> bool:
         """Whether the guest's kernel panicked (its serial console says so). Seen under TCG with several vCPUs:
         an "Oops: int3" while the kernel patches its own code at boot, then "Kernel panic - not syncing"."""
-        console = self.vmdir(vm) / "console.log"
-        return console.exists() and "Kernel panic - not syncing" in console.read_text(errors="replace")
+        return console_panicked(self.vmdir(vm) / "console.log")
 
     def keep_consoles(self) -> None:
         """The serial consoles of the VMs being taken down, kept in LAST_CONSOLES (those of the lab before are

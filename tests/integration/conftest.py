@@ -31,6 +31,8 @@ import testinfra
 
 REPO = Path(__file__).resolve().parents[2]
 LABCTL = [sys.executable, str(REPO / "lab" / "labctl.py")]
+sys.path.insert(0, str(REPO / "lab"))
+from fabric_lab.lab import console_panicked  # noqa: E402 - the lab's own test of a console
 
 
 def run(argv, **kw) -> subprocess.CompletedProcess:
@@ -95,12 +97,8 @@ _PANICS: dict = {}  # VM -> the end of its serial console, for each guest whose 
 def guest_panics(state: Path) -> dict:
     """The lab's guests whose kernel panicked (their serial console says so), with the console's last 60 lines:
     a VM that stops answering mid-run is named with its kernel's last words in the run's summary."""
-    found = {}
-    for console in sorted(state.glob("vms/*/console.log")):
-        text = console.read_text(errors="replace")
-        if "Kernel panic - not syncing" in text:
-            found[console.parent.name] = "\n".join(text.splitlines()[-60:])
-    return found
+    return {console.parent.name: "\n".join(console.read_text(errors="replace").splitlines()[-60:])
+            for console in sorted(state.glob("vms/*/console.log")) if console_panicked(console)}
 
 
 @pytest.fixture(scope="session")

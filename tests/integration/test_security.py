@@ -224,6 +224,11 @@ def write_record(lab, host: str, iqn: str, iface: str, values: dict) -> None:
     assert res.returncode == 0, res.stderr
 
 
+def node_db(host) -> str:
+    """Where open-iscsi keeps the host's node records (/etc/iscsi/nodes or /var/lib/iscsi/nodes)."""
+    return host.check_output(f"ls -d {NODE_DBS} 2>/dev/null | head -1")
+
+
 def open_iscsi(chap: dict) -> dict:
     """LIO-named CHAP credentials as node record settings."""
     out = {"node.session.auth.authmethod": "CHAP", "node.session.auth.username": chap["userid"],
@@ -565,7 +570,7 @@ def test_wrong_chap_is_refused(lab, hosts, storage, fabric, published, secrets, 
     # open-iscsi (2.1.11) makes the second record of a target at the same portal by removing the host's own
     # record of it (the `ADDRESS,PORT` file; the live session stays, the login at the next boot is lost), so
     # gpu2's own record is copied aside first and put back afterwards, and read back below
-    db = gpu2.check_output(f"ls -d {NODE_DBS} 2>/dev/null | head -1")
+    db = node_db(gpu2)
     own_record = f"find {db}/{iqn} -type f | sort | xargs md5sum"
     record_before = gpu2.check_output(own_record)
     saved = f"{PRIVATE}/record-{iface}"
@@ -632,7 +637,7 @@ def test_a_withdrawn_host_cannot_log_in_again(hosts, storage, fctl, fabric, vers
     iqn = fabric.dataset_target(a)
     ensure_published(fctl, storage, fabric, a, ["gpu1", "gpu2"])
     saved = f"{PRIVATE}/record"
-    db = gpu2.check_output(f"ls -d {NODE_DBS} 2>/dev/null | head -1")
+    db = node_db(gpu2)
     gpu2.check_output(f"rm -rf {saved} && cp -a {db}/{iqn} {saved}")
     try:
         step(f"fabricctl unpublish {SHARED}@{a} --from gpu2")
