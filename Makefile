@@ -18,7 +18,7 @@ SHUFFLE      ?=
 LEVERS       ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers lint docs lock clean
+.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers lab-panic-repro lint docs lock clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -66,6 +66,9 @@ lab-down: ## stop the lab: VMs, taps, bridge and namespace
 
 lab-status: ## what is up
 	$(LABCTL) status
+
+lab-panic-repro: ## issue 27: reproduce the storage node's panics per emulation profile (PROFILES=multi:2,single:2,multi:1 RUNS=N), a VM of its own beside the lab -> docs/lab.md, bench/results/panic.json
+	$(PYTHON) lab/panic_repro.py $(if $(PROFILES),--profiles $(PROFILES)) $(if $(RUNS),--runs $(RUNS))
 
 lab-image: ## build (or find) the cached guest image only (DEBIAN=12 for Debian 12)
 	$(LABCTL) image $(if $(DEBIAN),--debian $(DEBIAN))

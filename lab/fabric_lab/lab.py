@@ -67,10 +67,27 @@ class Lab:
             return image.release_name(asked)
         return self.settings().get("release") or image.release_name(image.DEFAULT_DEBIAN)
 
+    def profile(self) -> dict:
+        """The emulation profile: the running lab's (lab.json), else FABRIC_LAB_STORAGE_CPUS and
+        FABRIC_LAB_TCG_THREAD, else topology's defaults. A running lab keeps its profile."""
+        saved = self.settings()
+        cpus = saved.get("storage_cpus") or os.environ.get("FABRIC_LAB_STORAGE_CPUS") or topology.STORAGE_CPUS
+        thread = saved.get("tcg_thread") or os.environ.get("FABRIC_LAB_TCG_THREAD") or topology.TCG_THREAD
+        try:
+            cpus = int(cpus)
+            topology.plan(storage_cpus=cpus)
+        except ValueError:
+            raise LabError(f"FABRIC_LAB_STORAGE_CPUS={cpus!r}: a storage node takes 1 or 2 vCPUs",
+                           "set FABRIC_LAB_STORAGE_CPUS to 1 or 2, or unset it") from None
+        if thread not in topology.TCG_THREADS:
+            raise LabError(f"FABRIC_LAB_TCG_THREAD={thread!r} is not a TCG thread mode",
+                           f"set it to one of {', '.join(topology.TCG_THREADS)}, or unset it")
+        return {"storage_cpus": cpus, "tcg_thread": thread}
+
     def vms(self, storage2: bool | None = None) -> tuple[VM, ...]:
         if storage2 is None:
             storage2 = self.settings().get("storage2", False)
-        return topology.plan(with_storage2=storage2)
+        return topology.plan(with_storage2=storage2, storage_cpus=self.profile()["storage_cpus"])
 
     def vmdir(self, vm: VM) -> Path:
         return self.state_dir / "vms" / vm.name
@@ -110,8 +127,9 @@ class Lab:
                 raise LabError(f"the lab is up with Debian {running} guests; {release} was asked for",
                                "run `make lab-down` first, then `make lab-up` with the release you want")
             storage2 = storage2 or self.settings().get("storage2", False)
+            profile = self.profile()
             vms = self.vms(storage2)
-            self.settings_path.write_text(json.dumps({"storage2": storage2, "release": release}) + "\n")
+            self.settings_path.write_text(json.dumps({"storage2": storage2, "release": release, **profile}) + "\n")
             host.ensure_packages(log)
             img = image.ensure_image(log, release)
             accel = host.probe_kvm(img, image.cache_root(), log)
@@ -153,10 +171,10 @@ class Lab:
         (d / "qemu.pid").unlink(missing_ok=True)
         host.ensure_tap(self.netns, vm.tap)
         argv = topology.qemu_argv(vm, vmdir=d, image_dir=img, ssh_pubkey=self.key.with_suffix(".pub").read_text(),
-                                  accel=accel)
+                                  accel=accel, tcg_thread=self.profile()["tcg_thread"])
         (d / "qemu.argv").write_text("\n".join(argv) + "\n")
-        log(f"{vm.name}: starting ({vm.addr}, {vm.memory_mib} MiB, {vm.cpus} vCPU, "
-            f"{len(vm.disks)} data disks, {accel})")
+        mode = f"tcg, thread={self.profile()['tcg_thread']}" if accel == "tcg" else accel
+        log(f"{vm.name}: starting ({vm.addr}, {vm.memory_mib} MiB, {vm.cpus} vCPU, {len(vm.disks)} data disks, {mode})")
         host.run(["ip", "netns", "exec", self.netns, *argv])
 
     def keyscan(self, vm: VM) -> str:
@@ -287,7 +305,7 @@ class Lab:
         release = self.release()
         report = {"netns": self.netns, "netns_present": host.netns_exists(self.netns),
                   "owner": host.read_owner(self.netns), "state_dir": str(self.state_dir),
-                  "release": release, "image": image.image_key(release),
+                  "release": release, **self.profile(), "image": image.image_key(release),
                   "image_cached": image.is_complete(image.image_dir(release)), "vms": []}
         for vm in vms:
             pid = self.pid(vm)

@@ -120,12 +120,22 @@ def gpu_disks(index: int) -> tuple[Disk, ...]:
     return (Disk(kind="nvme", serial=f"SCRATCH{index}", size_gib=8),)
 
 
-def plan(with_storage2: bool = False) -> tuple[VM, ...]:
+# The emulation profile (FABRIC_LAB_STORAGE_CPUS, FABRIC_LAB_TCG_THREAD; recorded in the lab's lab.json): how many
+# vCPUs a storage node has and whether TCG runs each vCPU on a host thread of its own ("multi") or all of a VM's
+# vCPUs on one ("single"). docs/lab.md has the panic runs that chose the defaults.
+STORAGE_CPUS = 2
+TCG_THREADS = ("multi", "single")
+TCG_THREAD = "multi"
+
+
+def plan(with_storage2: bool = False, storage_cpus: int = STORAGE_CPUS) -> tuple[VM, ...]:
     """The VMs of the lab, in boot order."""
+    if storage_cpus not in (1, 2):
+        raise ValueError(f"storage nodes take 1 or 2 vCPUs, not {storage_cpus}")
     net = SUBNET.network_address
-    vms = [VM("storage1", "storage", net + 11, 2560, 2, storage_disks(1))]
+    vms = [VM("storage1", "storage", net + 11, 2560, storage_cpus, storage_disks(1))]
     if with_storage2:
-        vms.append(VM("storage2", "storage", net + 12, 2560, 2, storage_disks(2)))
+        vms.append(VM("storage2", "storage", net + 12, 2560, storage_cpus, storage_disks(2)))
     vms.append(VM("gpu1", "gpu", net + 21, 1280, 1, gpu_disks(1)))
     vms.append(VM("gpu2", "gpu", net + 22, 1280, 1, gpu_disks(2)))
     total = sum(vm.memory_mib for vm in vms)
@@ -153,13 +163,17 @@ def kernel_cmdline(vm: VM, ssh_pubkey: str) -> str:
     ])
 
 
-def qemu_argv(vm: VM, *, vmdir: Path, image_dir: Path, ssh_pubkey: str, accel: str = "tcg") -> list[str]:
+def qemu_argv(vm: VM, *, vmdir: Path, image_dir: Path, ssh_pubkey: str, accel: str = "tcg",
+              tcg_thread: str = TCG_THREAD) -> list[str]:
     """The full QEMU command line for one VM (the caller runs it inside the lab's namespace)."""
+    if tcg_thread not in TCG_THREADS:
+        raise ValueError(f"TCG thread mode {tcg_thread!r}: one of {', '.join(TCG_THREADS)}")
     argv = [
         "qemu-system-x86_64",
         "-name", vm.name,
         "-machine", "q35",
-        *(["-accel", "tcg,thread=multi", "-cpu", "max"] if accel == "tcg" else ["-accel", "kvm", "-cpu", "host"]),
+        *(["-accel", f"tcg,thread={tcg_thread}", "-cpu", "max"] if accel == "tcg"
+          else ["-accel", "kvm", "-cpu", "host"]),
         "-smp", str(vm.cpus),
         "-m", str(vm.memory_mib),
         "-nodefaults", "-display", "none",

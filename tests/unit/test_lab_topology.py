@@ -113,3 +113,39 @@ def test_each_checkout_gets_its_own_namespace():
     assert topology.netns_name(Path("/x"), "mylab") == "mylab"
     with pytest.raises(LabError, match="'bad name' is not a valid network namespace name"):
         topology.netns_name(Path("/x"), "bad name")
+
+
+def test_emulation_profile_storage_cpus_and_tcg_thread():
+    vm = topology.plan(storage_cpus=1)[0]
+    assert vm.cpus == 1 and all(v.cpus == 1 for v in topology.plan(with_storage2=True, storage_cpus=1))
+    line = " ".join(topology.qemu_argv(vm, vmdir=Path("/s"), image_dir=Path("/c"), ssh_pubkey="k",
+                                       tcg_thread="single"))
+    assert "-accel tcg,thread=single -cpu max" in line and "-smp 1 " in line
+    with pytest.raises(ValueError):
+        topology.plan(storage_cpus=3)
+    with pytest.raises(ValueError):
+        topology.qemu_argv(vm, vmdir=Path("/s"), image_dir=Path("/c"), ssh_pubkey="k", tcg_thread="many")
+
+
+def test_lab_profile_from_the_environment_and_refusals(tmp_path, monkeypatch):
+    from fabric_lab.lab import Lab
+    for name in ("FABRIC_LAB_STATE", "FABRIC_LAB_STORAGE_CPUS", "FABRIC_LAB_TCG_THREAD"):
+        monkeypatch.delenv(name, raising=False)
+    lab = Lab(state_dir=tmp_path, inventory_dir=tmp_path / "inv")
+    assert Lab(state_dir=tmp_path).profile() == {"storage_cpus": topology.STORAGE_CPUS,
+                                                 "tcg_thread": topology.TCG_THREAD}
+    monkeypatch.setenv("FABRIC_LAB_STORAGE_CPUS", "1")
+    monkeypatch.setenv("FABRIC_LAB_TCG_THREAD", "single")
+    assert lab.profile() == {"storage_cpus": 1, "tcg_thread": "single"}
+    assert lab.vms()[0].cpus == 1
+    # a running lab keeps the profile it was booted with
+    (tmp_path / "lab.json").write_text('{"storage2": false, "storage_cpus": 2, "tcg_thread": "multi"}')
+    assert Lab(state_dir=tmp_path).profile() == {"storage_cpus": 2, "tcg_thread": "multi"}
+    (tmp_path / "lab.json").unlink()
+    monkeypatch.setenv("FABRIC_LAB_STORAGE_CPUS", "4")
+    with pytest.raises(LabError, match="1 or 2"):
+        lab.profile()
+    monkeypatch.setenv("FABRIC_LAB_STORAGE_CPUS", "1")
+    monkeypatch.setenv("FABRIC_LAB_TCG_THREAD", "fast")
+    with pytest.raises(LabError, match="TCG thread mode"):
+        lab.profile()

@@ -1,0 +1,44 @@
+"""lab/panic_repro.py's pure parts: profiles, the workload it sends, the docs table from its runs."""
+
+import argparse
+
+import panic_repro
+import pytest
+from fabric_lab import topology
+
+
+def test_profiles_parse_and_refuse():
+    assert panic_repro.parse_profile("single:1") == {"tcg_thread": "single", "storage_cpus": 1}
+    for bad in ("multi", "multi:3", "fast:2", ":2"):
+        with pytest.raises(argparse.ArgumentTypeError, match="TCG_THREAD:CPUS"):
+            panic_repro.parse_profile(bad)
+
+
+def test_workload_uses_the_lab_disks_and_destroys_one_at_a_time():
+    vm = topology.plan()[0]
+    script = panic_repro.workload(vm, 1000, 900)
+    assert "raidz2 " + " ".join(f"$D/ata-LAB_HDD_8TB_7200_HDD1{i:03d}" for i in range(6)) in script
+    assert "special mirror $D/nvme-QEMU_NVMe_Ctrl_NVME1000" in script
+    assert "cache $D/nvme-QEMU_NVMe_Ctrl_NVME1003" in script
+    assert "for i in $(seq 1 900); do zfs destroy rp/ck@s$i; done" in script
+    assert "$((1000 / 100 - 1))" in script
+
+
+def test_render_counts_runs_per_profile():
+    runs = [
+        {"tcg_thread": "multi", "storage_cpus": 2, "release": "trixie", "workload": "guest panicked",
+         "panicked": True, "boot_panics": 1, "boot_s": 60, "workload_s": 240},
+        {"tcg_thread": "multi", "storage_cpus": 2, "release": "trixie", "workload": "completed",
+         "panicked": False, "boot_panics": 0, "boot_s": 60, "workload_s": 540, "destroy_s": 450},
+        {"tcg_thread": "multi", "storage_cpus": 1, "release": "trixie", "workload": "completed",
+         "panicked": False, "boot_panics": 0, "boot_s": 60, "workload_s": 480, "destroy_s": 410},
+    ]
+    table = panic_repro.render(runs).splitlines()
+    assert table[2] == "| thread=multi, 1 vCPU, trixie | 1 | 1 | 0 | 0 | 410 | 9 |"
+    assert table[3] == "| thread=multi, 2 vCPU, trixie | 2 | 1 | 1 | 1 | 450 | 15 |"
+
+
+def test_panic_lines_pick_the_fault():
+    text = "boot ok\n[  9.1] traps: PANIC: double fault, error_code: 0x0\n[ 9.2] Kernel panic - not syncing: x\n"
+    assert panic_repro.panic_lines(text) == ["[  9.1] traps: PANIC: double fault, error_code: 0x0",
+                                             "[ 9.2] Kernel panic - not syncing: x"]
