@@ -7,6 +7,7 @@ Recorded data: tests/unit/data/lio/ (see its README.md for the exact commands on
 from __future__ import annotations
 
 import copy
+import dataclasses
 from unittest import mock
 import json
 
@@ -360,7 +361,8 @@ def test_apply_failure_removes_what_this_run_created(tmp_path):
     # reverse order: LUNs, portal, TPG, target, then the backstores
     assert deleted == ["LUN", "LUN", "NetworkPortal", "TPG", "Target", "BlockStorageObject", "BlockStorageObject"]
     assert "create_acl" in err.value.problem and len(err.value.rolled_back) == 7
-    assert not (tmp_path / "saveconfig.json").exists()
+    # LIO as the rollback left it is saved all the same (the boot-time restore must not bring back another state)
+    assert json.loads((tmp_path / "saveconfig.json").read_text()) == {"storage_objects": [], "targets": ["dumped"]}
 
 
 def test_nothing_to_do_touches_nothing():
@@ -507,3 +509,107 @@ def test_save_replaces_the_file_atomically_and_keeps_the_old_one_when_the_dump_f
     lio.save(type("Rts", (), {"RTSRoot": staticmethod(lambda: Root(False))}), str(path))
     assert json.loads(path.read_text()) == {"targets": [], "storage_objects": []}
     assert path.stat().st_mode & 0o777 == 0o600 and sorted(p.name for p in tmp_path.iterdir()) == ["saveconfig.json"]
+
+
+# -- a change that fails half-way: what was applied is saved for the boot-time restore (issue 26, item 4) -----
+
+class SimulatedKernel:
+    """LIO as a dump that each executed action changes (the actions' own simulation, ``lio.OPERATIONS``):
+    ``execute`` of every operation is replaced for the test, and the step numbered ``fail_at`` raises.
+    ``RTSRoot().dump()`` returns the dump as it is, so a save writes what was applied."""
+
+    class RTSLibError(Exception):
+        pass
+
+    def __init__(self, live: dict, fail_at: int):
+        self.dump = copy.deepcopy(live["dump"])
+        self.model = lio._Dump(self.dump)
+        self.fail_at, self.steps = fail_at, 0
+        kernel = self
+        self.RTSRoot = lambda: type("Root", (), {"dump": lambda _s: copy.deepcopy(kernel.dump)})()
+        self.FabricModule = lambda _name: None
+
+    def operations(self) -> dict:
+        def execute(op):
+            def run(_ex, action):
+                if self.steps == self.fail_at:
+                    raise self.RTSLibError(f"step {self.steps} refused")
+                self.steps += 1
+                op.simulate(self.model, action)
+            return run
+        return {name: dataclasses.replace(op, execute=execute(op), creates=False)
+                for name, op in lio.OPERATIONS.items()}
+
+
+def _withdraw_gpu2() -> tuple[dict, list]:
+    """The recorded export with a second ACL (gpu2) and the plan that withdraws gpu2: its two mapped LUNs, its
+    ACL (three steps)."""
+    state = live(sessions=False)
+    state["dump"] = lio.simulate(state, lio.changes(lio.plan(desired(acls=[
+        {"initiator": GPU1, "chap": CHAP1}, {"initiator": GPU2, "chap": CHAP2}]), state)))["dump"]
+    chap1 = lio.parse_desired(desired()).targets[0].acls[0].chap
+    return state, lio.changes(lio.plan_access(state, target_iqn=IQN, keep={GPU1: chap1}))
+
+
+def _unpublish() -> tuple[dict, list]:
+    """The recorded export removed whole (unpublish's plan_removal): target, then its two backstores."""
+    state = live(sessions=False)
+    return state, lio.changes(lio.plan_removal(state, iqn_base="iqn.2026-11.io.fabric.lab",
+                                               backstore_prefix="fabric_hc_", target_iqns=[IQN]))
+
+
+@pytest.mark.parametrize("make", [_withdraw_gpu2, _unpublish], ids=["withdraw an ACL", "unpublish"])
+def test_a_change_failing_at_step_k_leaves_the_steps_before_it_applied_and_saved(tmp_path, make):
+    state, todo = make()
+    assert len(todo) == 3
+    for k in range(len(todo)):
+        kernel = SimulatedKernel(state, fail_at=k)
+        saved = tmp_path / f"saveconfig-{k}.json"
+        with mock.patch.dict(lio.OPERATIONS, kernel.operations()), pytest.raises(lio.LioApplyError) as err:
+            lio.apply(todo, rts=kernel, save_file=str(saved))
+        expected = lio.simulate(state, todo[:k])["dump"]  # steps 0..k-1 applied, step k and later not
+        assert err.value.done == [a.describe() for a in todo[:k]]
+        assert f"step {k} refused" in err.value.problem and "saved for the next boot" in err.value.fix
+        assert json.loads(saved.read_text()) == expected == kernel.dump
+        assert saved.stat().st_mode & 0o777 == 0o600
+        if make is _unpublish and k >= 1:  # the target (with its ACL) went at step 0: gone from the file too
+            assert IQN not in [t["wwn"] for t in json.loads(saved.read_text())["targets"]]
+    # the withdrawn ACL is gone from the saved file as soon as its own step ran, whatever failed after it
+    if make is _withdraw_gpu2:
+        acls = [a["node_wwn"] for t in json.loads(saved.read_text())["targets"] if t["wwn"] == IQN
+                for a in t["tpgs"][0]["node_acls"]]
+        assert acls == [GPU1, GPU2]  # k = 2: the ACL's own step failed, so it is (rightly) still there
+        kernel = SimulatedKernel(state, fail_at=99)
+        with mock.patch.dict(lio.OPERATIONS, kernel.operations()):
+            lio.apply(todo, rts=kernel, save_file=str(tmp_path / "all.json"))
+        acls = [a["node_wwn"] for t in json.loads((tmp_path / "all.json").read_text())["targets"] if t["wwn"] == IQN
+                for a in t["tpgs"][0]["node_acls"]]
+        assert acls == [GPU1]
+
+
+def test_a_failed_save_after_a_failed_change_is_reported_with_it(tmp_path):
+    state, todo = _unpublish()
+    kernel = SimulatedKernel(state, fail_at=1)
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    with mock.patch.dict(lio.OPERATIONS, kernel.operations()), pytest.raises(lio.LioApplyError) as err:
+        lio.apply(todo, rts=kernel, save_file=str(blocked / "saveconfig.json"))
+    assert "step 1 refused" in err.value.problem and "could not be saved" in err.value.problem
+    assert "1 step(s)" in err.value.problem and "writable" in err.value.fix
+
+
+def test_an_interrupted_change_is_saved_too(tmp_path):
+    state, todo = _unpublish()
+    kernel = SimulatedKernel(state, fail_at=99)
+    ops = kernel.operations()
+    inner = ops["delete_backstore"].execute
+
+    def interrupted(ex, action):
+        inner(ex, action)
+        raise KeyboardInterrupt  # a signal after the step (SIGINT, or SIGTERM made into an exception)
+
+    ops["delete_backstore"] = dataclasses.replace(ops["delete_backstore"], execute=interrupted)
+    with mock.patch.dict(lio.OPERATIONS, ops), pytest.raises(KeyboardInterrupt):
+        lio.apply(todo, rts=kernel, save_file=str(tmp_path / "saveconfig.json"))
+    assert json.loads((tmp_path / "saveconfig.json").read_text()) == kernel.dump
+    assert len(kernel.dump["storage_objects"]) == len(state["dump"]["storage_objects"]) - 1

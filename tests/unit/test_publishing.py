@@ -470,3 +470,46 @@ def test_list_and_status_ask_each_host_how_many_paths_of_a_version_are_up(fabric
     status, _ = fabricctl_node("status", "--paths")
     check = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "paths")
     assert check["state"] == "WARNING" and "gpu1 imagenet@v1 (1/2 up)" in check["summary"], check
+
+
+@pytest.mark.parametrize("failed_at, released", [("delete_backstore", False), ("save", True)],
+                         ids=["backstore left: hold kept", "export gone: hold released"])
+def test_a_withdraw_failing_half_way_releases_the_hold_only_with_what_it_guarded(lio_state, monkeypatch, failed_at,
+                                                                                 released):
+    """Issue 26, item 4: the removal fails at its last step (the backstore still exports the snapshot: the hold
+    stays), or after every step (the export is gone: the hold goes with it, and the error is still raised)."""
+    node = AnsweringRunner({}, dry_run=False, default=None)
+    lio_state["holds"]["tank/datasets/imagenet@v2"] = ["fabric:published"]
+    lio_state["live"]["sessions"] = []
+    made: list = []
+    monkeypatch.setattr(lzc, "_release", lambda name, tag: made.append((name, tag)))
+
+    def converge(state, before, actions, **_kw):
+        todo = lio.changes(actions)
+        applied = todo if failed_at == "save" else [a for a in todo if a.op != failed_at]
+        lio_state["live"] = lio.simulate(before, applied)
+        raise lio.LioApplyError(f"LIO change failed at {failed_at}", "fix it", [a.describe() for a in applied], [])
+
+    monkeypatch.setattr(lio, "converge", converge)
+    with pytest.raises(lio.LioApplyError):
+        publisher(node).withdraw(V2, [], force=False)
+    assert made == ([("tank/datasets/imagenet@v2", "fabric:published")] if released else [])
+
+
+def test_an_export_that_fails_before_its_backstore_releases_the_hold_it_placed(lio_state, monkeypatch):
+    node = AnsweringRunner({("zfs", "set"): (0, "", ""), ("zfs", "get"): (0, "", "")}, dry_run=False, default=None)
+    made: list = []
+    monkeypatch.setattr(lzc, "_hold", lambda name, tag: made.append(("hold", name, tag))
+                        or lio_state["holds"].setdefault(name, []).append(tag) or True)
+    monkeypatch.setattr(lzc, "_release", lambda name, tag: made.append(("release", name, tag)))
+    monkeypatch.setattr(publish.blockfs, "require", lambda device, runner: None)
+
+    def reconcile(*_a, **_kw):
+        raise lio.LioApplyError("LIO change failed at `create_acl`", "fix it", [], ["create_backstore"])
+
+    monkeypatch.setattr(lio, "reconcile", reconcile)
+    v3 = SETTINGS.dataset("imagenet", "v3", "ext4")
+    with pytest.raises(lio.LioApplyError):
+        publisher(node).export(v3, HOSTS)
+    assert made == [("hold", "tank/datasets/imagenet@v3", "fabric:published"),
+                    ("release", "tank/datasets/imagenet@v3", "fabric:published")]

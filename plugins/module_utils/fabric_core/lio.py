@@ -23,6 +23,7 @@ rtslib-fb is imported lazily so that this module imports (and plans) without it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ipaddress
 import json
@@ -998,7 +999,9 @@ def apply(actions: list[Action], *, rts=None, save_config: bool = True, save_fil
     """Run the changes in order; on failure undo this run's creations and raise LioApplyError.
 
     Deletions and attribute writes done before the failure are not undone (they are listed in
-    the error). After success, the whole configuration is saved for the boot-time restore.
+    the error). Whatever happened, once a change was attempted the whole configuration is saved for the
+    boot-time restore (``_saved``): what was applied (a withdrawn ACL) must not come back at the next boot
+    because a later step failed; a failed save is added to the error.
     """
     todo = changes(actions)
     if not todo:
@@ -1007,31 +1010,52 @@ def apply(actions: list[Action], *, rts=None, save_config: bool = True, save_fil
     ex = _Rtslib(rts)
     done: list[str] = []
     undo: list = []
-    for a in todo:
-        try:
-            op = OPERATIONS[a.op]
-            made = op.execute(ex, a)
-            step = made if op.creates else None  # the undo of a creation
-        except Exception as exc:  # rtslib raises RTSLibError, OSError, ...
-            rolled, failed = [], []
-            for text, fn in reversed(undo):
-                try:
-                    fn()
-                    rolled.append(text)
-                except Exception as undo_exc:  # noqa: BLE001 - keep undoing the rest
-                    if "does not exist" not in str(undo_exc):
-                        failed.append(f"{text}: {undo_exc}")
-            problem = f"LIO change failed at `{a.describe()}`: {exc}"
-            if failed:
-                problem += "; could not undo: " + "; ".join(failed)
-            raise LioApplyError(problem, "fix the cause and run again (the plan is recomputed from live state); "
-                                "creations of this run were removed", done, rolled) from exc
-        done.append(a.describe())
-        if step is not None:
-            undo.append((a.describe(), step))
-    if save_config:
-        save(rts, save_file)
+    with _saved(rts, save_file if save_config else None, done):
+        for a in todo:
+            try:
+                op = OPERATIONS[a.op]
+                made = op.execute(ex, a)
+                step = made if op.creates else None  # the undo of a creation
+            except Exception as exc:  # rtslib raises RTSLibError, OSError, ...
+                rolled, failed = [], []
+                for text, fn in reversed(undo):
+                    try:
+                        fn()
+                        rolled.append(text)
+                    except Exception as undo_exc:  # noqa: BLE001 - keep undoing the rest
+                        if "does not exist" not in str(undo_exc):
+                            failed.append(f"{text}: {undo_exc}")
+                problem = f"LIO change failed at `{a.describe()}`: {exc}"
+                if failed:
+                    problem += "; could not undo: " + "; ".join(failed)
+                raise LioApplyError(problem, "fix the cause and run again (the plan is recomputed from live state); "
+                                    "creations of this run were removed, what was applied before the failure is "
+                                    "saved for the next boot", done, rolled) from exc
+            done.append(a.describe())
+            if step is not None:
+                undo.append((a.describe(), step))
     return done
+
+
+@contextlib.contextmanager
+def _saved(rts, save_file: str | None, done: list):
+    """Save the configuration when the block ends, however it ends (``apply``: a change failed, or the run was
+    interrupted): a failed save after a failed change is added to that change's LioApplyError (both are
+    reported); after success it is raised as it is."""
+    try:
+        yield
+    except BaseException as err:
+        if save_file is not None:
+            try:
+                save(rts, save_file)
+            except Exception as exc:  # noqa: BLE001 - reported with the change's own error
+                if isinstance(err, LioApplyError):
+                    err.problem += (f"; the configuration could not be saved ({exc}): what was applied "
+                                    f"({len(done)} step(s)) is live but not in {save_file}")
+                    err.fix += f"; then check that {save_file} is writable"
+        raise
+    if save_file is not None:
+        save(rts, save_file)
 
 
 def save(rts, save_file: str = SAVE_FILE) -> None:

@@ -366,15 +366,21 @@ class Publisher:
                 self.local.run(["zfs", "set", "snapdev=visible", volume], mutating=True)
                 changed_snapdev = True
         held = lzc.hold(export.snapshot, runner=self.local) if hold else False
-        if not self.dry_run:
-            blockfs.require(export.device, runner=self.local)
-        index = self.index()
-        export = self.identify(export, index)
-        # hosts taken out of the configuration lose their access first (they are no longer trusted)
-        revoke = self.revoke_unknown(export, index)
-        initiators = set(index.initiators(export)) - set(revoke["revoked_initiators"]) | {h.initiator for h in hosts}
-        result = self._lio(lio.reconcile(self.settings.desired(export, initiators), dry_run=self.dry_run,
-                                         predicted=revoke.get("predicted")))
+        try:
+            if not self.dry_run:
+                blockfs.require(export.device, runner=self.local)
+            index = self.index()
+            export = self.identify(export, index)
+            # hosts taken out of the configuration lose their access first (they are no longer trusted)
+            revoke = self.revoke_unknown(export, index)
+            initiators = (set(index.initiators(export)) - set(revoke["revoked_initiators"])
+                          | {h.initiator for h in hosts})
+            result = self._lio(lio.reconcile(self.settings.desired(export, initiators), dry_run=self.dry_run,
+                                             predicted=revoke.get("predicted")))
+        except Exception:
+            if held:  # this run's hold guards nothing when the export was not made
+                self._release_unexported(export)
+            raise
         return {"held": held, "snapdev": changed_snapdev, "lio_changed": result["changed"] or bool(revoke["revoked"]),
                 "lio_actions": revoke["lio_actions"] + result["actions"], "revoked": revoke["revoked"],
                 "warnings": result.get("warnings", [])}
@@ -442,10 +448,27 @@ class Publisher:
                                    backstore_prefix=self.settings.backstore_prefix,
                                    target_iqns=[self.settings.target_iqn(export)], force=force,
                                    planned_logouts=(detached if self.dry_run else frozenset()) | unknown)
-        result = self._lio(lio.converge(self._state(), index.live, actions, dry_run=self.dry_run))
+        try:
+            result = self._lio(lio.converge(self._state(), index.live, actions, dry_run=self.dry_run))
+        except lio.LioApplyError:
+            self._release_unexported(export)  # a later step failed: the hold goes if its backstore went
+            raise
         gone = index.initiators(export) if any(a.op == "delete_target" for a in actions) else []
         return {"revoked": [index.name_of(i) for i in gone], "lio_actions": result["actions"],
                 "released": lzc.release(export.snapshot, runner=self.local) if export.is_snapshot else False}
+
+    def _release_unexported(self, export: Export) -> bool:
+        """After a failed export or withdraw: the publish hold of the export's snapshot is released when no
+        backstore of the fabric exports that snapshot any more (what it guarded is gone); kept otherwise. Never
+        raises (the caller is already raising the failure's own error)."""
+        if not export.is_snapshot or self.dry_run:
+            return False
+        try:
+            if export.snapshot in self.index().published_snapshots():
+                return False
+            return lzc.release(export.snapshot, runner=self.local)
+        except Exception:  # noqa: BLE001 - the original error is the one to report
+            return False
 
     def sync_access(self, force: bool = True) -> dict:
         """Every target of the fabric brought in line with the configuration: the ACLs of initiators no configured
