@@ -3,17 +3,30 @@ whatever happens, and a snapshot that took as long as the timer is discarded."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import time
+
 import pytest
 from fabric_core import freeze
-from fabric_core.errors import UserError
+from fabric_core.errors import CommandError, UserError
 from support import AnsweringRunner
 
 MP = "/checkpoints/demo-job"
 UNIT = "fabric-thaw-checkpoints-demo-job"
 
 
-def writer(thaw=(0, "", "")) -> AnsweringRunner:
-    return AnsweringRunner({("fsfreeze", "-u"): thaw}, default=(0, "", ""))
+def writer(thaw=(0, "", ""), freeze=(0, "", ""), recover=(0, "", "")) -> AnsweringRunner:
+    """A writer answering the freeze, the thaw and arming's recovery (under the lock: ``flock ... LOCK``)."""
+    lock = ("flock", "-w", str(freeze_mod.LOCK_WAIT), "-E", str(freeze_mod.BUSY), freeze_mod.lock_path(MP))
+    return AnsweringRunner({(*lock, "fsfreeze", "-u"): thaw, (*lock, "sh", "-c", freeze_mod.FREEZE): freeze,
+                            (*lock, "sh", "-c", freeze_mod.RECOVER): recover}, default=(0, "", ""))
+
+
+freeze_mod = freeze
+EINVAL = (1, "", f"fsfreeze: {MP}: thaw failed: Invalid argument")
+STOP = ["systemctl", "stop", f"{UNIT}.timer", f"{UNIT}.service"]
 
 
 def ticking(*times):
@@ -21,20 +34,34 @@ def ticking(*times):
     return lambda: next(values)
 
 
+def steps(host) -> list[str]:
+    """The writer's commands as named steps (the runner's recorded argv)."""
+    names = {tuple(freeze.recover_argv(MP)): "recover", tuple(freeze.arm_argv(MP, 30)): "arm",
+             tuple(freeze.arm_argv(MP, 5)): "arm", tuple(freeze.freeze_argv(MP)): "freeze",
+             tuple(freeze.thaw_argv(MP)): "thaw", ("sync", "-f", MP): "sync", tuple(STOP): "disarm"}
+    return [names.get(tuple(a), " ".join(a)) for a in host.seen]
+
+
 def test_the_timer_is_set_before_the_freeze_and_stopped_after_the_thaw():
     host, taken = writer(), []
     result, window = freeze.snapshot_frozen(host, MP, lambda: taken.append(1) or "snap", limit=30,
                                             discard=lambda: pytest.fail("discarded"), clock=ticking(100.0, 100.4))
     assert (result, taken, round(window, 1)) == ("snap", [1], 0.4)
-    argvs = [list(a) for a in host.seen]
-    arm = argvs.index(freeze.arm_argv(MP, 30))
-    assert argvs.index(["fsfreeze", "-f", MP]) > arm > argvs.index(["sync", "-f", MP])
-    assert argvs[-1] == ["systemctl", "stop", f"{UNIT}.timer", f"{UNIT}.service"]
-    assert argvs.index(["fsfreeze", "-u", MP]) < len(argvs) - 1
+    # a leftover of a killed run is thawed and cleared under the lock before the new timer is set
+    assert steps(host) == ["sync", "recover", "arm", "freeze", "thaw", "disarm"]
     assert freeze.arm_argv(MP, 30)[:3] == ["systemd-run", f"--unit={UNIT}", "--on-active=30s"]
-    assert freeze.arm_argv(MP, 30)[-3:] == ["fsfreeze", "-u", MP]
-    # a leftover timer of a killed run is stopped before the new one is set
-    assert argvs[:arm].count(["systemctl", "stop", f"{UNIT}.timer", f"{UNIT}.service"]) == 1
+    assert freeze.arm_argv(MP, 30)[-5:] == [freeze.WATCHDOG, "fabric-thaw", MP, freeze.lock_path(MP),
+                                            str(freeze.GIVE_UP)]
+    # the freeze holds the lock while it runs, and starts only while its timer waits
+    assert freeze.freeze_argv(MP)[:6] == ["flock", "-w", "10", "-E", "75", f"/run/{UNIT}.lock"]
+    assert 'SubState "$1.timer"' in freeze.FREEZE and freeze.freeze_argv(MP)[-2:] == [UNIT, MP]
+
+
+def test_the_watchdog_command_has_nothing_systemd_would_expand():
+    """systemd expands ${VAR}, $$ and %-specifiers in a service's command line (systemd-run's
+    --expand-environment, on by default since systemd 254): the watchdog's script must reach sh as written."""
+    for word in freeze.arm_argv(MP, 30)[freeze.arm_argv(MP, 30).index("sh"):]:
+        assert "${" not in word and "$$" not in word and "%" not in word, word
 
 
 def test_a_failed_snapshot_still_thaws_and_stops_the_timer():
@@ -45,23 +72,78 @@ def test_a_failed_snapshot_still_thaws_and_stops_the_timer():
 
     with pytest.raises(RuntimeError, match="snapshot failed"):
         freeze.snapshot_frozen(host, MP, fail, limit=30, discard=lambda: None, clock=ticking(0.0, 1.0))
-    argvs = [list(a) for a in host.seen]
-    assert ["fsfreeze", "-u", MP] in argvs and argvs[-1][:2] == ["systemctl", "stop"]
+    assert steps(host) == ["sync", "recover", "arm", "freeze", "thaw", "disarm"]
+
+
+def test_a_freeze_that_failed_on_this_side_is_still_thawed_there():
+    """fabricctl's freeze fails (a timeout of its own, a refused late freeze): the freeze may land on the writer
+    anyway, so the thaw runs all the same; no snapshot is taken."""
+    host = writer(freeze=(freeze.LATE, "", f"the safety timer {UNIT}.timer is elapsed, not waiting: not freezing"))
+    with pytest.raises(CommandError, match="not waiting"):
+        freeze.snapshot_frozen(host, MP, lambda: pytest.fail("snapshot taken"), limit=30, discard=lambda: None,
+                               clock=ticking(0.0, 40.0))
+    assert steps(host) == ["sync", "recover", "arm", "freeze", "thaw", "disarm"]
+
+
+def test_a_freeze_still_in_flight_keeps_its_timer():
+    """The thaw finds the lock taken (the freeze has not returned on the writer): the timer is not stopped (its
+    watchdog thaws the freeze once it lands) and the error says so."""
+    host = writer(thaw=(freeze.BUSY, "", ""), freeze=(1, "", "Timeout"))
+    with pytest.raises(freeze.FreezeInFlight) as err:
+        freeze.snapshot_frozen(host, MP, lambda: pytest.fail("snapshot taken"), limit=30, discard=lambda: None,
+                               clock=ticking(0.0, 12.0))
+    assert steps(host) == ["sync", "recover", "arm", "freeze", "thaw"]  # no disarm
+    assert f"{UNIT}.timer" in err.value.fix
+
+
+def test_a_writer_lost_at_the_thaw_keeps_its_timer():
+    class Lost(Exception):
+        pass
+
+    def lost(_argv):
+        raise Lost("connection lost")
+
+    host = writer(thaw=lost)
+    with pytest.raises(Lost):
+        freeze.snapshot_frozen(host, MP, lambda: "snap", limit=30, discard=lambda: None, clock=ticking(0.0, 1.0))
+    assert steps(host) == ["sync", "recover", "arm", "freeze", "thaw"]
 
 
 def test_a_snapshot_as_slow_as_the_timer_is_discarded():
-    host, discarded = writer(thaw=(1, "", "fsfreeze: /checkpoints/demo-job: thaw failed: Invalid argument")), []
+    host, discarded = writer(thaw=EINVAL), []
     with pytest.raises(freeze.ThawedEarly) as err:
         freeze.snapshot_frozen(host, MP, lambda: "snap", limit=5, discard=lambda: discarded.append(1),
                                clock=ticking(0.0, 5.2))
     assert discarded == [1] and "discarded" in err.value.problem and "thaw_after_seconds" in err.value.fix
+    assert steps(host)[-1] == "disarm"  # nothing frozen, nothing in flight: the timer is done
 
 
-def test_a_thaw_that_fails_otherwise_says_what_to_run():
+def test_the_window_counts_from_before_the_timer_was_set():
+    """The clock is read before the timer is armed: a window shorter than the limit proves the timer (which
+    started later) has not fired."""
+    host, reads = writer(), []
+
+    def clock():
+        reads.append(len(host.seen))
+        return float(len(reads))
+
+    freeze.snapshot_frozen(host, MP, lambda: None, limit=30, discard=lambda: None, clock=clock)
+    assert reads[0] == 1  # after `sync -f` (1 command), before recover and arm
+
+
+def test_a_thaw_that_fails_otherwise_says_what_to_run_and_keeps_the_timer():
     host = writer(thaw=(1, "", "fsfreeze: /checkpoints/demo-job: Input/output error"))
     with pytest.raises(UserError) as err:
         freeze.snapshot_frozen(host, MP, lambda: None, limit=30, discard=lambda: None, clock=ticking(0.0, 0.1))
     assert f"fsfreeze -u {MP}" in err.value.fix and f"{UNIT}.timer" in err.value.fix
+    assert "disarm" not in steps(host)
+
+
+def test_an_earlier_freeze_still_in_flight_refuses_to_arm():
+    host = writer(recover=(freeze.BUSY, "", ""))
+    with pytest.raises(freeze.FreezeInFlight):
+        freeze.snapshot_frozen(host, MP, lambda: None, limit=30, discard=lambda: None, clock=ticking(0.0, 0.1))
+    assert steps(host) == ["sync", "recover"]
 
 
 def test_the_bound_is_checked_and_a_dry_run_only_plans():
@@ -69,6 +151,100 @@ def test_the_bound_is_checked_and_a_dry_run_only_plans():
         freeze.arm(writer(), MP, 2)
     dry = AnsweringRunner({}, dry_run=True, default=None)
     assert freeze.arm(dry, MP, 30) == UNIT and dry.seen == [] and list(dry.planned[-1]) == freeze.arm_argv(MP, 30)
+
+
+# ---- the watchdog's script, run by sh with stand-ins for fsfreeze (a state file) and sleep, and the real flock -
+
+FAKE_FSFREEZE = """#!/bin/sh
+# fsfreeze -u MOUNT: thaws when the state file says frozen
+if [ "$(cat "$FAKE_STATE")" = frozen ]; then echo thawed > "$FAKE_STATE"; exit 0; fi
+echo "fsfreeze: $2: thaw failed: Invalid argument" >&2; exit 1
+"""
+FAKE_SLEEP = """#!/bin/sh
+# the watchdog's second between tries: counted, and made short
+echo slept >> "$FAKE_STATE.slept"; exec /bin/sleep 0.05
+"""
+needs_flock = pytest.mark.skipif(not shutil.which("flock"), reason="util-linux flock is not installed")
+
+
+class Writer:
+    """A stand-in writer in a temporary directory: its file system's state in a file, its lock file."""
+
+    def __init__(self, root, state: str):
+        root.mkdir(parents=True, exist_ok=True)
+        bindir = root / "bin"
+        bindir.mkdir()
+        for name, text in (("fsfreeze", FAKE_FSFREEZE), ("sleep", FAKE_SLEEP)):
+            (bindir / name).write_text(text)
+            (bindir / name).chmod(0o755)
+        self.state, self.lock = root / "state", str(root / "lock")
+        self.state.write_text(state + "\n")
+        self.env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "FAKE_STATE": str(self.state)}
+
+    def watchdog(self, tries: int = 2000) -> subprocess.Popen:
+        return subprocess.Popen(["sh", "-c", freeze.WATCHDOG, "fabric-thaw", MP, self.lock, str(tries)], env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def sleeps(self) -> int:
+        path = self.state.parent / "state.slept"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    def locked(self) -> bool:
+        return subprocess.run(["flock", "-n", self.lock, "true"], check=False).returncode != 0
+
+
+def until(condition, what: str, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.01)
+
+
+@needs_flock
+def test_the_watchdog_thaws_a_freeze_that_lands_after_it_fired(tmp_path):
+    """The freeze is in flight (its lock held) when the watchdog fires, and lands later: the watchdog keeps
+    trying under the lock and thaws it once it has landed, instead of finding nothing frozen and ending."""
+    host = Writer(tmp_path, "thawed")
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    # the freeze: holds the lock until told to land, then marks the file system frozen (FIFREEZE returned)
+    freezer = subprocess.Popen(["flock", host.lock, "sh", "-c", f"read x < {go}; echo frozen > {host.state}"])
+    try:
+        until(host.locked, "the freeze holds its lock")
+        watchdog = host.watchdog()
+        until(lambda: host.sleeps() >= 2, "the watchdog tried twice while the freeze was in flight")
+        assert watchdog.poll() is None  # still there: it did not end on "not frozen"
+        with open(go, "w") as fifo:
+            fifo.write("land\n")
+        out, err = watchdog.communicate(timeout=60)
+    finally:
+        freezer.kill()
+        freezer.wait()
+    assert watchdog.returncode == 0 and out.strip() == f"thawed {MP}", (out, err)
+    assert host.state.read_text().strip() == "thawed"
+
+
+@needs_flock
+def test_the_watchdog_ends_when_nothing_is_frozen_and_nothing_in_flight(tmp_path):
+    for state, said in (("thawed", f"{MP} is not frozen"), ("frozen", f"thawed {MP}")):
+        host = Writer(tmp_path / state, state)
+        out, err = host.watchdog().communicate(timeout=60)
+        assert out.strip() == said and host.state.read_text().strip() == "thawed", (out, err)
+        assert host.sleeps() == 0
+
+
+@needs_flock
+def test_the_watchdog_gives_up_after_its_tries_while_a_freeze_never_lands(tmp_path):
+    host = Writer(tmp_path, "thawed")
+    holder = subprocess.Popen(["flock", host.lock, "/bin/sleep", "60"])
+    try:
+        until(host.locked, "the stuck freeze holds its lock")
+        watchdog = host.watchdog(tries=3)
+        out, err = watchdog.communicate(timeout=60)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert watchdog.returncode == 1 and "gave up" in err and host.sleeps() == 2, (out, err)
 
 
 # ---- a writer's freeze state, read for `fabricctl status --writers` (recorded on the lab's gpu2) ----------

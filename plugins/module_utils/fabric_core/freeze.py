@@ -2,13 +2,35 @@
 
 ``fsfreeze -f`` blocks every write to a file system until ``fsfreeze -u``. If the process that froze it dies
 in between (SIGKILL, a lost SSH connection, a crashed storage node), nobody thaws it: the writer hangs
-forever. So before freezing, a systemd timer is set on the host itself (``systemd-run --on-active``) that
-runs ``fsfreeze -u`` after a bounded time; it fires whatever happens to the caller, and the caller stops it
-once it has thawed the file system itself. A snapshot that finishes after that bound may have been taken
-after the timer thawed the writer: it is not known to be consistent, and the caller discards it.
+forever. So before freezing, a systemd timer is set on the host itself (``systemd-run --on-active``) whose
+service thaws the file system after a bounded time; it fires whatever happens to the caller, and the caller
+stops it once it has thawed the file system itself. A snapshot that finishes after that bound may have been
+taken after the timer thawed the writer: it is not known to be consistent, and the caller discards it.
 
-One timer unit per mount point (``thaw_unit``): arming stops a leftover of a killed run first, so a stale
-timer never thaws a later freeze early.
+A freeze is not instant: ``fsfreeze -f`` first blocks new writes, then flushes what is dirty, and only then is
+the file system frozen (``FIFREEZE`` returns). The timer may fire during that flush, or before the freeze even
+started (a caller stopped between arming and freezing); a thaw at that moment finds nothing frozen, and the
+freeze would land after it with no timer left. Three rules close that, one lock file per mount point
+(``lock_path``, in /run: root's) being the token of a freeze in flight:
+
+* the freeze runs under the lock (``flock LOCK fsfreeze -f``, the lock held by the freezing process itself
+  until the kernel returns) and starts only while its timer is still waiting (``freeze_argv``): a freeze
+  never starts after its watchdog has fired;
+* the watchdog (``WATCHDOG``, the timer's service) does not thaw once: from the time it fires, it tries
+  ``fsfreeze -u`` under the lock every second, and ends only when it thawed the file system, or found it not
+  frozen while holding the lock (no freeze in flight, and none can start any more), or after ``GIVE_UP``
+  tries (about an hour: a freeze that never completes, the device hangs); a freeze that lands late is thawed
+  within about a second of landing;
+* the caller thaws under the lock whatever happened (a freeze that failed or timed out on the caller's side
+  may still land on the host), and stops the timer only once its thaw found nothing frozen and nothing in
+  flight (``snapshot_frozen``); otherwise the timer stays and does it.
+
+So a writer is frozen at most until the later of the timer (``limit`` seconds after it was armed) and a
+second after its freeze landed, whatever is killed when (see docs/security.md for each kill point).
+
+One timer unit per mount point (``thaw_unit``): arming first thaws and clears a leftover of a killed run,
+under the lock (``recover_argv``), so a stale timer never thaws a later freeze early and a leftover freeze
+is never left without its watchdog.
 """
 
 from __future__ import annotations
@@ -22,10 +44,41 @@ from .errors import FabricError, UserError
 
 T = TypeVar("T")
 MIN_SECONDS, MAX_SECONDS = 5, 3600
+GIVE_UP = 3600  # tries (a second apart) of the watchdog once fired (a freeze in flight that long: the device hangs)
+LOCK_WAIT = 10  # seconds a freeze, a thaw or arming waits for the lock (another of them in flight)
+BUSY = 75  # flock's exit status when the lock stays taken (flock -E): a freeze of the mount point is in flight
+LATE = 76  # the freeze's exit status when its timer is no longer waiting (it fired: too late to freeze)
+NOT_FROZEN = "Invalid argument"  # fsfreeze -u on a file system that is not frozen (EINVAL)
+
+# The timer's service: $1 mount point, $2 lock file, $3 tries (a second apart). A thaw under the lock every
+# second until it thaws, or finds nothing frozen with no freeze in flight (it holds the lock), or gives up.
+# systemd expands "${...}", "$$" and specifiers ("%x") in a service's command line: the script has none.
+WATCHDOG = (
+    'n=0; '
+    'while :; do '
+    'out=$(flock -n -E 75 "$2" fsfreeze -u "$1" 2>&1); rc=$?; '
+    'if [ $rc -eq 0 ]; then echo "thawed $1"; exit 0; fi; '
+    'case "$rc:$out" in 75:*) ;; *"Invalid argument"*) echo "$1 is not frozen"; exit 0;; *) echo "$out" >&2;; esac; '
+    'n=$((n + 1)); '
+    'if [ $n -ge $3 ]; then echo "gave up thawing $1 after $3 tries" >&2; exit 1; fi; '
+    'sleep 1; '
+    'done')
+# The freeze: $1 the timer's unit, $2 the mount point; run under the lock, and only while the timer waits.
+FREEZE = ('state=$(systemctl show -P SubState "$1.timer"); '
+          'if [ "$state" != waiting ]; then '
+          'echo "the safety timer $1.timer is ${state:-not there}, not waiting: not freezing" >&2; exit 76; fi; '
+          'exec fsfreeze -f "$2"')
+# Before arming: under the lock, thaw a leftover freeze of a killed run and clear its timer and service.
+RECOVER = ('fsfreeze -u "$2" 2>/dev/null; systemctl stop "$1.timer" "$1.service" 2>/dev/null; '
+           'systemctl reset-failed "$1.timer" "$1.service" 2>/dev/null; true')
 
 
 class ThawedEarly(FabricError):
     """The freeze lasted as long as the safety timer: the snapshot may not be consistent (it was discarded)."""
+
+
+class FreezeInFlight(FabricError):
+    """A freeze of the mount point has not returned on the writer yet: its safety timer thaws it once it lands."""
 
 
 def thaw_unit(mountpoint: str) -> str:
@@ -33,59 +86,97 @@ def thaw_unit(mountpoint: str) -> str:
     return "fabric-thaw-" + re.sub(r"[^A-Za-z0-9_.-]", "_", mountpoint.strip("/").replace("/", "-"))
 
 
+def lock_path(mountpoint: str) -> str:
+    """The lock file on the writer held by a freeze in flight (and briefly by each thaw): /run/<unit>.lock."""
+    return f"/run/{thaw_unit(mountpoint)}.lock"
+
+
+def _locked(mountpoint: str, wait: int | None) -> list[str]:
+    how = ["-n"] if wait is None else ["-w", str(wait)]
+    return ["flock", *how, "-E", str(BUSY), lock_path(mountpoint)]
+
+
 def arm_argv(mountpoint: str, seconds: int) -> list[str]:
-    """The command that sets the safety timer: ``fsfreeze -u MOUNTPOINT`` on this host in ``seconds``."""
+    """The command that sets the safety timer: the watchdog (``WATCHDOG``) on this host in ``seconds``."""
     return ["systemd-run", f"--unit={thaw_unit(mountpoint)}", f"--on-active={seconds}s",
             "--timer-property=AccuracySec=1s", "--collect", "--quiet",
-            f"--description=fabric: thaw {mountpoint} if the checkpoint snapshot does not", "fsfreeze", "-u",
+            f"--description=fabric: thaw {mountpoint} if the checkpoint snapshot does not", "sh", "-c", WATCHDOG,
+            "fabric-thaw", mountpoint, lock_path(mountpoint), str(GIVE_UP)]
+
+
+def recover_argv(mountpoint: str) -> list[str]:
+    """Under the lock: thaw a leftover freeze, stop and reset a leftover timer and service (``RECOVER``)."""
+    return [*_locked(mountpoint, LOCK_WAIT), "sh", "-c", RECOVER, "fabric-recover", thaw_unit(mountpoint),
             mountpoint]
 
 
+def freeze_argv(mountpoint: str) -> list[str]:
+    """The freeze, under the lock, only while its timer still waits (``FREEZE``)."""
+    return [*_locked(mountpoint, LOCK_WAIT), "sh", "-c", FREEZE, "fabric-freeze", thaw_unit(mountpoint), mountpoint]
+
+
+def thaw_argv(mountpoint: str) -> list[str]:
+    """The caller's thaw, under the lock (exit ``BUSY``: a freeze is still in flight)."""
+    return [*_locked(mountpoint, LOCK_WAIT), "fsfreeze", "-u", mountpoint]
+
+
 def arm(runner, mountpoint: str, seconds: int) -> str:
-    """Set the safety timer on the host (a leftover of a killed run is stopped first); returns its unit."""
+    """Set the safety timer on the host (a leftover of a killed run is thawed and cleared first, under the lock);
+    returns its unit."""
     if not MIN_SECONDS <= seconds <= MAX_SECONDS:
         raise UserError(f"the thaw timer must be {MIN_SECONDS}-{MAX_SECONDS} s, got {seconds}",
                         "set defaults.thaw_after_seconds in the fabricctl configuration")
     unit = thaw_unit(mountpoint)
-    disarm(runner, unit)
-    runner.run(["systemctl", "reset-failed", f"{unit}.timer", f"{unit}.service"], check=False, mutating=True)
+    res = runner.run(recover_argv(mountpoint), check=False, mutating=True)
+    if res.rc == BUSY:
+        raise FreezeInFlight(f"an earlier freeze of {mountpoint} has not returned on the writer after {LOCK_WAIT} s",
+                             f"wait: its safety timer {unit}.timer thaws it once it lands; then take the "
+                             "snapshot again")
     runner.run(arm_argv(mountpoint, seconds), mutating=True)
     return unit
 
 
 def disarm(runner, unit: str) -> None:
-    """Stop the safety timer (and its service): the caller thawed the file system itself."""
+    """Stop the safety timer (and its service): the caller thawed the file system itself, under the lock."""
     runner.run(["systemctl", "stop", f"{unit}.timer", f"{unit}.service"], check=False, mutating=True)
 
 
 def snapshot_frozen(runner, mountpoint: str, take: Callable[[], T], *, limit: int,
                     discard: Callable[[], object], clock: Callable[[], float] = time.monotonic) -> tuple[T, float]:
-    """``sync -f``, the safety timer, ``fsfreeze -f``, ``take()`` (the snapshot), then ``fsfreeze -u`` whatever
-    happened, and the timer stopped. Returns (what take returned, the freeze window in seconds). When the
-    window reached ``limit`` (the timer may have thawed the writer before the snapshot), ``discard()`` removes
-    the snapshot and ThawedEarly is raised."""
+    """``sync -f``, the safety timer, the freeze (``freeze_argv``), ``take()`` (the snapshot), then the thaw
+    (``thaw_argv``) whatever happened, and the timer stopped once the thaw found nothing frozen and nothing in
+    flight. Returns (what take returned, the freeze window in seconds, counted from before the timer was set).
+    When the window reached ``limit`` (the timer may have thawed the writer before the snapshot), ``discard()``
+    removes the snapshot and ThawedEarly is raised. The timer is left armed when the thaw could not be made
+    or confirmed (a lost connection, a freeze still in flight, a failed thaw): it thaws the writer itself."""
     runner.run(["sync", "-f", mountpoint])
+    armed = clock()  # before the timer starts: a window shorter than ``limit`` means the timer has not fired
     unit = arm(runner, mountpoint, limit)
-    armed = clock()
+    error: BaseException | None = None
+    result = None
     try:
-        runner.run(["fsfreeze", "-f", mountpoint])
-        error: BaseException | None = None
-        result = None
-        try:
-            result = take()
-        except BaseException as exc:  # noqa: BLE001 - re-raised after the thaw
-            error = exc
-        finally:
-            thaw = runner.run(["fsfreeze", "-u", mountpoint], check=False)
-            window = clock() - armed
-        if thaw.rc != 0 and "Invalid argument" not in thaw.stderr:  # EINVAL: not frozen (the timer thawed it)
-            raise UserError(f"could not thaw {mountpoint}: {thaw.stderr.strip()}",
-                            f"run `fsfreeze -u {mountpoint}` on the writer now (the safety timer {unit}.timer does "
-                            f"it within {limit} s)")
+        runner.run(freeze_argv(mountpoint))
+        result = take()
+    except BaseException as exc:  # noqa: BLE001 - re-raised after the thaw (a failed freeze may still land)
+        error = exc
+    try:
+        thaw = runner.run(thaw_argv(mountpoint), check=False)
+    except BaseException as exc:  # the writer could not be reached: its timer thaws it
         if error is not None:
-            raise error
-    finally:
-        disarm(runner, unit)
+            raise exc from error
+        raise
+    window = clock() - armed
+    if thaw.rc == BUSY:
+        raise FreezeInFlight(f"the freeze of {mountpoint} had not returned on the writer when fabricctl thawed",
+                             f"nothing to do: the safety timer {unit}.timer thaws it once it lands (within a "
+                             f"second after {limit} s); take the checkpoint again") from error
+    if thaw.rc != 0 and NOT_FROZEN not in thaw.stderr:  # EINVAL: not frozen (never frozen, or the timer thawed it)
+        raise UserError(f"could not thaw {mountpoint}: {thaw.stderr.strip()}",
+                        f"run `fsfreeze -u {mountpoint}` on the writer now (the safety timer {unit}.timer keeps "
+                        f"trying from {limit} s on)") from error
+    disarm(runner, unit)  # nothing frozen, nothing in flight (the thaw held the lock): the timer is done
+    if error is not None:
+        raise error
     if window >= limit:
         discard()
         raise ThawedEarly(f"{mountpoint} stayed frozen {window:.1f} s, as long as the safety timer ({limit} s): it "
