@@ -3,12 +3,16 @@ over SSH per GPU node), the publishing service, the fan-out over hosts, and outp
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
+from fabric_core import lock
+from fabric_core.errors import UserError
 from fabric_core.publish import Publisher
 from fabric_core.runner import LocalRunner
 
 from . import output
+from .audit import command_line
 from .fanout import HostProgress, run_on_hosts
 
 
@@ -42,6 +46,33 @@ class Context:
 
             self._ssh[host.name] = SSHRunner(host, self.config.ssh, dry_run=self.dry_run)
         return self._ssh[host.name]
+
+    # -- locks (fabric_core.lock: the volume's lock first, the node lock last and short) --
+    def lock_wait(self) -> float:
+        """Seconds a lock is waited for: the config's lock.wait_seconds (the default when the config does not
+        load: the command itself reports that, after checking its own arguments)."""
+        try:
+            return self.config.lock.wait_seconds
+        except UserError:
+            return lock.DEFAULT_WAIT
+
+    def node_lock(self):
+        """The node lock around a short change of shared node state (nothing in a dry run)."""
+        if self.dry_run:
+            return contextlib.nullcontext()
+        wait = self.lock_wait()
+        return lock.node_lock(command_line(self.args), wait=wait, waiting=lambda holder: self.note(
+            f"fabricctl: waiting up to {wait:g} s for this node's lock, held by {lock.describe(holder)}"))
+
+    def object_lock(self, kind: str, name: str, *, shared: bool = False):
+        """One object's lock (fabric_core.lock.object_lock), for the whole command (nothing in a dry run)."""
+        if self.dry_run:
+            return contextlib.nullcontext()
+        wait = self.lock_wait()
+        return lock.object_lock(kind, name, command_line(self.args), shared=shared, wait=wait,
+                                waiting=lambda holder: self.note(
+                                    f"fabricctl: waiting up to {wait:g} s for the lock of {kind} {name}, held by "
+                                    f"{holder['command']}"))
 
     @property
     def publisher(self):

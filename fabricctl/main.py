@@ -3,9 +3,13 @@
 Every command lives in its own module under ``fabricctl/commands/`` and declares ``PATH`` (its
 words on the command line, e.g. ``("dataset", "create")``), ``HELP``, ``MUTATING`` (True when it
 changes the fabric; a --dry-run never does), ``configure(parser)`` (its own arguments) and
-``run(ctx, args) -> int``. This module builds the nested parsers from those declarations, adds the
+``run(ctx, args) -> int``; and, for its locks (fabric_core.lock), optionally ``OBJECT_LOCKS(args)`` (the
+objects' locks it holds for its whole run: ``[(kind, name, shared)]``, taken first, even by a command that
+changes nothing, never in a dry run) and ``NODE_LOCK`` (whether a change holds the node lock for its whole
+run: True by default; False for a long command, which takes ``ctx.node_lock()`` around its short sections
+that change shared node state). This module builds the nested parsers from those declarations, adds the
 options every command shares (``--json``; ``--dry-run`` to a change), and, in one place (``main``),
-for every command: takes the node lock around a change (fabric_core.lock), maps errors to exit
+for every command: takes its locks around it (fabric_core.lock), maps errors to exit
 statuses (fabric_core.errors.EXIT_STATUSES), and logs one journal record when a change ends
 (fabricctl.audit). Commands never import this module.
 """
@@ -18,11 +22,9 @@ import os
 import sys
 import time
 
-from fabric_core.lock import DEFAULT_WAIT, describe, node_lock
-
 from . import audit, commands
 from .context import Context
-from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_STATUSES, EXIT_UNEXPECTED, EXIT_USAGE, FabricError, UserError
+from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_STATUSES, EXIT_UNEXPECTED, EXIT_USAGE, FabricError
 
 DESCRIPTION = """\
 Operate the storage fabric from a storage node: publish immutable dataset versions read-only
@@ -33,8 +35,10 @@ a version (snapshot + manifest), publish it read-only to GPU nodes (mounted at
 /datasets/NAME/VERSION, with /datasets/NAME/current pointing at the newest), unpublish, destroy.
 
 Every change (not a --dry-run) takes this node's lock first (/run/fabric/node.lock, shared with
-the Ansible modules): a second change waits for it (lock.wait_seconds in the config, default 60 s),
-then gives up with exit status 4. When a change ends, one record goes to the journal
+the Ansible modules), for its whole run when it is short, around its short steps when it is long
+(ingest, seal, replicate, checkpoint snapshot: these hold their volume's own lock under
+/run/fabric/locks instead): a second change waits for a lock (lock.wait_seconds in the config,
+default 60 s), then gives up with exit status 4. When a change ends, one record goes to the journal
 (journalctl -t fabricctl).
 
 Exit statuses:
@@ -122,15 +126,32 @@ def changes(module, args) -> bool:
     return mutating and not getattr(args, "dry_run", False)
 
 
-def _node_lock(ctx, args):
-    """The node lock for a change, waiting as long as the config says (the default when the config does
-    not load: the command itself reports that, after checking its own arguments)."""
+def object_locks(ctx, module, args) -> list[tuple[str, str, bool]]:
+    """The objects' locks a command holds for its whole run (its OBJECT_LOCKS; none in a dry run)."""
+    declared = getattr(module, "OBJECT_LOCKS", None)
+    if declared is None or getattr(args, "dry_run", False):
+        return []
+    return list(declared(ctx, args))
+
+
+def holds_node_lock(module, args) -> bool:
+    """Whether a change holds the node lock for its whole run (its NODE_LOCK, True by default)."""
+    declared = getattr(module, "NODE_LOCK", True)
+    return bool(declared(args) if callable(declared) else declared)
+
+
+def _locks(ctx, args, change: bool) -> contextlib.ExitStack:
+    """The command's locks, in fabric_core.lock's order: its objects' locks, then the node lock."""
+    stack = contextlib.ExitStack()
     try:
-        wait = ctx.config.lock.wait_seconds
-    except UserError:
-        wait = DEFAULT_WAIT
-    return node_lock(audit.command_line(args), wait=wait, waiting=lambda holder: ctx.note(
-        f"fabricctl: waiting up to {wait:g} s for this node's lock, held by {describe(holder)}"))
+        for kind, name, shared in object_locks(ctx, args.command_module, args):
+            stack.enter_context(ctx.object_lock(kind, name, shared=shared))
+        if change and holds_node_lock(args.command_module, args):
+            stack.enter_context(ctx.node_lock())
+    except BaseException:
+        stack.close()
+        raise
+    return stack
 
 
 def main(argv: list[str] | None = None, *, sink: audit.Sink | None = None) -> int:
@@ -150,7 +171,7 @@ def main(argv: list[str] | None = None, *, sink: audit.Sink | None = None) -> in
     started = time.monotonic()
     status, error = EXIT_UNEXPECTED, ""
     try:
-        with _node_lock(ctx, args) if change else contextlib.nullcontext():
+        with _locks(ctx, args, change):
             status = args.func(ctx, args)
         return status
     except FabricError as exc:

@@ -22,6 +22,11 @@ from .replicate import configure_common, limit_of, nodes_of, report
 PATH = ("checkpoint", "replicate")
 HELP = "copy a job's checkpoints to other storage nodes (incremental, resumable)"
 MUTATING = True
+NODE_LOCK = False  # hours of sending: the job's lock, shared (its checkpoint snapshots go on meanwhile)
+
+
+def OBJECT_LOCKS(ctx, args):  # noqa: N802,ARG001 - the command modules' declaration (main.py)
+    return [("checkpoint", validate_fabric_name(args.job, "job"), True)]
 
 
 def configure(p) -> None:

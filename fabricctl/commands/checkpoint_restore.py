@@ -25,6 +25,10 @@ HELP = "expose a checkpoint read-only on many hosts (or --remove it)"
 MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
+def OBJECT_LOCKS(ctx, args):  # noqa: N802,ARG001 - the command modules' declaration (main.py)
+    return [("checkpoint", validate_fabric_name(args.job, "job"), True)]  # the volume read
+
+
 def configure(p) -> None:
     p.add_argument("job", metavar="JOB", help="the job")
     p.add_argument("--step", required=True, type=int, help="the checkpoint's step")

@@ -23,6 +23,10 @@ HELP = "roll the writable volume back to a checkpoint (newer ones must be named)
 MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
+def OBJECT_LOCKS(ctx, args):  # noqa: N802,ARG001 - the command modules' declaration (main.py)
+    return [("checkpoint", validate_fabric_name(args.job, "job"), False)]  # the volume rolled back
+
+
 def configure(p) -> None:
     p.add_argument("job", metavar="JOB", help="the job")
     p.add_argument("--step", required=True, type=int, help="the checkpoint to go back to")

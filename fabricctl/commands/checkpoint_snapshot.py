@@ -25,7 +25,13 @@ from .. import checkpoints, faults
 
 PATH = ("checkpoint", "snapshot")
 HELP = "snapshot a job's checkpoint volume consistently (fsfreeze on the writer)"
-MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
+MUTATING = True  # logs a journal record (not with --dry-run); its locks below
+NODE_LOCK = False  # no shared node state changes: a long replicate, ingest or publish never delays it
+
+
+def OBJECT_LOCKS(ctx, args):  # noqa: N802,ARG001 - the command modules' declaration (main.py)
+    job = validate_fabric_name(args.job, "job")
+    return [("checkpoint", job, True), ("writer", job, False)]  # the volume kept (shared with a send); one freeze
 
 
 def configure(p) -> None:

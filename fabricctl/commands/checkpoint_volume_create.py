@@ -25,6 +25,10 @@ HELP = "create a job's checkpoint volume for its one writer host"
 MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
+def OBJECT_LOCKS(ctx, args):  # noqa: N802,ARG001 - the command modules' declaration (main.py)
+    return [("checkpoint", validate_fabric_name(args.job, "job"), False)]  # the volume made
+
+
 def configure(p) -> None:
     p.add_argument("job", metavar="JOB", help="job name: a-z, 0-9, '-' (at most 30)")
     p.add_argument("--size", required=True, help="volume size, e.g. 500G")

@@ -24,6 +24,10 @@ HELP = "retire a job: unmount on its writer, remove its export, destroy its volu
 MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
+def OBJECT_LOCKS(ctx, args):  # noqa: N802,ARG001 - the command modules' declaration (main.py)
+    return [("checkpoint", validate_fabric_name(args.job, "job"), False)]  # the volume destroyed
+
+
 def configure(p) -> None:
     p.add_argument("job", metavar="JOB", help="the job whose volume goes")
     p.add_argument("--yes", action="store_true", help="confirm: this is permanent")

@@ -22,6 +22,10 @@ HELP = "destroy a version or a whole dataset (refused while published or held)"
 MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
 
 
+def OBJECT_LOCKS(ctx, args):  # noqa: N802,ARG001 - the command modules' declaration (main.py)
+    return [("dataset", parse_ref(args.ref, version_required=False)[0], False)]  # destroyed: exclusive
+
+
 def configure(p) -> None:
     p.add_argument("ref", metavar="NAME[@VERSION]", help="a version, or a dataset with all its versions")
     p.add_argument("--yes", action="store_true", help="confirm: this is permanent")

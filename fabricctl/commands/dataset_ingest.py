@@ -35,7 +35,13 @@ from ..output import ProgressBar, human_bytes
 
 PATH = ("dataset", "ingest")
 HELP = "copy files into a dataset's staging volume (resumable)"
-MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
+MUTATING = True  # logs a journal record (not with --dry-run); its locks below
+NODE_LOCK = False  # hours of copying: only around the staging mount (datasets.mount_staging)
+
+
+def OBJECT_LOCKS(ctx, args):  # noqa: N802,ARG001 - the command modules' declaration (main.py)
+    name = validate_fabric_name(args.name)
+    return [("dataset", name, True), ("staging", name, False)]  # the volume kept; its staging file system ours
 
 
 def configure(p) -> None:
@@ -56,7 +62,8 @@ def run(ctx, args) -> int:
     files = ingest.plan(args.sources)  # the whole source, walked before anything changes: refused here
     faults.pause("ingest-copy")  # the lab's test swaps a file for a symbolic link here
     vol = datasets.require(ctx, name)
-    root = datasets.mount_staging(ctx, name, vol.get("fabric:fs") or "ext4")
+    with ctx.node_lock():  # the mount is node state; the copy below holds only this dataset's locks
+        root = datasets.mount_staging(ctx, name, vol.get("fabric:fs") or "ext4")
     dest_root = os.path.join(root, into)
     total = sum(f.size for f in files)
     need = sum(f.size for f in files if not ingest.up_to_date(os.path.normpath(os.path.join(dest_root, f.rel)), f))

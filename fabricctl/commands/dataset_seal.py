@@ -26,7 +26,13 @@ from ..output import ProgressBar
 
 PATH = ("dataset", "seal")
 HELP = "snapshot the staging volume as an immutable, manifested version"
-MUTATING = True  # takes the node lock and logs a journal record (not with --dry-run)
+MUTATING = True  # logs a journal record (not with --dry-run); its locks below
+NODE_LOCK = False  # the manifest reads every file: the node lock only around the mount, unmount and snapshot
+
+
+def OBJECT_LOCKS(ctx, args):  # noqa: N802,ARG001 - the command modules' declaration (main.py)
+    name = validate_fabric_name(args.name)
+    return [("dataset", name, True), ("staging", name, False)]  # the volume kept; its staging file system ours
 
 
 def configure(p) -> None:
@@ -46,7 +52,8 @@ def run(ctx, args) -> int:
         raise AlreadyExists(f"version {name}@{version} exists already (versions are immutable)",
                             "seal under a new version, e.g. bump it to the next number")
     fstype = vol.get("fabric:fs") or "ext4"
-    root = datasets.mount_staging(ctx, name, fstype)
+    with ctx.node_lock():  # mounts are node state: the node lock around them, never around the manifest's read
+        root = datasets.mount_staging(ctx, name, fstype)
     if ctx.dry_run:
         out = {"dataset": name, "version": version, "snapshot": snap, "dry_run": True,
                "steps": [f"manifest of {root}", f"sync and unmount {root}", f"snapshot {snap}", f"mount {root}"]}
@@ -71,15 +78,16 @@ def run(ctx, args) -> int:
     finally:
         if progress_bar:
             progress_bar.close()
-    datasets.unmount_staging(ctx, name)
     props = {MANAGED_PROP: "true", KIND_PROP: KIND_DATASET_VERSION, "fabric:version": version,
              "fabric:created-by": versions.created_by(), "fabric:created-at": versions.now_iso(),
              "fabric:note": args.note or "-", "fabric:files": str(summary.files), "fabric:bytes": str(summary.bytes),
              "fabric:manifest-sha256": summary.manifest_sha256, "fabric:fs": fstype}
-    try:
-        lzc.snapshot([snap], props, runner=ctx.local)
-    finally:
-        datasets.mount_staging(ctx, name, fstype)
+    with ctx.node_lock():
+        datasets.unmount_staging(ctx, name)
+        try:
+            lzc.snapshot([snap], props, runner=ctx.local)
+        finally:
+            datasets.mount_staging(ctx, name, fstype)
     out = {"dataset": name, "version": version, "snapshot": snap, "files": summary.files, "bytes": summary.bytes,
            "manifest_sha256": summary.manifest_sha256, "note": args.note, "dry_run": False}
     ctx.report(out, f"sealed {name}@{version}: {summary.files} files, {summary.bytes} bytes, "

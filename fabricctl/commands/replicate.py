@@ -39,6 +39,11 @@ from ..output import human_bytes, print_rows
 PATH = ("replicate",)
 HELP = "copy a version (or --all) to other storage nodes with ZFS send/receive, incrementally, resumably"
 MUTATING = True
+NODE_LOCK = False  # hours of sending: the volume's lock, shared (a snapshot, publish or grant goes on)
+
+
+def OBJECT_LOCKS(ctx, args):  # noqa: N802,ARG001 - the command modules' declaration (main.py)
+    return [("dataset", parse_ref(args.ref, version_required=False)[0], True)]
 
 
 def configure(p) -> None:

@@ -27,7 +27,12 @@ from .. import datasets
 
 PATH = ("verify",)
 HELP = "check a version's files against its manifest"
-MUTATING = False  # read-only: no node lock, no journal record
+MUTATING = False  # read-only: no node lock, no journal record (the dataset's lock, shared)
+NODE_LOCK = False
+
+
+def OBJECT_LOCKS(ctx, args):  # noqa: N802,ARG001 - the command modules' declaration (main.py)
+    return [("dataset", parse_ref(args.ref)[0], True)]  # read while it runs: no destroy meanwhile
 MANIFEST = os.path.join(".fabric", "manifest.tsv")
 
 

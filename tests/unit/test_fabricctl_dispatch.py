@@ -8,6 +8,7 @@ conftest.py puts the node lock in tmp_path."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import re
@@ -314,7 +315,8 @@ def test_no_chap_secret_ever_reaches_the_record_or_the_lock(fab, records, monkey
                             chap.password], 1, stderr=f"bad value {chap.mutual_password}")
 
     replace_run(monkeypatch, publish, leaky)
-    replace_run(monkeypatch, dataset_seal, lambda ctx, args: (held.append(Path(node_lock_in_tmp).read_text()), 0)[1])
+    staging_lock = Path(node_lock_in_tmp).parent / "locks" / "staging-imagenet.lock"  # a seal holds its staging's
+    replace_run(monkeypatch, dataset_seal, lambda ctx, args: (held.append(staging_lock.read_text()), 0)[1])
     assert fab("publish", "imagenet@v1", "--to", "gpu_nodes") == 5
     assert fab("dataset", "seal", "imagenet", "v2", "--note", NOTE_SECRET) == 0
     capsys.readouterr()
@@ -373,7 +375,7 @@ def test_a_held_lock_is_status_4_names_the_holder_and_the_command_never_runs(fab
 
 def test_a_change_waits_as_long_as_the_config_says_telling_what_it_waits_for(cfg, monkeypatch, capsys):
     Path(cfg).write_text(CONFIG.replace("wait_seconds: 0", "wait_seconds: 30"))
-    calls = replace_run(monkeypatch, checkpoint_snapshot, ok)
+    calls = replace_run(monkeypatch, rotate, ok)  # a checkpoint snapshot no longer takes the node lock
     held, release = threading.Event(), threading.Event()
 
     def holder():
@@ -385,7 +387,7 @@ def test_a_change_waits_as_long_as_the_config_says_telling_what_it_waits_for(cfg
     thread.start()
     assert held.wait(10)
     threading.Timer(0.5, release.set).start()
-    assert main(["--config", cfg, "checkpoint", "snapshot", "llama", "--step", "200"], sink=lambda f: None) == 0
+    assert main(["--config", cfg, "rotate"], sink=lambda f: None) == 0
     thread.join(10)
     assert len(calls) == 1
     assert "waiting up to 30 s for this node's lock, held by fabricctl checkpoint snapshot llama@step-100, pid" in \
@@ -402,9 +404,29 @@ def test_a_change_waits_as_long_as_the_config_says_telling_what_it_waits_for(cfg
 ])
 def test_reads_and_dry_runs_take_no_lock_and_log_nothing(fab, records, monkeypatch, module, argv):
     calls = replace_run(monkeypatch, module, ok)
-    with node_lock("fabricctl publish imagenet@v2 --to gpu_nodes"):  # held: a change would give up (wait 0)
+    with held_elsewhere(lambda: node_lock("fabricctl publish imagenet@v2 --to gpu_nodes")):  # a change: exit 4
         assert fab(*argv) == 0
     assert len(calls) == 1 and records == []
+
+
+@contextlib.contextmanager
+def held_elsewhere(make):
+    """Hold the lock ``make()`` opens in another thread (as another process would) for the ``with`` block."""
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with make():
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert held.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+        thread.join(10)
 
 
 def test_the_obsolete_rotation_lock_file_is_warned_about(cfg, monkeypatch, capsys):
