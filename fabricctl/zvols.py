@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fabric_core import blockfs, versions
-from fabric_core.errors import CommandError, NotFound
+from fabric_core import blockfs, lzc, versions
+from fabric_core.errors import CommandError, NotFound, UnsafeOperation
 
 
 @dataclass(frozen=True)
@@ -39,14 +39,28 @@ def settle(ctx, volume: str) -> None:
         blockfs.require("/dev/zvol/" + volume, runner=ctx.local)
 
 
-def destroy(ctx, volume: str, attempts: int = 5) -> None:
-    """`zfs destroy -r`, waiting out the moment a zvol stays busy after its LIO backstore or its mount
-    went (udev's probe may still hold it open)."""
+def destroy(ctx, volume: str, snapshots: list[str], attempts: int = 5) -> None:
+    """Destroy exactly ``snapshots`` (the volume's snapshots the caller checked: one libzfs_core batch, refused
+    whole if one is held), then the volume itself without `-r`: a snapshot taken since the check (by hand, or a
+    replication receiving into it) is never destroyed unseen; the volume's destroy then fails, naming it.
+    Waits out the moment a zvol stays busy after its LIO backstore or its mount went (udev's probe may still
+    hold it open)."""
+    mine = [s for s in snapshots if s.partition("@")[0] == volume]
+    if len(mine) != len(snapshots):
+        raise UnsafeOperation(f"not snapshots of {volume}: {', '.join(sorted(set(snapshots) - set(mine)))}",
+                              "destroy each volume with its own snapshots")
+    lzc.destroy_snapshots(mine, runner=ctx.local)
     for attempt in range(attempts):
         ctx.local.run(["udevadm", "settle"], check=False)
-        res = ctx.local.run(["zfs", "destroy", "-r", volume], mutating=True, check=False)
+        res = ctx.local.run(["zfs", "destroy", volume], mutating=True, check=False)
         if res.rc == 0:
             return
+        if "has children" in res.stderr:
+            new = [r["name"] for r in versions.list_all_snapshots(ctx.local, volume)]
+            raise UnsafeOperation(f"{volume} has snapshots taken after fabricctl checked them: "
+                                  f"{', '.join(new) or res.stderr.strip()}; the volume was kept (the snapshots "
+                                  "checked are destroyed)", "look at who took them (a hand-made snapshot, a "
+                                  "replication), destroy or keep them yourself, then run the command again")
         if "busy" not in res.stderr or attempt == attempts - 1:
             raise CommandError(res.argv, res.rc, res.stdout, res.stderr,
                                fix=f"see what still uses /dev/zvol/{volume} (`fuser -v`, `targetcli ls`), then "

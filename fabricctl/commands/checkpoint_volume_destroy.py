@@ -63,7 +63,7 @@ def run(ctx, args) -> int:
     fan.raise_for_partial(f"retire {job} (the volume is kept until its writer has let go of it)")
     # LIO is read again: the writer's session, seen above, ended with its logout
     storage = pub.withdraw(rw, [], force=args.force, detached=frozenset({writer.initiator}))
-    zvols.destroy(ctx, volume)
+    zvols.destroy(ctx, volume, [r["name"] for r in snapshots])  # exactly the snapshots checked above
     out = {"job": job, "writer": writer.name, "hosts": fan.to_dict(),
            "lio_actions": storage["lio_actions"], "destroyed" if not ctx.dry_run else "would_destroy": what,
            "dry_run": ctx.dry_run, "planned": ctx.planned()}

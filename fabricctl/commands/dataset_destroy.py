@@ -52,7 +52,8 @@ def run(ctx, args) -> int:
                    "unpublish first (`fabricctl unpublish NAME@VERSION`); then destroy")
     if version is None:
         # fabric:kind, not fabric:managed: a snapshot taken by hand inherits the volume's user properties
-        foreign = [r["name"] for r in versions.list_all_snapshots(ctx.local, vol["name"]) if not versions.owned(r)]
+        checked = versions.list_all_snapshots(ctx.local, vol["name"])  # exactly these go with the volume
+        foreign = [r["name"] for r in checked if not versions.owned(r)]
         if foreign:
             raise UnsafeOperation(f"{vol['name']} has snapshots fabricctl did not create: {', '.join(foreign)}",
                                   "destroy or keep them yourself; fabricctl only destroys what it created")
@@ -65,7 +66,7 @@ def run(ctx, args) -> int:
             lzc.destroy_snapshots(what, runner=ctx.local)
         else:
             datasets.unmount_staging(ctx, name)
-            zvols.destroy(ctx, vol["name"])
+            zvols.destroy(ctx, vol["name"], [r["name"] for r in checked])
             ctx.local.run(["rmdir", datasets.staging_dir(cfg, name)], check=False, mutating=True)
     out = {"destroyed" if not ctx.dry_run else "would_destroy": what, "dry_run": ctx.dry_run}
     ctx.report(out, ctx.tense("would destroy: ", "destroyed: ") + ", ".join(what))
