@@ -9,10 +9,11 @@ to a temporary name and renamed into place, so no half-copied file is ever taken
 Only what is inside the source is copied (fabric_core.ingest): the whole source is walked first,
 with directory descriptors, and the ingest is refused, before anything is copied, when it holds a
 symbolic link (every one is named: a link followed as root could copy any file of this node into
-a dataset every GPU node reads), a special file, or anything that cannot be read. Each file is
-then opened without following links and copied from that descriptor, so a file swapped for a link
-during the copy is refused too. A SOURCE that is itself a symbolic link is followed once; a broken
-one or a loop is refused.
+a dataset every GPU node reads), a file with a hard link outside the sources, a special file, or
+anything that cannot be read. The copy takes exactly the files that walk checked: each is opened
+again without following links and copied from that descriptor only if it is the file checked, so a
+file swapped for a link during the copy is refused too, and one added since is not copied. A
+SOURCE that is itself a symbolic link is followed once; a broken one or a loop is refused.
 
 Copying with any other tool into the mounted staging directory (STAGING_ROOT/NAME) works too.
 
@@ -77,7 +78,8 @@ def run(ctx, args) -> int:
     progress_bar = None if (ctx.dry_run or args.json) else ProgressBar(len(files), total, label=f"ingest {name}")
     done_files = done_bytes = 0
     try:
-        walked = ((f, None) for f in files) if ctx.dry_run else ingest.walk(args.sources, complete=False)
+        # exactly the files the walk checked, each the inode it checked (one added since is not copied)
+        walked = ((f, None) for f in files) if ctx.dry_run else ingest.opened(files)
         for file, open_file in walked:
             dest = os.path.normpath(os.path.join(dest_root, file.rel))
             if ingest.up_to_date(dest, file):

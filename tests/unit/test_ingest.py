@@ -143,3 +143,93 @@ def test_a_single_file_source_and_a_failed_copy_leaves_no_partial_file(tree, tmp
     with pytest.raises(OSError):
         ingest.copy(fd, str(dest / "labels.txt"), file)
     assert list(dest.iterdir()) == []
+
+
+# ---- issue 26, item 7: the copy takes exactly what the walk checked; hard links ---------------------------
+
+def copy_planned(files, dest):
+    copied = []
+    for file, open_file in ingest.opened(files):
+        target = os.path.join(dest, file.rel)
+        if not ingest.up_to_date(target, file):
+            ingest.copy(open_file(), target, file)
+            copied.append(file.rel)
+    return copied
+
+
+def test_a_file_added_after_the_walk_is_not_copied(tree, tmp_path):
+    """Between the walk (the check) and the copy, a file is added to the source (here, in a directory the
+    copy has not reached yet, and at the top): the copy takes the plan's files only."""
+    files = ingest.plan([f"{tree}/"])
+    (tree / "val" / "added-later.jpg").write_text("never checked")
+    (tree / "0-added").write_text("never checked")
+    dest = tmp_path / "dest"
+    assert copy_planned(files, dest) == ["labels.txt", "train/a/1.jpg", "train/a/2.jpg", "val/3.jpg"]
+    assert not (dest / "val" / "added-later.jpg").exists() and not (dest / "0-added").exists()
+    assert (dest / "val" / "3.jpg").read_bytes() == (tree / "val" / "3.jpg").read_bytes()
+
+
+def test_a_planned_file_replaced_or_removed_after_the_walk_fails_the_copy(tree, tmp_path):
+    files = ingest.plan([f"{tree}/"])
+    os.rename(tree / "val" / "3.jpg", tree / "val" / "3.old")  # kept: the new file cannot reuse its inode
+    (tree / "val" / "3.jpg").write_text("another file")
+    with pytest.raises(ingest.IngestRefused, match=f"{tree}/val/3.jpg was replaced during the ingest"):
+        copy_planned(files, tmp_path / "dest")
+    os.unlink(tree / "val" / "3.jpg")
+    with pytest.raises(ingest.IngestRefused, match="cannot read"):
+        copy_planned(files, tmp_path / "dest2")
+
+
+def test_a_directory_of_the_plan_swapped_for_a_link_is_not_followed_by_the_copy(tree, tmp_path):
+    files = ingest.plan([f"{tree}/"])
+    outside = tmp_path / "outside" / "a"
+    outside.mkdir(parents=True)
+    (outside / "1.jpg").write_text("outside the source")
+    os.rename(tree / "train", tree / "train.old")
+    os.symlink(tmp_path / "outside", tree / "train")
+    with pytest.raises(ingest.IngestRefused, match=f"{tree}/train became a symbolic link"):
+        copy_planned(files, tmp_path / "dest")
+    assert not (tmp_path / "dest" / "train").exists()
+
+
+def test_a_single_file_source_is_reopened_and_checked(tree, tmp_path):
+    files = ingest.plan([str(tree / "labels.txt")])
+    assert copy_planned(files, tmp_path / "dest") == ["labels.txt"]
+    files = ingest.plan([str(tree / "labels.txt")])
+    os.rename(tree / "labels.txt", tree / "labels.old")
+    (tree / "labels.txt").write_text("another")
+    with pytest.raises(ingest.IngestRefused, match="was replaced"):
+        copy_planned(files, tmp_path / "dest2")
+
+
+def test_a_hard_link_to_a_file_outside_the_source_is_refused_and_named(tree, tmp_path):
+    """A file of the node hard-linked into the source (a hard link shows no target: st_nlink does): refused
+    before anything is copied, its path named."""
+    secret = tmp_path / "secret"
+    secret.write_text("root's secret")
+    os.link(secret, tree / "val" / "innocent.jpg")
+    with pytest.raises(ingest.IngestRefused) as err:
+        ingest.plan([f"{tree}/"])
+    assert err.value.paths == [f"{tree}/val/innocent.jpg"]
+    assert "1 file(s) with hard links outside it" in err.value.problem and "cp --preserve" in err.value.fix
+    # the directory holding the other link given as a source too: every link is inside the sources
+    assert {f.rel for f in ingest.plan([f"{tree}/", str(secret)])} >= {"val/innocent.jpg", "secret"}
+
+
+def test_hard_links_inside_the_source_are_copied_as_files_of_their_own(tree, tmp_path):
+    os.link(tree / "val" / "3.jpg", tree / "train" / "3-again.jpg")
+    files = ingest.plan([f"{tree}/"])
+    dest = tmp_path / "dest"
+    copy_planned(files, dest)
+    one, two = dest / "val" / "3.jpg", dest / "train" / "3-again.jpg"
+    assert one.read_bytes() == two.read_bytes() and one.stat().st_ino != two.stat().st_ino
+    # the same tree given twice (overlapping sources) counts each link once: still inside
+    assert len(ingest.plan([f"{tree}/", f"{tree}/train"])) == len(files) + 3
+
+
+def test_a_hard_link_counted_twice_through_overlapping_sources_is_still_outside(tree, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("root's secret")
+    os.link(secret, tree / "val" / "innocent.jpg")
+    with pytest.raises(ingest.IngestRefused, match="hard links outside"):
+        ingest.plan([f"{tree}/", f"{tree}/val", f"{tree}/val/innocent.jpg"])

@@ -15,11 +15,20 @@ outside the source, and a partial copy must never pass for a whole one:
 * any file or directory that cannot be read fails the ingest, with its path (a partly unreadable source
   would otherwise give a partial dataset and exit 0);
 * a source argument may itself be a symbolic link (the operator's choice, resolved once); a broken one
-  or a loop is refused.
+  or a loop is refused;
+* a file with hard links is copied only when every one of its links is inside the sources (the walk counts
+  the links it meets per inode against ``st_nlink``): a hard link planted in the source to a file elsewhere
+  on the node (the same threat as a symbolic link, without a link to see) is refused, named. Links that stay
+  inside the sources are copied as independent files (the dataset is read-only: nothing is lost);
+* what is copied is exactly what the whole walk checked: the copy goes down the plan's list (``opened``),
+  each file reached again by descriptors from its source without following links and accepted only if it
+  is the inode the walk checked. A file added to the source after the walk is not copied; a file of the
+  plan removed or replaced since fails the ingest.
 
 ``walk(sources)`` yields every regular file with a way to open it; ``plan`` walks everything first (for
-the totals, and to refuse before anything is copied); ``copy`` writes one file from its descriptor to a
-temporary name beside its destination and renames it into place (mode and times kept).
+the totals, and to refuse before anything is copied); ``opened(plan)`` opens the plan's files for the copy;
+``copy`` writes one file from its descriptor to a temporary name beside its destination and renames it into
+place (mode and times kept).
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import errno
 import os
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import UserError
 
@@ -59,11 +68,17 @@ class File:
     atime_ns: int
     mode: int
     identity: tuple  # (st_dev, st_ino)
+    origin: str = ""  # the source argument it was found under
+    inner: str = ""  # its path below that source ("" when the source is the file itself)
 
 
 SYMLINK_FIX = ("replace each link with what it points to (for example copy the source with `cp -rL` first) or "
                "remove it; symbolic links are never copied (followed as root, a link can copy any file of this "
                "node into a dataset that every GPU node reads)")
+HARDLINK_FIX = ("copy such files into the source as files of their own (for example `cp --preserve=all FILE "
+                "FILE.tmp && mv FILE.tmp FILE`), or give every directory holding their other links as sources; a "
+                "hard link to a file outside the source could copy any file of this node into a dataset that every "
+                "GPU node reads")
 UNREADABLE_FIX = ("make it readable (or remove it from the source), then run the ingest again: it resumes, files "
                   "already copied are skipped")
 
@@ -95,23 +110,60 @@ def walk(sources: list[str], *, complete: bool = True) -> Iterator[tuple[File, C
     collected and refused together once the walk is done (``complete``), or at the first (not ``complete``:
     the copy's walk, where one can only have been swapped in since the plan)."""
     links: list[str] = []
+    hard: dict = {}  # (st_dev, st_ino) of a file with several links -> {"nlink", "paths", "seen": {link identity}}
     for src in sources:
         root_fd, st = _open_root(src)
         try:
             if stat.S_ISREG(st.st_mode):
                 name = os.path.basename(src.rstrip("/"))
-                yield _file(src, name, st), _reopen(root_fd)
+                file = replace(_file(src, name, st), origin=src)
+                _count_link(hard, file, st, (_parent_identity(src), name))
+                yield file, _reopen(root_fd)
                 continue
             if not stat.S_ISDIR(st.st_mode):
                 raise IngestRefused(f"{src} is not a regular file or a directory", "remove special files from the "
                                     "source", [src])
             base = "" if src.endswith("/") else os.path.basename(src.rstrip("/"))
-            yield from _walk_dir(root_fd, src.rstrip("/") or "/", base, links, complete)
+            top = src.rstrip("/") or "/"
+            found = _walk_dir(root_fd, top, base, links, complete, _Walk(src, (st.st_dev, st.st_ino), hard))
+            yield from found
         finally:
             os.close(root_fd)
     if links:
         shown = ", ".join(links[:10]) + (f" (and {len(links) - 10} more)" if len(links) > 10 else "")
         raise IngestRefused(f"the source holds {len(links)} symbolic link(s): {shown}", SYMLINK_FIX, links)
+    outside = sorted(p for h in hard.values() if len(h["seen"]) < h["nlink"] for p in h["paths"])
+    if outside and complete:
+        shown = ", ".join(outside[:10]) + (f" (and {len(outside) - 10} more)" if len(outside) > 10 else "")
+        raise IngestRefused(f"the source holds {len(outside)} file(s) with hard links outside it: {shown}",
+                            HARDLINK_FIX, outside)
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """What the walk of one directory source carries down: its argument, its root's identity, the hard-link
+    counts of the whole walk."""
+
+    origin: str
+    root: tuple
+    hard: dict
+
+
+def _parent_identity(path: str) -> tuple:
+    try:
+        st = os.stat(os.path.dirname(os.path.realpath(path)) or "/")
+    except OSError:
+        return ("?", path)
+    return (st.st_dev, st.st_ino)
+
+
+def _count_link(hard: dict, file: File, st: os.stat_result, link: tuple) -> None:
+    """One link of a file met by the walk (``link``: its directory's identity and its name)."""
+    if st.st_nlink > 1:
+        entry = hard.setdefault(file.identity, {"nlink": st.st_nlink, "paths": [], "seen": set()})
+        if link not in entry["seen"]:
+            entry["seen"].add(link)
+            entry["paths"].append(file.source)
 
 
 def _reopen(fd: int) -> Callable[[], int]:
@@ -123,7 +175,9 @@ def _file(path: str, rel: str, st: os.stat_result) -> File:
                 (st.st_dev, st.st_ino))
 
 
-def _walk_dir(dirfd: int, path: str, rel: str, links: list[str], complete: bool) -> Iterator:
+def _walk_dir(dirfd: int, path: str, rel: str, links: list[str], complete: bool, how: _Walk,
+              inner: str = "", here: tuple = ()) -> Iterator:
+    here = here or how.root
     try:
         names = sorted(os.listdir(dirfd))
     except OSError as exc:
@@ -142,7 +196,9 @@ def _walk_dir(dirfd: int, path: str, rel: str, links: list[str], complete: bool)
         elif stat.S_ISDIR(st.st_mode):
             subdirs.append((name, child, child_rel, st))
         elif stat.S_ISREG(st.st_mode):
-            yield _file(child, child_rel, st), _opener(dirfd, name, child, st)
+            file = replace(_file(child, child_rel, st), origin=how.origin, inner=f"{inner}/{name}" if inner else name)
+            _count_link(how.hard, file, st, (here, name))
+            yield file, _opener(dirfd, name, child, st)
         else:
             raise IngestRefused(f"{child} is not a regular file (a device, FIFO or socket)",
                                 "remove special files from the source", [child])
@@ -158,7 +214,8 @@ def _walk_dir(dirfd: int, path: str, rel: str, links: list[str], complete: bool)
             if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != (st.st_dev, st.st_ino):
                 raise IngestRefused(f"{child} was replaced during the ingest", "run the ingest again on a source "
                                     "that nothing changes", [child])
-            yield from _walk_dir(fd, child, child_rel, links, complete)
+            yield from _walk_dir(fd, child, child_rel, links, complete, how, f"{inner}/{name}" if inner else name,
+                                 (st.st_dev, st.st_ino))
         finally:
             os.close(fd)
 
@@ -191,6 +248,78 @@ def _opener(dirfd: int, name: str, path: str, seen: os.stat_result) -> Callable[
 def plan(sources: list[str]) -> list[File]:
     """Every regular file of the sources, after a whole walk: IngestRefused before anything is copied."""
     return [f for f, _opener in walk(sources)]
+
+
+def opened(files: list[File]) -> Iterator[tuple[File, Callable[[], int]]]:
+    """The plan's files, in its order, each with a function that opens it for the copy: reached again from its
+    source argument, one directory descriptor at a time without following links, and accepted only if it is
+    the regular file (the inode) the walk checked. Nothing else is ever opened: a file added to the source
+    after the walk is not copied. The function is valid until the next file is yielded."""
+    held: dict = {}  # the open directory chain of the previous file: (origin, directory path) -> fd
+    try:
+        for file in files:
+            yield file, _planned_opener(file, held)
+    finally:
+        for fd in held.values():
+            os.close(fd)
+
+
+def _planned_opener(file: File, held: dict) -> Callable[[], int]:
+    def open_file() -> int:
+        if not file.inner:  # the source argument is the file itself
+            fd, _st = _open_root(file.origin)
+            return _checked(fd, file)
+        directory, _slash, name = file.inner.rpartition("/")
+        dirfd = _directory(file, directory, held)
+        try:
+            fd = os.open(name, FILE_FLAGS, dir_fd=dirfd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise IngestRefused(f"{file.source} became a symbolic link during the ingest: not copied",
+                                    SYMLINK_FIX, [file.source]) from None
+            raise _unreadable(file.source, exc) from None
+        return _checked(fd, file)
+    return open_file
+
+
+def _directory(file: File, directory: str, held: dict) -> int:
+    """The descriptor of ``directory`` (a path below the file's source) opened from the source without following
+    a link; the chain of the previous file is kept while the files stay in it."""
+    key = (file.origin, directory)
+    if key in held:
+        return held[key]
+    for fd in held.values():
+        os.close(fd)
+    held.clear()
+    fd, st = _open_root(file.origin)
+    if not stat.S_ISDIR(st.st_mode):
+        os.close(fd)
+        raise IngestRefused(f"{file.origin} is no longer a directory", "run the ingest again on a source that "
+                            "nothing changes", [file.origin])
+    where = file.origin.rstrip("/")
+    for part in directory.split("/") if directory else ():
+        where = f"{where}/{part}"
+        try:
+            child = os.open(part, DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise IngestRefused(f"{where} became a symbolic link during the ingest", SYMLINK_FIX,
+                                    [where]) from None
+            raise _unreadable(where + "/", exc) from None
+        os.close(fd)
+        fd = child
+    held[key] = fd
+    return fd
+
+
+def _checked(fd: int, file: File) -> int:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != file.identity:
+        os.close(fd)
+        raise IngestRefused(f"{file.source} was replaced during the ingest: not copied", "run the ingest again on a "
+                            "source that nothing changes", [file.source])
+    return fd
 
 
 def up_to_date(dest: str, file: File) -> bool:
