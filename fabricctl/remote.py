@@ -18,10 +18,11 @@ import os
 import shlex
 import socket
 import threading
+import time
 from typing import Any
 
 from fabric_core.errors import EXIT_UNEXPECTED, EXIT_USER, FabricError, redact_argv
-from fabric_core.runner import Runner
+from fabric_core.runner import OUTPUT_CAP, REMOTE_IDLE, REMOTE_TIMEOUT, Runner
 
 REMOTE_ENV = ("env", "LC_ALL=C", "LANG=C", "LANGUAGE=C")
 KEEPALIVE_SECONDS = 15
@@ -75,6 +76,10 @@ class ConnectionLost(RemoteError):
     exit_code = EXIT_UNEXPECTED
 
 
+class _Bounded(Exception):
+    """A command went past one of the runner's bounds (its text says which)."""
+
+
 # --------------------------------------------------------------------------------------------
 # helpers
 
@@ -118,14 +123,19 @@ def _reject_policy_class():
 class SSHRunner(Runner):
     """Run commands on one host over SSH. ``host`` has ``name`` and ``address``; ``ssh`` is a config.SSHConfig.
 
-    ``command_timeout``: seconds without any output after which a command is abandoned (None: wait).
+    Every command is bounded (fabric_core.runner's bounds): ``command_timeout`` seconds without any output,
+    ``timeout`` seconds in all, ``output_cap`` bytes per stream; past any of them the command is abandoned (its
+    channel closed) and ``ConnectionLost`` raised naming the host and the bound.
     """
 
-    def __init__(self, host, ssh, *, dry_run: bool = False, command_timeout: float | None = None):
+    def __init__(self, host, ssh, *, dry_run: bool = False, command_timeout: float = REMOTE_IDLE,
+                 timeout: float = REMOTE_TIMEOUT, output_cap: int = OUTPUT_CAP):
         super().__init__(dry_run=dry_run)
         self.host = host
         self.ssh = ssh
         self.command_timeout = command_timeout
+        self.timeout = timeout
+        self.output_cap = output_cap
         self._client = None
         self._lock = threading.Lock()
 
@@ -260,16 +270,23 @@ class SSHRunner(Runner):
         except Exception as exc:  # noqa: BLE001 - paramiko raises SSHException, EOFError or OSError here
             self.close()
             raise self._lost(argv, exc, started=False) from None
-        chan.settimeout(self.command_timeout)
+        deadline = time.monotonic() + self.timeout
         errors: list[BaseException] = []
         stderr_chunks: list[bytes] = []
+        over: list[str] = []  # the stream that printed more than output_cap
 
         def read_stderr():
+            size = 0
             try:
                 while True:
                     chunk = chan.recv_stderr(65536)
                     if not chunk:
                         return
+                    if size + len(chunk) > self.output_cap:
+                        over.append("stderr")
+                        chan.close()  # abandoned: the flood stops here
+                        return
+                    size += len(chunk)
                     stderr_chunks.append(chunk)
             except Exception as exc:  # noqa: BLE001 - reported by the main thread
                 errors.append(exc)
@@ -285,19 +302,39 @@ class SSHRunner(Runner):
                     errors.append(exc)
 
         try:
+            chan.settimeout(min(self.command_timeout, self.timeout))
             chan.exec_command(command_line(argv))
             threads = [threading.Thread(target=read_stderr, daemon=True),
                        threading.Thread(target=write_stdin, daemon=True)]
             for t in threads:
                 t.start()
             stdout_chunks = []
-            while True:
-                chunk = chan.recv(65536)
+            size = 0
+            while not over:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _Bounded(f"still running after {self.timeout:g}s")
+                chan.settimeout(min(self.command_timeout, remaining))
+                try:
+                    chunk = chan.recv(65536)
+                except TimeoutError:
+                    if deadline - time.monotonic() <= 0:
+                        raise _Bounded(f"still running after {self.timeout:g}s") from None
+                    raise
                 if not chunk:
                     break
+                if size + len(chunk) > self.output_cap:
+                    over.append("stdout")
+                    chan.close()  # abandoned: the flood stops here, the stderr reader with it
+                    break
+                size += len(chunk)
                 stdout_chunks.append(chunk)
             for t in threads:
-                t.join(self.command_timeout)
+                t.join(max(0.0, min(self.command_timeout, deadline - time.monotonic())))
+            if over:
+                raise _Bounded(f"printed more than {self.output_cap >> 10} KiB on {over[0]} (the rest was not kept)")
+            if not chan.status_event.wait(max(0.0, deadline - time.monotonic())):
+                raise _Bounded(f"still running after {self.timeout:g}s")
             rc = chan.recv_exit_status()
         except Exception as exc:  # noqa: BLE001 - timeouts, a dropped transport
             chan.close()
@@ -311,7 +348,9 @@ class SSHRunner(Runner):
     def _lost(self, argv, exc: BaseException, *, started: bool) -> ConnectionLost:
         cmd = " ".join(redact_argv(argv))  # the message may be shown anywhere: never a secret
         if isinstance(exc, (socket.timeout, TimeoutError)):
-            why = f"no output for {self.command_timeout:g}s"
+            why = f"no output for {self.command_timeout:g}s (abandoned)"
+        elif isinstance(exc, _Bounded):
+            why = f"{exc} (abandoned)"
         else:
             why = str(exc) or type(exc).__name__
         state = "while running" if started else "before starting"
@@ -334,7 +373,12 @@ class SSHRunner(Runner):
         client = self.connect()
         tmp = f"{remote}.fabricctl-tmp-{os.getpid()}-{threading.get_ident()}"
         try:
-            sftp = client.open_sftp()
+            import paramiko  # noqa: PLC0415
+
+            chan = client.get_transport().open_session(timeout=self.ssh.connect_timeout)
+            chan.settimeout(self.command_timeout)  # every SFTP request bounded like a command's silence
+            chan.invoke_subsystem("sftp")
+            sftp = paramiko.SFTPClient(chan)
         except Exception as exc:  # noqa: BLE001
             raise self._lost(entry, exc, started=False) from None
         try:

@@ -24,6 +24,7 @@ from fabric_core.errors import CommandError
 from fabricctl.config import Host, SSHConfig
 from fabricctl.remote import (
     AuthFailed,
+    ConnectionLost,
     HostKeyMismatch,
     HostKeyUnknown,
     HostUnreachable,
@@ -357,6 +358,75 @@ def test_closed_port_is_host_unreachable_quickly(tmp_path, client_key_file):
         r.run(["true"])
     assert time.monotonic() - start < 1.5
     assert "gpu9" in str(exc.value) and "127.0.0.1" in str(exc.value) and exc.value.exit_code == 1
+
+
+# --------------------------------------------------------------------------------------------
+# bounds: a host that hangs, trickles, floods or never answers fails that command, naming the host and the bound
+
+
+def ends(fn, limit: float = 60.0):
+    """``fn()`` in a thread: (returned, raised) once it ended; fails the test if it is still running after ``limit``
+    seconds (a liveness net far above every bound used here, not a measure of speed)."""
+    out: dict = {}
+
+    def call():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(limit)
+    assert not thread.is_alive(), f"still running after {limit} s: the bound did not hold"
+    return out.get("value"), out.get("error")
+
+
+@pytest.mark.parametrize("argv, bounds, words", [
+    (["sleep", "20"], {"command_timeout": 1.0}, "no output for 1s"),
+    (["sh", "-c", "for i in $(seq 100); do echo x; sleep 0.2; done"], {"command_timeout": 10.0, "timeout": 1.5},
+     "still running after 1.5s"),
+    (["timeout", "20", "yes"], {"output_cap": 64 << 10}, "printed more than 64 KiB on stdout"),
+    (["sh", "-c", "timeout 20 yes >&2"], {"output_cap": 64 << 10}, "printed more than 64 KiB on stderr"),
+], ids=["silent", "trickling", "flooding stdout", "flooding stderr"])
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the test server's sends fail
+def test_a_command_past_a_bound_is_abandoned_with_an_error_naming_the_host(server, tmp_path, client_key_file, argv,
+                                                                            bounds, words):
+    r = _runner(server, tmp_path, client_key_file[0], **bounds)
+    try:
+        _value, err = ends(lambda: r.run(argv))
+        assert isinstance(err, ConnectionLost), err
+        assert words in str(err) and "(abandoned)" in str(err)
+        assert "gpu1 (127.0.0.1:" in str(err) and err.host == "gpu1" and "fix:" in str(err)
+        assert r.run(["echo", "next"]).stdout == "next\n"  # the runner stays usable
+    finally:
+        r.close()
+
+
+def test_the_default_bounds_are_the_runners_named_ones(server, tmp_path, client_key_file):
+    from fabric_core import runner as core_runner
+
+    r = _runner(server, tmp_path, client_key_file[0])
+    assert (r.command_timeout, r.timeout, r.output_cap) == (core_runner.REMOTE_IDLE, core_runner.REMOTE_TIMEOUT,
+                                                           core_runner.OUTPUT_CAP)
+
+
+def test_a_host_that_accepts_and_never_answers_is_unreachable_within_the_connect_timeout(tmp_path, client_key_file):
+    """A listener that never sends its SSH banner (a hung sshd, a half-open path): HostUnreachable naming the host."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(4)
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("")
+    ssh = SSHConfig(key_file=str(client_key_file[0]), known_hosts=str(known_hosts), connect_timeout=1,
+                    port=sock.getsockname()[1])
+    r = SSHRunner(Host("gpu9", "127.0.0.1", "iqn.2026-11.io.fabric.lab:gpu9"), ssh)
+    try:
+        _value, err = ends(lambda: r.run(["true"]))
+    finally:
+        sock.close()
+    assert isinstance(err, HostUnreachable), err
+    assert "cannot reach gpu9 (127.0.0.1:" in str(err) and "fix:" in str(err)
 
 
 # --------------------------------------------------------------------------------------------

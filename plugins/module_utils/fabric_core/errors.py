@@ -107,3 +107,18 @@ class CommandError(FabricError):
         detail = (stderr or stdout).strip()
         super().__init__(f"`{' '.join(redact_argv(self.argv))}` failed with exit {rc}"
                          + (f": {detail}" if detail else ""), fix)
+
+
+class CommandBounded(CommandError):
+    """An external command went past its bound (its time, or the output kept of it) and was killed: it failed,
+    whatever it would have returned. ``why`` says which bound; ``where`` names the host ("" for this node)."""
+
+    def __init__(self, argv, why: str, stdout: str = "", stderr: str = "", fix: str = "", where: str = ""):
+        super().__init__(argv, -9, stdout, stderr, fix)
+        self.why = why
+        self.where = where
+        on = f" on {where}" if where else ""
+        detail = (stderr or stdout).strip()
+        self.problem = (f"`{' '.join(redact_argv(self.argv))}`{on} {why}; killed"
+                        + (f" (its output began: {detail[:300]!r})" if detail else ""))
+

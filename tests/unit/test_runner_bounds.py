@@ -1,0 +1,89 @@
+# ruff: noqa: I001  (support must be imported first: it puts module_utils on the import path)
+"""fabric_core.runner's bounds on a local command, with real processes (no mocks): a command that runs too
+long (sleep, and one whose child keeps running) or floods a stream (yes) is killed with its process group and
+fails with CommandBounded naming the bound, whatever ``check`` says; the next command runs normally."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import support  # noqa: F401
+
+from fabric_core import runner as core_runner
+from fabric_core.errors import CommandBounded, CommandError
+from fabric_core.runner import LocalRunner, bounded_run
+
+
+def ends(fn, limit: float = 60.0):
+    """``fn()`` in a thread; (value, error) once it ended. Fails if still running after ``limit`` s (a liveness
+    net far above the bounds used here, not a measure of speed)."""
+    out: dict = {}
+
+    def call():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001
+            out["error"] = exc
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(limit)
+    assert not thread.is_alive(), f"still running after {limit} s: the bound did not hold"
+    return out.get("value"), out.get("error")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_command_within_its_bounds_runs_as_before():
+    r = LocalRunner(timeout=30, output_cap=1 << 20)
+    assert r.run(["sh", "-c", "echo out; echo err >&2"]).stdout == "out\n"
+    res = r.run(["sh", "-c", "cat; echo err >&2; exit 3"], data="in\n", check=False)
+    assert (res.rc, res.stdout, res.stderr) == (3, "in\n", "err\n")
+    assert r.run(["no-such-command-here"], check=False).rc == 127
+    with pytest.raises(CommandError) as exc:
+        r.run(["sh", "-c", "exit 4"])
+    assert exc.value.rc == 4 and not isinstance(exc.value, CommandBounded)
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_command_that_runs_too_long_is_killed_with_its_children(tmp_path, check):
+    pidfile = tmp_path / "child.pid"
+    r = LocalRunner(timeout=1.0)
+    _value, err = ends(lambda: r.run(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], check=check))
+    assert isinstance(err, CommandBounded), err
+    assert "ran longer than 1 s; killed" in str(err) and "fix:" in str(err) and err.rc == -9
+    child = int(pidfile.read_text())
+    _v, _e = ends(lambda: [None for _ in iter(lambda: alive(child), False)])  # reaped by init once killed
+    assert not alive(child)
+    assert r.run(["echo", "next"]).stdout == "next\n"
+
+
+@pytest.mark.parametrize("argv, stream", [(["yes"], "stdout"), (["sh", "-c", "yes >&2"], "stderr")])
+def test_a_command_that_floods_is_killed_at_the_cap_and_only_the_cap_is_kept(argv, stream):
+    r = LocalRunner(timeout=60, output_cap=256 << 10)
+    _value, err = ends(lambda: r.run(argv, check=False))
+    assert isinstance(err, CommandBounded), err
+    assert f"printed more than 256 KiB on {stream} (the rest was not kept); killed" in str(err)
+    assert len(getattr(err, stream)) <= 4096  # what the error carries: the start of the flood, not the flood
+    assert "its output began: 'y\\ny\\n" in str(err)
+
+
+def test_a_remote_name_and_a_fix_given_are_in_the_error():
+    with pytest.raises(CommandBounded) as exc:
+        bounded_run(["sleep", "5"], timeout=0.5, where="storage2", fix="check storage2")
+    assert "`sleep 5` on storage2 ran longer than 0.5 s; killed" in str(exc.value)
+    assert str(exc.value).endswith("fix: check storage2")
+
+
+def test_the_bounds_are_named_once_and_are_the_runners_defaults():
+    r = LocalRunner()
+    assert (r.timeout, r.output_cap) == (core_runner.LOCAL_TIMEOUT, core_runner.OUTPUT_CAP)
+    assert core_runner.STALL_SECONDS > core_runner.SSH_ALIVE_INTERVAL * core_runner.SSH_ALIVE_COUNT > 0
