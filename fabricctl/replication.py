@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 
-from fabric_core import lzc, replicate
+from fabric_core import holders, lzc, replicate
 from fabric_core.errors import CommandError, FabricError, UserError
 from fabric_core.names import validate_dataset_name, validate_hostname, validate_snapshot_component, validate_version
 
@@ -98,6 +98,8 @@ def replicate_to(ctx, dataset: str, wanted: list[str], node_names: list[str], *,
         raise UserError("this node's name is not in the fabricctl configuration (`node:`)",
                         "re-run playbooks/fabricctl.yml: the role writes it")
     peers = [Peer(cfg.storage_node(n), cfg.ssh) for n in node_names]
+    # holds a killed replicate left (its process is gone) would block destroy and rotation forever
+    holders.release_stale(ctx.local, [dataset], (replicate.HOLD_SENDING,))
     src = replicate.read_side(ctx.local, dataset)
     results = []
     for peer in peers:
@@ -141,8 +143,9 @@ def _transfer(ctx, peer: Peer, dataset: str, src: replicate.Side, t: replicate.T
     held = [f"{dataset}@{t.snapshot}"]
     if t.base and t.base.startswith("@"):
         held.append(dataset + t.base)
+    tag = holders.tag(replicate.HOLD_SENDING)  # names this process: the next run releases it if it is killed
     for snap in held:
-        lzc.hold(snap, replicate.HOLD_SENDING, runner=ctx.local)
+        lzc.hold(snap, tag, runner=ctx.local)
     progress_bar = None if ctx.json else ProgressBar(1, t.estimate, label=f"{label}@{t.snapshot} -> {peer.name}")
     try:
         with tempfile.TemporaryFile() as send_err, tempfile.TemporaryFile() as recv_err:
@@ -183,7 +186,7 @@ def _transfer(ctx, peer: Peer, dataset: str, src: replicate.Side, t: replicate.T
             progress_bar.close()
         for snap in held:
             with contextlib.suppress(FabricError):
-                lzc.release(snap, replicate.HOLD_SENDING, runner=ctx.local)
+                lzc.release(snap, tag, runner=ctx.local)
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,8 +268,10 @@ def serve(ctx, request: dict) -> int:
         ctx.emit(side.to_dict())
         return 0
     base = f"{dataset}@{request['base']}" if request["base"] else None
+    holders.release_stale(ctx.local, [dataset], (replicate.HOLD_RECEIVING,))  # of a receive that was killed
+    tag = holders.tag(replicate.HOLD_RECEIVING)
     if base:
-        lzc.hold(base, replicate.HOLD_RECEIVING, runner=ctx.local)
+        lzc.hold(base, tag, runner=ctx.local)
     try:
         argv = replicate.receive_argv(dataset, origin=request["origin"], force=request["force"])
         sys.stdout.flush()
@@ -279,4 +284,4 @@ def serve(ctx, request: dict) -> int:
     finally:
         if base:
             with contextlib.suppress(FabricError):
-                lzc.release(base, replicate.HOLD_RECEIVING, runner=ctx.local)
+                lzc.release(base, tag, runner=ctx.local)
