@@ -23,9 +23,10 @@ import subprocess
 import sys
 import tempfile
 
-from fabric_core import holders, lzc, replicate
-from fabric_core.errors import CommandError, FabricError, UserError
+from fabric_core import lzc, replicate
+from fabric_core.errors import CommandBounded, CommandError, FabricError, UserError
 from fabric_core.names import validate_dataset_name, validate_hostname, validate_snapshot_component, validate_version
+from fabric_core.runner import PEER_TIMEOUT, SSH_ALIVE_COUNT, SSH_ALIVE_INTERVAL, bounded_run
 
 from . import datasets
 from .output import ProgressBar, human_bytes
@@ -50,19 +51,25 @@ class Peer:
         s = self.ssh
         return ["ssh", "-i", s.key_file, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
                 "-o", f"UserKnownHostsFile={s.known_hosts}", "-o", f"ConnectTimeout={int(s.connect_timeout)}",
-                "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "LogLevel=ERROR",
+                "-o", f"ServerAliveInterval={SSH_ALIVE_INTERVAL}", "-o", f"ServerAliveCountMax={SSH_ALIVE_COUNT}",
+                "-o", "LogLevel=ERROR",
                 "-p", str(s.port), "-l", s.user, self.node.address, "--", shlex.join(words)]
 
     def _ask(self, what: str, *words: str) -> dict:
         """One replica-serve request whose answer is JSON; ``what`` names it in errors."""
-        proc = subprocess.run(self.argv(*words), capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise self.error(what, proc.returncode, proc.stderr)
+        try:  # bounded: a peer that hangs or floods fails this request, naming it
+            rc, stdout, stderr = bounded_run(self.argv(*words), timeout=PEER_TIMEOUT, env={**os.environ, "LC_ALL": "C"})
+        except CommandBounded as exc:
+            raise PeerError(f"storage node {self.name} ({self.node.address}) did not answer to {what}: the request "
+                            f"{exc.why}", "check that it is up and not overloaded, and the network between the "
+                            "nodes; then run the same command again") from None
+        if rc != 0:
+            raise self.error(what, rc, stderr)
         try:
-            return json.loads(proc.stdout)
+            return json.loads(stdout)
         except ValueError:
             raise PeerError(f"{self.name} answered `{words[0]} {words[1]}` with something else than JSON: "
-                            f"{proc.stdout[:200]!r}", "install the same fabricctl on every storage node "
+                            f"{stdout[:200]!r}", "install the same fabricctl on every storage node "
                             "(playbooks/fabricctl.yml)") from None
 
     def state(self, dataset: str) -> replicate.Side:
@@ -98,8 +105,6 @@ def replicate_to(ctx, dataset: str, wanted: list[str], node_names: list[str], *,
         raise UserError("this node's name is not in the fabricctl configuration (`node:`)",
                         "re-run playbooks/fabricctl.yml: the role writes it")
     peers = [Peer(cfg.storage_node(n), cfg.ssh) for n in node_names]
-    # holds a killed replicate left (its process is gone) would block destroy and rotation forever
-    holders.release_stale(ctx.local, [dataset], (replicate.HOLD_SENDING,))
     src = replicate.read_side(ctx.local, dataset)
     results = []
     for peer in peers:
@@ -143,9 +148,8 @@ def _transfer(ctx, peer: Peer, dataset: str, src: replicate.Side, t: replicate.T
     held = [f"{dataset}@{t.snapshot}"]
     if t.base and t.base.startswith("@"):
         held.append(dataset + t.base)
-    tag = holders.tag(replicate.HOLD_SENDING)  # names this process: the next run releases it if it is killed
     for snap in held:
-        lzc.hold(snap, tag, runner=ctx.local)
+        lzc.hold(snap, replicate.HOLD_SENDING, runner=ctx.local)
     progress_bar = None if ctx.json else ProgressBar(1, t.estimate, label=f"{label}@{t.snapshot} -> {peer.name}")
     try:
         with tempfile.TemporaryFile() as send_err, tempfile.TemporaryFile() as recv_err:
@@ -166,6 +170,9 @@ def _transfer(ctx, peer: Peer, dataset: str, src: replicate.Side, t: replicate.T
                 send.stdout.close()
                 with contextlib.suppress(BrokenPipeError):
                     recv.stdin.close()
+            if error:  # stalled or cut: neither side is waited for past this point
+                send.kill()
+                recv.kill()
             rc_send, rc_recv = send.wait(), recv.wait()
             if rc_recv != 0 or error:
                 send.kill()
@@ -186,7 +193,7 @@ def _transfer(ctx, peer: Peer, dataset: str, src: replicate.Side, t: replicate.T
             progress_bar.close()
         for snap in held:
             with contextlib.suppress(FabricError):
-                lzc.release(snap, tag, runner=ctx.local)
+                lzc.release(snap, replicate.HOLD_SENDING, runner=ctx.local)
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,20 +275,29 @@ def serve(ctx, request: dict) -> int:
         ctx.emit(side.to_dict())
         return 0
     base = f"{dataset}@{request['base']}" if request["base"] else None
-    holders.release_stale(ctx.local, [dataset], (replicate.HOLD_RECEIVING,))  # of a receive that was killed
-    tag = holders.tag(replicate.HOLD_RECEIVING)
     if base:
-        lzc.hold(base, tag, runner=ctx.local)
+        lzc.hold(base, replicate.HOLD_RECEIVING, runner=ctx.local)
     try:
         argv = replicate.receive_argv(dataset, origin=request["origin"], force=request["force"])
         sys.stdout.flush()
-        proc = subprocess.run(argv, stdin=sys.stdin.fileno(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              check=False, env={**os.environ, "LC_ALL": "C"})
-        if proc.returncode != 0:
-            raise CommandError(argv, proc.returncode, "", proc.stderr.decode(errors="replace"),
-                               fix="the sending node re-runs the same command to resume")
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
+                                    env={**os.environ, "LC_ALL": "C"})
+            try:  # through a pump: a sender silent for STALL_SECONDS ends the receive (resumable), its lock freed
+                replicate.Pump().run(sys.stdin.fileno(), proc.stdin.fileno())
+            except FabricError:
+                proc.kill()
+                raise
+            finally:
+                with contextlib.suppress(BrokenPipeError):
+                    proc.stdin.close()
+                returncode = proc.wait()
+            err.seek(0)
+            stderr = err.read(64 << 10).decode(errors="replace")
+        if returncode != 0:
+            raise CommandError(argv, returncode, "", stderr, fix="the sending node re-runs the same command to resume")
         return 0
     finally:
         if base:
             with contextlib.suppress(FabricError):
-                lzc.release(base, tag, runner=ctx.local)
+                lzc.release(base, replicate.HOLD_RECEIVING, runner=ctx.local)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 from . import zjson
 from .errors import FabricError, NotFound, UnsafeOperation, UserError
 from .names import validate_dataset_name
-from .runner import Runner
+from .runner import STALL_SECONDS, Runner
 
 HOLD_SENDING = "fabric:sending"  # on the source's snapshots while a send is in flight
 HOLD_RECEIVING = "fabric:receiving"  # on the target's incremental base while a receive is in flight
@@ -333,28 +334,55 @@ def parse_token_name(text: str) -> str:
 SPLICE_CHUNK = 1 << 20
 
 
+class Stalled(FabricError):
+    """No byte of a stream moved for the pump's ``stall`` seconds (a silent sender or a receiver that stopped
+    reading); the stream is abandoned."""
+
+
 class Pump:
-    """Moves a stream from one file descriptor to another (pipes: ``os.splice``, no copy through Python),
-    at most ``limit`` bytes per second (0: no limit), calling ``progress(total_bytes)`` as it goes."""
+    """Moves a stream from one pipe to another (``os.splice``, no copy through Python), at most ``limit`` bytes
+    per second (0: no limit), calling ``progress(total_bytes)`` as it goes. A stream of hours has no total bound:
+    it fails (``Stalled``) when no byte moved for ``stall`` seconds, whichever side stopped (fabric_core.runner's
+    STALL_SECONDS by default; 0: never)."""
 
     def __init__(self, limit: int = 0, progress: Callable[[int], None] | None = None, *,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 stall: float = STALL_SECONDS):
         self.limit = limit
         self.progress = progress
         self.clock = clock
         self.sleep = sleep
+        self.stall = stall
         self.total = 0
 
+    def _wait(self, fd: int, event: int, since: float, what: str) -> None:
+        """Wait until ``fd`` is ready for ``event``; Stalled once nothing moved for ``stall`` seconds."""
+        poller = select.poll()
+        poller.register(fd, event | select.POLLERR | select.POLLHUP)
+        while True:
+            left = self.stall - (self.clock() - since) if self.stall else 60.0
+            if left <= 0:
+                raise Stalled(f"no byte moved for {self.stall:g} s: {what} ({self.total} bytes moved before)",
+                              "check the other storage node and the network between them, then run the same "
+                              "command again: it resumes what arrived")
+            if poller.poll(max(1, int(min(left, 5.0) * 1000))):
+                return
+
     def run(self, src: int, dst: int) -> int:
-        started = self.clock()
+        started = last = self.clock()
         while True:
             chunk = SPLICE_CHUNK if not self.limit else max(4096, min(SPLICE_CHUNK, self.limit // 10))
+            self._wait(src, select.POLLIN, last, "the sending side is silent")
             try:
-                moved = os.splice(src, dst, chunk)
+                moved = os.splice(src, dst, chunk, flags=os.SPLICE_F_NONBLOCK)
             except BrokenPipeError:
                 raise FabricError("the receiving side closed the stream", "") from None
+            except BlockingIOError:  # the source has data (polled): the receiving side does not take it
+                self._wait(dst, select.POLLOUT, last, "the receiving side does not read")
+                continue
             if moved == 0:
                 return self.total
+            last = self.clock()
             self.total += moved
             if self.progress:
                 self.progress(self.total)

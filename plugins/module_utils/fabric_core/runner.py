@@ -46,7 +46,7 @@ REMOTE_IDLE = 120.0  # a command on a GPU node that printed nothing for this lon
 PEER_TIMEOUT = 120.0  # one replica-serve request answered with JSON (state, export) from another storage node
 STALL_SECONDS = 120.0  # a stream between storage nodes that moved no byte for this long is stalled
 SSH_ALIVE_INTERVAL = 5  # ssh's ServerAliveInterval to a peer: a silent peer is dropped after
-SSH_ALIVE_COUNT = 6  # ... ServerAliveCountMax unanswered probes (30 s)
+SSH_ALIVE_COUNT = 3  # ... ServerAliveCountMax unanswered probes (15 s)
 OUTPUT_CAP = 16 << 20  # bytes kept of one stream (stdout or stderr) of one command; more: killed, failed
 
 
