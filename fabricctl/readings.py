@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from fabric_core import freeze, health, lio, lzc, versions, zfs, zpool
+from fabric_core import freeze, health, holders, lio, lzc, replicate, versions, zfs, zpool
 from fabric_core.errors import FabricError
 from fabric_core.metrics import ARCSTATS
 from fabric_core.replicate import ORIGIN_PROP
@@ -185,12 +185,25 @@ def rotation_check(path: str | None, now: float):
     return health.unknown("rotation", f"{path} has no fabricctl_rotate_last_success_timestamp_seconds")
 
 
+def holds_check(ctx):
+    """Replication holds whose process is gone (a killed replicate or receive) or that name none, under the dataset
+    and checkpoint roots (health.leftover_holds); holds that cannot be read are UNKNOWN."""
+    cfg = ctx.config
+    try:
+        found = holders.leftovers(ctx.local, [cfg.dataset_root, cfg.checkpoint_root],
+                                  (replicate.HOLD_SENDING, replicate.HOLD_RECEIVING))
+    except Exception as exc:  # noqa: BLE001 - as read_pool
+        return health.unknown("holds", f"cannot read the snapshots' holds: {why(exc)}")
+    return health.leftover_holds([h.to_dict() for h in found])
+
+
 def read(ctx, now: float) -> Reading:
     """The pool, the exports and every check (the configuration is loaded first: its errors are raised)."""
     cfg = ctx.config
     pool = read_pool(ctx, cfg.pool, now, cfg.health)
     exports, more = read_exports(ctx)
-    return Reading(pool, exports, pool.checks + more + [rotation_check(cfg.rotation.metrics_file, now)])
+    return Reading(pool, exports, pool.checks + more + [rotation_check(cfg.rotation.metrics_file, now),
+                                                        holds_check(ctx)])
 
 
 def published_versions(exports: dict) -> list[dict] | None:

@@ -28,7 +28,7 @@ from support import (
 )
 
 # isort: split
-from fabric_core import health, lio, lzc, zpool
+from fabric_core import health, holders, lio, lzc, zpool
 from fabric_core.errors import UserError
 from fabric_core.health import CRITICAL, OK, UNKNOWN, WARNING, Thresholds
 
@@ -428,10 +428,10 @@ def node(monkeypatch, tmp_path):
 def test_a_healthy_node_is_ok_and_keeps_the_json_of_before(node, capsys):
     assert node("--json") == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["state"] == OK and out["summary"].startswith("FABRIC OK - pool tank ONLINE; all 11 checks OK | ")
+    assert out["state"] == OK and out["summary"].startswith("FABRIC OK - pool tank ONLINE; all 12 checks OK | ")
     assert [c["name"] for c in out["checks"]] == ["pool_state", "device_errors", "data_errors", "scrub", "capacity",
                                                   "chap", "discovery", "lio_saved", "sessions", "foreign_acls",
-                                                  "rotation"]
+                                                  "rotation", "holds"]
     assert all(c["state"] == OK and c["code"] == 0 for c in out["checks"])
     assert {"pool", "published", "sessions", "access", "warnings"} <= set(out)
     assert out["pool"]["name"] == "tank" and out["warnings"] == []
@@ -478,7 +478,7 @@ def test_a_pool_that_cannot_be_read_is_exit_3_and_the_other_checks_still_run(nod
     assert first["name"] == "pool_state" and first["state"] == UNKNOWN and first["code"] == 3
     assert first["summary"].startswith("cannot read pool tank: `zpool status -j --json-int -P tank` failed with exit 1")
     assert [c["name"] for c in out["checks"][1:]] == ["chap", "discovery", "lio_saved", "sessions", "foreign_acls",
-                                                      "rotation"]
+                                                      "rotation", "holds"]
 
 
 def test_a_pool_that_is_not_imported_is_exit_2(node, capsys):
@@ -496,8 +496,26 @@ def test_lio_that_cannot_be_read_is_unknown_beside_the_pool_checks(node, capsys)
     assert node("--json") == 3
     out = json.loads(capsys.readouterr().out)
     assert states_of(out) == {"pool_state": OK, "device_errors": OK, "data_errors": OK, "scrub": OK, "capacity": OK,
-                              "chap": OK, "exports": UNKNOWN, "rotation": OK}
+                              "chap": OK, "exports": UNKNOWN, "rotation": OK, "holds": OK}
     assert out["published"] == [] and out["access"] is None
+
+
+def test_a_replication_hold_of_a_process_that_is_gone_is_named_with_its_release_command(node, capsys, monkeypatch):
+    """Issue 26, item 7: a SIGKILLed replicate's fabric:sending hold (its pid gone) is a WARNING naming the
+    snapshot and the `zfs release` that frees it; a live holder's hold is not."""
+    dead = holders.tag("fabric:sending", holders.Holder(holders.boot_id(), 99999999, 1))
+    live = holders.tag("fabric:sending")
+    monkeypatch.setattr(lzc, "holds", lambda name: ["fabric:published", dead, live])
+    assert node("--json") == 1
+    out = json.loads(capsys.readouterr().out)
+    check = next(c for c in out["checks"] if c["name"] == "holds")
+    assert check["state"] == WARNING and f"`zfs release {dead} tank/datasets/imagenet@v1`" in check["summary"]
+    assert "pid 99999999 gone" in check["summary"] and live not in check["summary"]
+    assert [h["tag"] for h in check["details"]["leftovers"]] == [dead]
+
+
+def test_leftover_holds_without_any_is_ok():
+    assert health.leftover_holds([]).state == OK
 
 
 def test_a_configuration_that_does_not_load_is_exit_3(node, capsys):

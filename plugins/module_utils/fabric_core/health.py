@@ -25,6 +25,8 @@ The checks and their policies (the thresholds are ``Thresholds``; fabricctl's ``
 - ``sessions``: a host with an ACL on a target of the fabric but no session to it is WARNING (it was published
   to and is not logged in: down, or logged out by hand).
 - ``foreign_acls``: an ACL of an initiator no configured host has is WARNING (``fabricctl access sync`` revokes it).
+- ``holds``: a replication hold (``fabric:sending``, ``fabric:receiving``) whose process is gone (a killed
+  replicate) or that names none is WARNING, with the ``zfs release`` command of each.
 - ``unknown(name, why)``: a source that could not be read; ``missing_pool``: the pool is not imported (CRITICAL).
 """
 
@@ -467,6 +469,23 @@ def foreign_acls(foreign: dict) -> Check:
                  "(`fabricctl access sync` revokes them)", {"foreign": foreign})
 
 
+def leftover_holds(leftovers: list[dict]) -> Check:
+    """``leftovers`` (``holders.Leftover.to_dict``: the replication holds whose holder is gone, or that name none):
+    WARNING, naming each snapshot with the command that releases it (they keep it from being destroyed or
+    rotated; the next replicate or receive of the volume releases a dead holder's itself)."""
+    details = {"leftovers": list(leftovers)}
+    perf = (f"leftover_holds={len(leftovers)};1;;0",)
+    if not leftovers:
+        return Check("holds", OK, "no replication hold left by a process that is gone", details, perf)
+    named = []
+    for h in leftovers:
+        who = f"pid {h['holder']['pid']} gone" if h.get("holder") else "holder not recorded"
+        named.append(f"{h['snapshot']} ({who}: `{h['release']}`)")
+    return Check("holds", WARNING, f"holds left by a killed replication keep snapshots from being destroyed or "
+                 f"rotated: {_listing(named)}; the next replicate of the volume releases those of a process that "
+                 "is gone", details, perf)
+
+
 # --------------------------------------------------------------------------------------------------
 # the result
 
@@ -495,5 +514,5 @@ def status_line(checks: list, label: str = "FABRIC") -> str:
 
 __all__ = ["CRITICAL", "Check", "DAY", "DEFAULTS", "EXIT_CODES", "KEYS", "NO_CHAP", "OK", "OPEN_DISCOVERY",
            "Thresholds", "UNKNOWN", "WARNING", "capacity", "chap", "data_errors", "device_errors", "discovery",
-           "exit_code", "foreign_acls", "missing_pool", "overall", "pool_checks", "pool_state", "scrub", "sessions",
-           "status_line", "unknown", "worst"]
+           "exit_code", "foreign_acls", "leftover_holds", "missing_pool", "overall", "pool_checks", "pool_state",
+           "scrub", "sessions", "status_line", "unknown", "worst"]

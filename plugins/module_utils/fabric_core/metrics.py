@@ -39,8 +39,8 @@ METRICS: tuple[Metric, ...] = (
            "CRITICAL wins over WARNING over UNKNOWN)."),
     Metric("fabric_health_check_state", GAUGE, ("check",), "state",
            "The state of one health check of fabricctl status (pool_state, device_errors, data_errors, scrub, "
-           "capacity, chap, discovery, lio_saved, sessions, foreign_acls, rotation; exports or config when "
-           "unreadable): 0-3 as above."),
+           "capacity, chap, discovery, lio_saved, sessions, foreign_acls, rotation, holds; exports or config "
+           "when unreadable): 0-3 as above."),
     Metric("fabric_metrics_source_up", GAUGE, ("source",), "boolean",
            "1 when the source (pool, exports, arcstats, checkpoints, replicas) was read, 0 when it could not be "
            "(its metrics are then absent)."),
