@@ -12,6 +12,7 @@ import contextlib
 import importlib.metadata
 import json
 import re
+import subprocess
 import sys
 import threading
 import types
@@ -33,7 +34,17 @@ from fabric_core.errors import (
 from fabric_core.lock import node_lock
 
 from fabricctl import about, audit, commands, errors
-from fabricctl.commands import checkpoint_snapshot, dataset_seal, list_versions, publish, rotate, status, verify
+from fabricctl.commands import (
+    checkpoint_rollback,
+    checkpoint_snapshot,
+    dataset_ingest,
+    dataset_seal,
+    list_versions,
+    publish,
+    rotate,
+    status,
+    verify,
+)
 from fabricctl.errors import PartialFailure
 from fabricctl.faults import InjectedFault
 from fabricctl.main import DESCRIPTION, build_parser, main
@@ -357,6 +368,116 @@ def test_a_change_holds_the_node_lock_while_it_runs(fab, monkeypatch, node_lock_
     assert fab("publish", "imagenet@v1", "--to", "gpu_nodes") == 0
     assert seen[0]["command"] == "fabricctl publish imagenet@v1 --to gpu_nodes"
     assert Path(node_lock_in_tmp).read_text() == ""  # released
+
+
+# which command takes which lock (fabric_core.lock's table): the volume's lock (shared or exclusive), a sub-lock,
+# and the node lock for the whole run ("whole") or only around short sections ("sections"); no lock in a dry run
+LOCK_TABLE = {
+    ("dataset", "create"): ([("dataset", "x", False)], "whole"),
+    ("dataset", "destroy"): ([("dataset", "x", False)], "whole"),
+    ("dataset", "ingest"): ([("dataset", "x", True), ("staging", "x", False)], "sections"),
+    ("dataset", "seal"): ([("dataset", "x", True), ("staging", "x", False)], "sections"),
+    ("publish",): ([], "whole"),
+    ("unpublish",): ([], "whole"),
+    ("access", "sync"): ([], "whole"),
+    ("rotate",): ([], "whole"),
+    ("replicate",): ([("dataset", "x", True)], "sections"),
+    ("checkpoint", "replicate"): ([("checkpoint", "x", True)], "sections"),
+    ("checkpoint", "snapshot"): ([("checkpoint", "x", True), ("writer", "x", False)], "sections"),
+    ("checkpoint", "volume", "create"): ([("checkpoint", "x", False)], "whole"),
+    ("checkpoint", "volume", "destroy"): ([("checkpoint", "x", False)], "whole"),
+    ("checkpoint", "rollback"): ([("checkpoint", "x", False)], "whole"),
+    ("checkpoint", "restore"): ([("checkpoint", "x", True)], "whole"),
+    ("verify",): ([("dataset", "x", True)], "none"),
+}
+LOCK_ARGV = {("dataset", "destroy"): ["x"], ("publish",): ["x@v1", "--to", "gpu1"], ("unpublish",): ["x@v1"],
+             ("replicate",): ["x@v1", "--to", "storage2"], ("checkpoint", "replicate"): ["x", "--to", "storage2"],
+             ("checkpoint", "snapshot"): ["x", "--step", "1"],
+             ("checkpoint", "volume", "create"): ["x", "--size", "1G", "--writer", "gpu1"],
+             ("checkpoint", "volume", "destroy"): ["x"], ("checkpoint", "rollback"): ["x", "--step", "1"],
+             ("checkpoint", "restore"): ["x", "--step", "1", "--to", "gpu1"], ("verify",): ["x@v1"],
+             ("dataset", "create"): ["x", "--size", "1G"], ("dataset", "ingest"): ["x", "/src"],
+             ("dataset", "seal"): ["x", "v1"], ("access", "sync"): [], ("rotate",): []}
+
+
+def test_every_command_takes_the_locks_of_the_table(cfg, monkeypatch):
+    from fabricctl.context import Context
+    from fabricctl.main import changes, holds_node_lock, object_locks
+
+    by_path = {m.PATH: m for m in commands.ALL}
+    for path, (objects, node) in LOCK_TABLE.items():
+        module = by_path[path]
+        args = build_parser().parse_args(["--config", cfg, *path, *LOCK_ARGV[path]])
+        ctx = Context(args)
+        got_node = ("whole" if holds_node_lock(module, args) else "sections") if module.MUTATING else "none"
+        assert (object_locks(ctx, module, args), got_node) == (objects, node), path
+        assert changes(module, args) is bool(module.MUTATING)
+        if module.MUTATING:  # a dry run takes no lock
+            dry = build_parser().parse_args(["--config", cfg, *path, *LOCK_ARGV[path], "--dry-run"])
+            assert object_locks(Context(dry), module, dry) == [] and not changes(module, dry), path
+    # every command that locks anything is in the table (replica-serve: by its request, the next test)
+    locking = {m.PATH for m in commands.ALL if getattr(m, "OBJECT_LOCKS", None) or m.MUTATING is True}
+    assert locking - set(LOCK_TABLE) == BY_REQUEST
+
+
+def test_a_receive_holds_its_volumes_lock_and_an_export_the_node_lock(cfg, monkeypatch):
+    from fabricctl.commands import replica_serve
+    from fabricctl.context import Context
+    from fabricctl.main import holds_node_lock, object_locks
+
+    for request, objects, node in (
+            ("receive tank/datasets/imagenet - storage1", [("dataset", "imagenet", False)], False),
+            ("receive tank/checkpoints/llama step-1 storage1", [("checkpoint", "llama", False)], False),
+            ("export tank/datasets/imagenet v1 123 gpu1", [], True),
+            ("state tank/datasets/imagenet", [], False)):
+        monkeypatch.setenv("SSH_ORIGINAL_COMMAND", request)
+        args = build_parser().parse_args(["--config", cfg, "replica-serve"])
+        assert object_locks(Context(args), replica_serve, args) == objects, request
+        assert holds_node_lock(replica_serve, args) is node, request
+
+
+TRY_LOCK = "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)"
+
+
+def free_in_another_process(path) -> bool:
+    """Whether another process gets the lock file at once (a non-blocking exclusive flock)."""
+    return subprocess.run([sys.executable, "-c", TRY_LOCK, str(path)], capture_output=True).returncode == 0
+
+
+def test_a_long_ingest_leaves_the_node_lock_free_and_holds_only_its_datasets_locks(fab, monkeypatch,
+                                                                                  node_lock_in_tmp):
+    """While the (fake) long copy runs, another process gets the node lock at once (a publish, a grant go on) and
+    the other dataset's lock, not this dataset's staging lock; the node lock is held only around the mount."""
+    seen = {}
+    locks = Path(node_lock_in_tmp).parent / "locks"
+
+    def long_ingest(ctx, args):
+        with ctx.node_lock():  # the staging mount
+            seen["mount"] = free_in_another_process(node_lock_in_tmp)
+        Path(locks / "dataset-other.lock").touch()
+        seen["copy"] = (free_in_another_process(node_lock_in_tmp), free_in_another_process(
+            locks / "staging-imagenet.lock"), free_in_another_process(locks / "dataset-other.lock"))
+        return 0
+
+    replace_run(monkeypatch, dataset_ingest, long_ingest)
+    assert fab("dataset", "ingest", "imagenet", "/src") == 0
+    assert seen == {"mount": False, "copy": (True, False, True)}
+    assert free_in_another_process(locks / "staging-imagenet.lock")  # released at the end
+
+
+def test_a_checkpoint_snapshot_goes_on_while_a_replicate_of_its_job_runs(fab, monkeypatch, node_lock_in_tmp):
+    """A replicate holds its job's lock shared for hours; a snapshot of that job (shared, and the writer's lock)
+    runs meanwhile, with no node lock; a rollback (exclusive) waits and gives up, naming the replicate."""
+    from fabric_core import lock as core_lock
+
+    ran = replace_run(monkeypatch, checkpoint_snapshot, ok)
+    rollbacks = replace_run(monkeypatch, checkpoint_rollback, ok)
+    with held_elsewhere(lambda: core_lock.object_lock("checkpoint", "llama", "fabricctl checkpoint replicate llama "
+                                                      "--to storage2", shared=True)), \
+            held_elsewhere(lambda: node_lock("fabricctl publish imagenet@v1 --to gpu_nodes")):
+        assert fab("checkpoint", "snapshot", "llama", "--step", "7") == 0
+        assert fab("checkpoint", "rollback", "llama", "--step", "1") == 4
+    assert len(ran) == 1 and rollbacks == []
 
 
 def test_a_held_lock_is_status_4_names_the_holder_and_the_command_never_runs(fab, records, monkeypatch, capsys):

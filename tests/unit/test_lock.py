@@ -255,3 +255,126 @@ def test_check_mode_takes_no_lock(module, monkeypatch, node_lock_in_tmp):
     with node_lock("fabricctl rotate"):
         # its expected result, as without the lock (which a change would have waited for, and failed)
         run_case(f"fabric_{module}", first_case(module, check_mode=True), extra_patches=patches(module))
+
+
+# --------------------------------------------------------------------------------------------
+# object locks: one per volume (shared or exclusive) and the sub-locks; their order with the node lock
+
+HOLD_IN_CHILD = textwrap.dedent("""\
+    import sys, time
+    sys.path.insert(0, {module_utils!r})
+    from fabric_core import lock
+    kind, name, shared = sys.argv[1], sys.argv[2], sys.argv[3] == "shared"
+    with lock.object_lock(kind, name, "fabricctl dataset ingest " + name, shared=shared, wait=0,
+                          node_path={node!r}):
+        print("held", flush=True)
+        time.sleep(60)
+""")
+
+
+class ChildHolder:
+    """Another process holding one object's lock (as another fabricctl would), until close()."""
+
+    def __init__(self, tmp_path, kind: str, name: str, shared: bool = False):
+        script = tmp_path / "hold.py"
+        script.write_text(HOLD_IN_CHILD.format(module_utils=str(REPO / "plugins" / "module_utils"),
+                                               node=str(tmp_path / "run" / "node.lock")))
+        self.proc = subprocess.Popen([sys.executable, str(script), kind, name, "shared" if shared else "exclusive"],
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "held"
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def node_path(tmp_path) -> str:
+    return str(tmp_path / "run" / "node.lock")
+
+
+def test_the_lock_file_of_an_object_sits_beside_the_node_lock_with_its_name_escaped(tmp_path):
+    assert lock.object_path("dataset", "imagenet", "/run/fabric/node.lock") == \
+        "/run/fabric/locks/dataset-imagenet.lock"
+    assert lock.object_path("checkpoint", "../x y", "/run/fabric/node.lock") == \
+        "/run/fabric/locks/checkpoint-%2E.%2Fx%20y.lock"
+    with pytest.raises(ValueError, match="unknown lock kind"):
+        lock.object_path("pool", "tank")
+
+
+def test_two_objects_do_not_block_each_other_and_the_same_object_does(tmp_path):
+    other = ChildHolder(tmp_path, "dataset", "imagenet")
+    try:
+        with lock.object_lock("dataset", "coco", "fabricctl dataset ingest coco", wait=0,
+                              node_path=node_path(tmp_path)):
+            pass  # another dataset: free
+        with pytest.raises(LockHeld) as err:
+            with lock.object_lock("dataset", "imagenet", "fabricctl dataset destroy imagenet", wait=0,
+                                  node_path=node_path(tmp_path)):
+                pytest.fail("got a lock another process holds")
+        assert f"fabricctl dataset ingest imagenet, pid {other.proc.pid}" in err.value.problem
+        assert "dataset-imagenet.lock" in err.value.fix
+        with node_lock("fabricctl publish imagenet@v1 --to gpu1", node_path(tmp_path), wait=0):
+            pass  # the node lock is free while the object's is held
+    finally:
+        other.close()
+    with lock.object_lock("dataset", "imagenet", "next", wait=0, node_path=node_path(tmp_path)):
+        pass  # released when its holder died
+
+
+def test_shared_holders_go_together_and_keep_an_exclusive_taker_out_naming_each(tmp_path):
+    other = ChildHolder(tmp_path, "checkpoint", "llama", shared=True)
+    try:
+        with lock.object_lock("checkpoint", "llama", "fabricctl checkpoint snapshot llama", shared=True, wait=0,
+                              node_path=node_path(tmp_path)):
+            pass  # a snapshot beside a replicate (both shared)
+        with pytest.raises(LockHeld) as err:
+            with lock.object_lock("checkpoint", "llama", "fabricctl checkpoint rollback llama", wait=0,
+                                  node_path=node_path(tmp_path)):
+                pytest.fail("an exclusive taker got a lock held shared")
+        assert f"pid {other.proc.pid}" in err.value.problem and "hold.py checkpoint llama shared" in err.value.problem
+    finally:
+        other.close()
+
+
+def test_locks_go_volume_then_sub_lock_then_node_never_the_reverse(tmp_path):
+    path = node_path(tmp_path)
+    with lock.object_lock("dataset", "imagenet", "x", shared=True, wait=0, node_path=path), \
+            lock.object_lock("staging", "imagenet", "x", wait=0, node_path=path), node_lock("x", path, wait=0):
+        pass  # the order
+    with node_lock("x", path, wait=0), pytest.raises(lock.LockOrderError, match="while holding the node lock"):
+        with lock.object_lock("dataset", "imagenet", "x", wait=0, node_path=path):
+            pass
+    with lock.object_lock("writer", "llama", "x", wait=0, node_path=path), \
+            pytest.raises(lock.LockOrderError, match="checkpoint-llama taken while holding the lock writer-llama"):
+        with lock.object_lock("checkpoint", "llama", "x", wait=0, node_path=path):
+            pass
+    with lock.object_lock("dataset", "b", "x", wait=0, node_path=path), \
+            pytest.raises(lock.LockOrderError, match="dataset-a taken while holding the lock dataset-b"):
+        with lock.object_lock("dataset", "a", "x", wait=0, node_path=path):
+            pass
+    with lock.object_lock("dataset", "a", "x", wait=0, node_path=path), \
+            lock.object_lock("dataset", "b", "x", wait=0, node_path=path):
+        pass  # two volumes in name order
+    with lock.object_lock("dataset", "imagenet", "x", wait=0, node_path=path):
+        pass  # nothing left on the books after the errors: the order check starts clean
+
+
+def test_another_thread_keeps_its_own_order(tmp_path):
+    """The order is per thread: a thread holding the node lock does not stop another from taking a volume's."""
+    path = node_path(tmp_path)
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with node_lock("fabricctl publish x@v1", path):
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(10)
+        with lock.object_lock("dataset", "imagenet", "x", wait=0, node_path=path):
+            pass
+    finally:
+        release.set()
+        thread.join(10)

@@ -87,3 +87,67 @@ def test_the_bounds_are_named_once_and_are_the_runners_defaults():
     r = LocalRunner()
     assert (r.timeout, r.output_cap) == (core_runner.LOCAL_TIMEOUT, core_runner.OUTPUT_CAP)
     assert core_runner.STALL_SECONDS > core_runner.SSH_ALIVE_INTERVAL * core_runner.SSH_ALIVE_COUNT > 0
+
+
+# ---- a stream between nodes: bounded by progress, not by a total time
+
+
+def test_a_stream_whose_sender_goes_silent_stalls_with_what_moved_before():
+    from fabric_core.replicate import Pump, Stalled
+
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    os.write(w1, b"x" * 1000)  # then nothing, the writer still open: a silent sender
+    try:
+        _value, err = ends(lambda: Pump(stall=1.0).run(r1, w2))
+        assert isinstance(err, Stalled), err
+        assert "no byte moved for 1 s: the sending side is silent (1000 bytes moved before)" in str(err)
+        assert "fix:" in str(err) and os.read(r2, 4096) == b"x" * 1000
+    finally:
+        for fd in (r1, w1, r2, w2):
+            os.close(fd)
+
+
+def test_a_stream_whose_receiver_stops_reading_stalls():
+    from fabric_core.replicate import Pump, Stalled
+
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()  # nobody reads r2: it fills, then the pump cannot move a byte
+
+    def sender():
+        try:
+            while True:
+                os.write(w1, b"y" * 65536)
+        except OSError:
+            return
+
+    threading.Thread(target=sender, daemon=True).start()
+    try:
+        _value, err = ends(lambda: Pump(stall=1.0).run(r1, w2))
+        assert isinstance(err, Stalled), err
+        assert "the receiving side does not read" in str(err)
+    finally:
+        for fd in (r1, w1, r2, w2):
+            os.close(fd)
+
+
+def test_a_stream_that_keeps_moving_is_never_cut_however_long_it_takes():
+    """A slow but steady sender (a byte every 0.2 s for longer than the stall bound) completes."""
+    from fabric_core.replicate import Pump
+
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+
+    def sender():
+        for _ in range(10):
+            os.write(w1, b"z")
+            threading.Event().wait(0.2)
+        os.close(w1)
+
+    threading.Thread(target=sender, daemon=True).start()
+    try:
+        value, err = ends(lambda: Pump(stall=1.0).run(r1, w2))
+        assert err is None and value == 10 and os.read(r2, 100) == b"z" * 10
+    finally:
+        for fd in (r1, r2, w2):
+            os.close(fd)
