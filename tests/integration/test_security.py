@@ -756,7 +756,8 @@ def test_ingest_refuses_a_file_swapped_for_a_symlink_during_the_copy(storage, ve
     storage.check_output(
         f"rm -f {out}.rc; setsid sh -c 'FABRICCTL_PAUSE=ingest-copy:20 timeout 300 fabricctl dataset ingest "
         f"{SHARED} {src} > {out}.out 2> {out}.err; echo $? > {out}.rc' > /dev/null 2>&1 < /dev/null &")
-    assert wait_for(storage, "grep -q 'dataset ingest' /run/fabric/node.lock", 60, 0.5), "the ingest never started"
+    assert wait_for(storage, f"grep -q 'dataset ingest' /run/fabric/locks/staging-{SHARED}.lock", 60, 0.5), \
+        "the ingest never started"  # it holds its staging's lock (the node lock only around the mount)
     time.sleep(3)  # its plan (a walk of two files) is done; it sleeps in the pause
     storage.check_output(f"rm {src}/0-first && ln -s /etc/shadow {src}/0-first")
     assert wait_for(storage, f"test -s {out}.rc", 120), "the ingest did not end"
