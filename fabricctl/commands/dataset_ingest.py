@@ -65,6 +65,7 @@ def run(ctx, args) -> int:
     vol = datasets.require(ctx, name)
     with ctx.node_lock():  # the mount is node state; the copy below holds only this dataset's locks
         root = datasets.mount_staging(ctx, name, vol.get("fabric:fs") or "ext4")
+    faults.pause("ingest-copying")  # the lab's stall test holds a copy here: mounted, the node lock released
     dest_root = os.path.join(root, into)
     total = sum(f.size for f in files)
     need = sum(f.size for f in files if not ingest.up_to_date(os.path.normpath(os.path.join(dest_root, f.rel)), f))
