@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 
+from fabric_core import atomic
+
 from .main import DESCRIPTION, build_parser
 from .tree import Node, Option, usage, walk
 
@@ -72,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     text = render()
     if argv:
-        with open(argv[0], "w", encoding="utf-8") as fh:
-            fh.write(text)
+        atomic.write_file(argv[0], text, mode=0o644)  # fabricctl's one file writer (make docs)
     else:
         sys.stdout.write(text)
     return 0

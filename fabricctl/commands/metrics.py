@@ -21,7 +21,7 @@ import os
 import socket
 import time
 
-from fabric_core import atomic, health
+from fabric_core import health
 from fabric_core import metrics as fabric_metrics
 from fabric_core.errors import FabricError
 
@@ -67,9 +67,7 @@ def write(path: str | None, text: bytes) -> None:
     if path in (None, "-"):
         print(text.decode(), end="")
         return
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    atomic.write_file(path, text, mode=0o644)  # node_exporter never reads a half-written file
+    fabric_metrics.write_textfile(path, text)  # atomic, 0644, no link followed
 
 
 def run(ctx, args) -> int:

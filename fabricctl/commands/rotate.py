@@ -19,10 +19,10 @@ Examples:
 from __future__ import annotations
 
 import datetime
-import os
 import time
 
 from fabric_core import lzc, retention, versions
+from fabric_core import metrics as fabric_metrics
 
 from .. import checkpoints, datasets
 
@@ -60,24 +60,12 @@ def collect(ctx, now: datetime.datetime) -> tuple[retention.Plan, list[dict]]:
 
 
 def write_metrics(path: str | None, *, kept: int, destroyed: int, seconds: float) -> None:
+    """rotation.metrics_file, as `fabricctl metrics` writes its own: rendered by prometheus_client, replaced through
+    the core's atomic writer (fabric_core.metrics.write_textfile: no predictable temporary name, no link followed)."""
     if not path:
         return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    text = (
-        "# HELP fabricctl_rotate_last_success_timestamp_seconds End of the last successful fabricctl rotate.\n"
-        "# TYPE fabricctl_rotate_last_success_timestamp_seconds gauge\n"
-        f"fabricctl_rotate_last_success_timestamp_seconds {time.time():.0f}\n"
-        "# HELP fabricctl_rotate_snapshots Snapshots kept and destroyed by the last successful run.\n"
-        "# TYPE fabricctl_rotate_snapshots gauge\n"
-        f'fabricctl_rotate_snapshots{{action="kept"}} {kept}\n'
-        f'fabricctl_rotate_snapshots{{action="destroyed"}} {destroyed}\n'
-        "# HELP fabricctl_rotate_duration_seconds Duration of the last successful run.\n"
-        "# TYPE fabricctl_rotate_duration_seconds gauge\n"
-        f"fabricctl_rotate_duration_seconds {seconds:.3f}\n")
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)  # node_exporter never reads a half-written file
+    fabric_metrics.write_textfile(path, fabric_metrics.render(fabric_metrics.rotation_registry(
+        now=time.time(), kept=kept, destroyed=destroyed, seconds=seconds)))
 
 
 def run(ctx, args) -> int:

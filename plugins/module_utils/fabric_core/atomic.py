@@ -1,9 +1,12 @@
 """Files replaced atomically: a reader, or the machine after a crash, sees the old content or the new one,
-never a truncated mix.
+never a truncated mix. The one way the fabric writes a file (fabricctl and the modules alike).
 
-The new content goes to a temporary file of its own (a unique name, so two writers never share one) in the
-same directory, is flushed to disk (fsync), gets its mode (and owner) and is renamed over the old file; the
-directory is synced so that the rename itself survives a crash.
+The new content goes to a temporary file of its own in the same directory: a name nobody can predict, created
+with O_CREAT|O_EXCL|O_NOFOLLOW (``tempfile.mkstemp``), so a link planted there in advance is never followed nor
+written through, and two writers never share one. It is flushed to disk (fsync), gets its mode and owner through
+its descriptor (never by name: the name could be swapped in between) and is renamed over the old file; rename(2)
+replaces a symlink at the final name itself, never what it points to. The directory is synced so that the
+rename itself survives a crash.
 """
 
 from __future__ import annotations
@@ -13,26 +16,35 @@ import os
 import tempfile
 
 
-def write_file(path: str | os.PathLike, data: str | bytes, *, mode: int = 0o600, owner: tuple[int, int] | None = None,
-               ) -> None:
-    """Replace ``path`` with ``data`` atomically, with ``mode`` (and ``owner``: (uid, gid)) from the start."""
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike, *, mode: int = 0o600, owner: tuple[int, int] | None = None,
+              buffering: int = -1):
+    """A binary file object whose content replaces ``path`` atomically, with ``mode`` (and ``owner``: (uid, gid)),
+    once the ``with`` block ends without an error; on an error the old file stays and the temporary one goes."""
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")  # 0600, O_EXCL|O_NOFOLLOW
     try:
-        os.fchmod(fd, mode)  # mkstemp's file is 0600 already; a wider mode only once the content is complete
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode() if isinstance(data, str) else data)
+        with os.fdopen(fd, "wb", buffering=buffering) as fh:
+            yield fh
             fh.flush()
+            if owner is not None:
+                os.fchown(fh.fileno(), *owner)
+            os.fchmod(fh.fileno(), mode)  # a wider mode only once the content is complete
             os.fsync(fh.fileno())
-        if owner is not None:
-            os.chown(tmp, *owner)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
     sync_directory(directory)
+
+
+def write_file(path: str | os.PathLike, data: str | bytes, *, mode: int = 0o600, owner: tuple[int, int] | None = None,
+               ) -> None:
+    """Replace ``path`` with ``data`` atomically, with ``mode`` (and ``owner``: (uid, gid))."""
+    with replacing(path, mode=mode, owner=owner) as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)
 
 
 def sync_directory(directory: str) -> None:

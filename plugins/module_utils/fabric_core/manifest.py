@@ -61,6 +61,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
 
+try:  # the core's atomic writer (build writes the manifest through it)
+    from . import atomic
+except ImportError:  # run as a script: fabric_core's atomic.py beside it (standard library only), when there
+    try:
+        import atomic  # type: ignore[no-redef]
+    except ImportError:  # copied alone (verify on a GPU node): build refuses
+        atomic = None  # type: ignore[assignment]
+
 try:  # part of the fabric_core package: its typed errors
     from .errors import NotFound, UserError
 except ImportError:  # run as a standalone script (e.g. copied to a GPU node): plain errors
@@ -422,8 +430,10 @@ def build(root: str | bytes, out_path: str | bytes, *, workers: int = 4,
     if inside and not real_out.startswith(os.path.join(real_root, ".fabric") + "/"):
         raise UserError(f"the manifest {out} would be inside the tree it lists ({real_root})",
                         f"write it to {default_path(real_root)} (excluded from the walk) or outside the tree")
+    if atomic is None:
+        raise UserError("manifest.py build needs fabric_core's atomic.py beside it (the one file writer)",
+                        "copy atomic.py next to manifest.py, or run `fabricctl dataset seal` on the storage node")
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    tmp = f"{out}.tmp.{os.getpid()}"
     digest = hashlib.sha256()
     files = total = dirs = links = 0
     ticker = _Ticker(progress)
@@ -431,43 +441,37 @@ def build(root: str | bytes, out_path: str | bytes, *, workers: int = 4,
     def job_of(record: tuple[bytes, str]) -> tuple[bytes, int] | None:
         return (record[0], -1) if record[1] == FILE else None
 
-    try:
-        with open(tmp, "wb", buffering=1 << 20) as manifest:
-            def emit(line: bytes) -> None:
-                manifest.write(line)
-                digest.update(line)
+    # a temporary name nobody can predict (O_EXCL|O_NOFOLLOW), renamed over out once complete and synced
+    with atomic.replacing(out, mode=0o644, buffering=1 << 20) as manifest:
+        def emit(line: bytes) -> None:
+            manifest.write(line)
+            digest.update(line)
 
-            emit(HEADER)
-            with closing(_pipeline(root_b, walk(root_b), job_of, workers)) as results:  # pool shut on errors
-                for (rel, kind), result in results:
-                    if kind == FILE:
-                        if result[0] != _OK:
-                            _raise_hash_error(root_b, rel, result)
-                        emit(b"%s\t%d\t%s\n" % (result[1].encode(), result[2], escape(rel)))
-                        files += 1
-                        total += result[2]
-                        ticker.tick(files, total)
-                    elif kind == DIRECTORY:
-                        emit(b"D\t-\t%s\n" % escape(rel))
-                        dirs += 1
-                    elif kind == SYMLINK:
-                        try:
-                            target = os.readlink(root_b + b"/" + rel)
-                        except OSError as err:
-                            raise UserError(f"cannot read the symlink {_show(root_b, rel)}: {err.strerror}",
-                                            "leave the tree unchanged while it is sealed") from err
-                        emit(b"L\t-\t%s\t%s\n" % (escape(rel), escape(target)))
-                        links += 1
-                    else:
-                        raise UserError(f"{_show(root_b, rel)} is a {kind}, which a dataset cannot hold",
-                                        "remove it (only regular files, directories and symlinks are allowed)")
-            emit(b"%sfiles=%d bytes=%d dirs=%d symlinks=%d\n" % (TRAILER_PREFIX, files, total, dirs, links))
-            manifest.flush()
-            os.fsync(manifest.fileno())
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        emit(HEADER)
+        with closing(_pipeline(root_b, walk(root_b), job_of, workers)) as results:  # pool shut on errors
+            for (rel, kind), result in results:
+                if kind == FILE:
+                    if result[0] != _OK:
+                        _raise_hash_error(root_b, rel, result)
+                    emit(b"%s\t%d\t%s\n" % (result[1].encode(), result[2], escape(rel)))
+                    files += 1
+                    total += result[2]
+                    ticker.tick(files, total)
+                elif kind == DIRECTORY:
+                    emit(b"D\t-\t%s\n" % escape(rel))
+                    dirs += 1
+                elif kind == SYMLINK:
+                    try:
+                        target = os.readlink(root_b + b"/" + rel)
+                    except OSError as err:
+                        raise UserError(f"cannot read the symlink {_show(root_b, rel)}: {err.strerror}",
+                                        "leave the tree unchanged while it is sealed") from err
+                    emit(b"L\t-\t%s\t%s\n" % (escape(rel), escape(target)))
+                    links += 1
+                else:
+                    raise UserError(f"{_show(root_b, rel)} is a {kind}, which a dataset cannot hold",
+                                    "remove it (only regular files, directories and symlinks are allowed)")
+        emit(b"%sfiles=%d bytes=%d dirs=%d symlinks=%d\n" % (TRAILER_PREFIX, files, total, dirs, links))
     ticker.tick(files, total, final=True)
     return Summary(files=files, bytes=total, manifest_sha256=digest.hexdigest(),
                    seconds=time.monotonic() - started, dirs=dirs, symlinks=links, path=out)

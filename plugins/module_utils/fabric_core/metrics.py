@@ -14,9 +14,10 @@ the oldest this uses), so the rest of the core works without it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
-from . import health
+from . import atomic, health
 from .errors import UserError
 
 GAUGE, COUNTER = "gauge", "counter"
@@ -322,5 +323,45 @@ def render(reg) -> bytes:
     return client.generate_latest(reg)
 
 
+# fabricctl rotate's own metrics (its file, rotation.metrics_file): not an observation of the node, the record of
+# the last successful run, which `fabricctl status` reads back (the rotation check).
+ROTATION_METRICS = (
+    Metric("fabricctl_rotate_last_success_timestamp_seconds", GAUGE, (), "seconds",
+           "End of the last successful fabricctl rotate."),
+    Metric("fabricctl_rotate_snapshots", GAUGE, ("action",), "",
+           "Snapshots kept and destroyed by the last successful run."),
+    Metric("fabricctl_rotate_duration_seconds", GAUGE, (), "seconds", "Duration of the last successful run."),
+)
+
+
+def rotation_registry(*, now: float, kept: int, destroyed: int, seconds: float):
+    """A CollectorRegistry of fabricctl rotate's metrics (ROTATION_METRICS) for one successful run."""
+    client, core = _client()
+    stamp, snapshots, duration = ROTATION_METRICS
+    families = [core.GaugeMetricFamily(stamp.name, stamp.help, value=round(now)),
+                core.GaugeMetricFamily(snapshots.name, snapshots.help, labels=list(snapshots.labels)),
+                core.GaugeMetricFamily(duration.name, duration.help, value=round(seconds, 3))]
+    families[1].add_metric(["kept"], kept)
+    families[1].add_metric(["destroyed"], destroyed)
+
+    class _Fixed:
+        def collect(self):
+            return families
+
+    reg = client.CollectorRegistry(auto_describe=False)
+    reg.register(_Fixed())
+    return reg
+
+
+def write_textfile(path: str, text: bytes) -> None:
+    """Replace a textfile of node_exporter's collector: through the core's atomic writer (a temporary name nobody
+    can predict, O_EXCL|O_NOFOLLOW, renamed; mode 0644), its directory made 0755 when missing. Not
+    prometheus_client's write_to_textfile: its temporary name is PATH.PID.THREAD, opened without O_EXCL or
+    O_NOFOLLOW, so a link planted there by whoever can write the directory would be written through as root."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o755, exist_ok=True)
+    atomic.write_file(path, text, mode=0o644)  # node_exporter never reads a half-written file
+
+
 __all__ = ["ARCSTATS", "BY_NAME", "COUNTER", "GAUGE", "METRICS", "Metric", "NAMES", "Observed", "POOL_STATES",
-           "SOURCES", "parse_arcstats", "registry", "render", "sources_up"]
+           "ROTATION_METRICS", "SOURCES", "parse_arcstats", "registry", "render", "rotation_registry", "sources_up",
+           "write_textfile"]

@@ -5,9 +5,9 @@ is tested against a temporary directory.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from . import atomic
 from .errors import NotFound, UserError
 
 SYSFS = Path("/sys/module/zfs/parameters")
@@ -79,9 +79,7 @@ def ensure(params: dict, *, dry_run: bool, sysfs: Path = SYSFS, modprobe_file: P
         live_changes = {}  # module not loaded: modprobe applies the file's values when it loads
     if not dry_run:
         if file_changed:
-            tmp = modprobe_file.with_name(modprobe_file.name + ".tmp")
-            tmp.write_text(wanted)
-            os.replace(tmp, modprobe_file)
+            atomic.write_file(modprobe_file, wanted, mode=0o644)  # no predictable temporary name, no link followed
         apply_live(live_changes, sysfs)
     return {"changed": file_changed or bool(live_changes), "file_changed": file_changed,
             "module_loaded": sysfs.is_dir(),
