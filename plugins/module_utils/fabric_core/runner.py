@@ -22,6 +22,8 @@ whatever ``check`` says) naming the bound; fabricctl's SSH runner does the same 
 node (``PEER_TIMEOUT``). A stream between nodes (zfs send | ssh | zfs receive) has no total bound, which
 would cut a legitimate copy of hours: it is stalled, and fails, when no byte moved for ``STALL_SECONDS``,
 and ssh itself gives up on a silent peer after ``SSH_ALIVE_INTERVAL`` x ``SSH_ALIVE_COUNT`` seconds.
+``ModuleRunner`` is not bounded here: Ansible's ``run_command`` takes no timeout (Ansible's task_timeout is
+the bound of a play's task).
 """
 
 from __future__ import annotations
