@@ -13,6 +13,7 @@ default keys, no system known_hosts).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import shlex
@@ -76,6 +77,9 @@ class ConnectionLost(RemoteError):
     exit_code = EXIT_UNEXPECTED
 
 
+SLICE = 1.0  # seconds a channel read waits before the runner looks at its bounds again
+
+
 class _Bounded(Exception):
     """A command went past one of the runner's bounds (its text says which)."""
 
@@ -129,7 +133,7 @@ class SSHRunner(Runner):
     """
 
     def __init__(self, host, ssh, *, dry_run: bool = False, command_timeout: float = REMOTE_IDLE,
-                 timeout: float = REMOTE_TIMEOUT, output_cap: int = OUTPUT_CAP):
+                 timeout: float | None = REMOTE_TIMEOUT, output_cap: int = OUTPUT_CAP):
         super().__init__(dry_run=dry_run)
         self.host = host
         self.ssh = ssh
@@ -270,18 +274,27 @@ class SSHRunner(Runner):
         except Exception as exc:  # noqa: BLE001 - paramiko raises SSHException, EOFError or OSError here
             self.close()
             raise self._lost(argv, exc, started=False) from None
-        deadline = time.monotonic() + self.timeout
+        started = time.monotonic()
+        deadline = started + self.timeout if self.timeout is not None else float("inf")
+        last_output = [started]  # any output, on either stream, shows the command is alive
         errors: list[BaseException] = []
         stderr_chunks: list[bytes] = []
         over: list[str] = []  # the stream that printed more than output_cap
+        too_long = f"still running after {self.timeout:g}s" if self.timeout is not None else ""
 
         def read_stderr():
             size = 0
             try:
                 while True:
-                    chunk = chan.recv_stderr(65536)
+                    try:
+                        chunk = chan.recv_stderr(65536)
+                    except TimeoutError:  # the channel's slice: the main loop judges silence
+                        if chan.closed:
+                            return
+                        continue
                     if not chunk:
                         return
+                    last_output[0] = time.monotonic()
                     if size + len(chunk) > self.output_cap:
                         over.append("stderr")
                         chan.close()  # abandoned: the flood stops here
@@ -301,8 +314,11 @@ class SSHRunner(Runner):
                 if not (chan.closed or chan.eof_received or chan.exit_status_ready()):
                     errors.append(exc)
 
+        def left(cap: float) -> float:
+            return max(0.0, min(cap, deadline - time.monotonic()))
+
         try:
-            chan.settimeout(min(self.command_timeout, self.timeout))
+            chan.settimeout(SLICE)
             chan.exec_command(command_line(argv))
             threads = [threading.Thread(target=read_stderr, daemon=True),
                        threading.Thread(target=write_stdin, daemon=True)]
@@ -311,18 +327,20 @@ class SSHRunner(Runner):
             stdout_chunks = []
             size = 0
             while not over:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise _Bounded(f"still running after {self.timeout:g}s")
-                chan.settimeout(min(self.command_timeout, remaining))
+                if time.monotonic() >= deadline:
+                    raise _Bounded(too_long)
                 try:
                     chunk = chan.recv(65536)
                 except TimeoutError:
-                    if deadline - time.monotonic() <= 0:
-                        raise _Bounded(f"still running after {self.timeout:g}s") from None
-                    raise
+                    now = time.monotonic()
+                    if now >= deadline:
+                        raise _Bounded(too_long) from None
+                    if now - last_output[0] >= self.command_timeout:
+                        raise _Bounded(f"no output for {self.command_timeout:g}s") from None
+                    continue
                 if not chunk:
                     break
+                last_output[0] = time.monotonic()
                 if size + len(chunk) > self.output_cap:
                     over.append("stdout")
                     chan.close()  # abandoned: the flood stops here, the stderr reader with it
@@ -330,11 +348,11 @@ class SSHRunner(Runner):
                 size += len(chunk)
                 stdout_chunks.append(chunk)
             for t in threads:
-                t.join(max(0.0, min(self.command_timeout, deadline - time.monotonic())))
+                t.join(left(self.command_timeout))
             if over:
                 raise _Bounded(f"printed more than {self.output_cap >> 10} KiB on {over[0]} (the rest was not kept)")
-            if not chan.status_event.wait(max(0.0, deadline - time.monotonic())):
-                raise _Bounded(f"still running after {self.timeout:g}s")
+            if not chan.status_event.wait(left(self.command_timeout)):
+                raise _Bounded(too_long or f"no exit status within {self.command_timeout:g}s of its output's end")
             rc = chan.recv_exit_status()
         except Exception as exc:  # noqa: BLE001 - timeouts, a dropped transport
             chan.close()
@@ -344,6 +362,17 @@ class SSHRunner(Runner):
         if errors:
             raise self._lost(argv, errors[0], started=True)
         return rc, b"".join(stdout_chunks).decode(errors="replace"), b"".join(stderr_chunks).decode(errors="replace")
+
+    @contextlib.contextmanager
+    def bounds(self, *, timeout: float | None, command_timeout: float):
+        """Other bounds for the commands of the ``with`` block: a long read that reports its progress (verify on a
+        GPU node) gets ``timeout=None`` (no total) and a silence bound instead."""
+        saved = (self.timeout, self.command_timeout)
+        self.timeout, self.command_timeout = timeout, command_timeout
+        try:
+            yield self
+        finally:
+            self.timeout, self.command_timeout = saved
 
     def _lost(self, argv, exc: BaseException, *, started: bool) -> ConnectionLost:
         cmd = " ".join(redact_argv(argv))  # the message may be shown anywhere: never a secret

@@ -22,6 +22,7 @@ import tempfile
 from fabric_core import manifest, mounts
 from fabric_core.errors import EXIT_USER, FabricError, NotFound, UserError
 from fabric_core.names import parse_ref
+from fabric_core.runner import PROGRESS_SILENCE
 
 from .. import datasets
 
@@ -104,12 +105,15 @@ def verify_remote(ctx, export, host, workers: int, expected_sha: str) -> dict:
     try:
         path = f"{export.mountpoint}/{MANIFEST}"
         sha = runner.run(["sha256sum", path]).stdout.split()[0]
-        res = runner.run(["python3", script, "verify", export.mountpoint, path, "--workers", str(workers), "--json"],
-                         check=False)
+        # a read of the whole version: no total bound, only silence (its progress lines on stderr keep it alive)
+        with runner.bounds(timeout=None, command_timeout=PROGRESS_SILENCE):
+            res = runner.run(["python3", script, "verify", export.mountpoint, path, "--workers", str(workers),
+                              "--json", "--progress"], check=False)
     finally:
         runner.run(["rm", "-f", script], check=False)
     if res.rc not in (0, 1):
-        raise UserError(f"verification on {host.name} failed to run: {res.stderr.strip() or res.stdout.strip()}",
+        said = (res.stderr.strip().splitlines() or res.stdout.strip().splitlines() or [""])[-1]
+        raise UserError(f"verification on {host.name} failed to run: {said}",
                         "check that python3 exists on the host and the mount is readable")
     report = json.loads(res.stdout)
     report["manifest_sha256"] = {"expected": expected_sha, "actual": sha, "ok": sha == expected_sha}

@@ -403,6 +403,20 @@ def test_a_command_past_a_bound_is_abandoned_with_an_error_naming_the_host(serve
         r.close()
 
 
+def test_a_long_command_reporting_progress_on_stderr_is_not_cut(server, tmp_path, client_key_file):
+    """Silence is judged on both streams: a command whose progress goes to stderr (verify --on HOST's) runs past
+    the silence bound on stdout; with bounds(timeout=None) it has no total bound either."""
+    r = _runner(server, tmp_path, client_key_file[0], command_timeout=1.0, timeout=1.5)
+    try:
+        with r.bounds(timeout=None, command_timeout=1.0):
+            value, err = ends(lambda: r.run(["sh", "-c", "for i in 1 2 3 4 5 6; do echo p >&2; sleep 0.4; done; "
+                                             "echo done"]))
+        assert err is None and value.stdout == "done\n" and value.stderr == "p\n" * 6
+        assert (r.timeout, r.command_timeout) == (1.5, 1.0)  # the runner's own bounds again
+    finally:
+        r.close()
+
+
 def test_the_default_bounds_are_the_runners_named_ones(server, tmp_path, client_key_file):
     from fabric_core import runner as core_runner
 
