@@ -16,6 +16,9 @@ STORAGE2     ?=
 DEBIAN       ?=
 SHUFFLE      ?=
 LEVERS       ?=
+# Every target here runs on the lab: its Ansible runs open the lab's vault (password committed, public), by
+# this variable only: ansible.cfg loads no vault secret, since it serves production inventories too.
+export ANSIBLE_VAULT_IDENTITY_LIST := lab@$(CURDIR)/inventory/lab/vault-password.txt
 
 .DEFAULT_GOAL := help
 .PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers lab-panic-repro lint docs lock clean

@@ -31,7 +31,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
+from fabric_lab.lab import use_lab_vault  # noqa: E402
 from report import write_json, write_section  # noqa: E402
+
+use_lab_vault()  # the site runs open the lab's vault (ansible.cfg loads none)
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent

@@ -19,6 +19,15 @@ from .errors import LabError
 from .topology import VM
 
 REPO = Path(__file__).resolve().parents[2]
+# The lab's vault identity: its password is committed, so the lab's secrets are public and the lab's alone.
+# ansible.cfg loads no vault secret (it serves every inventory of the checkout, production's too); every lab
+# run of Ansible (the tests, the benchmarks; the Makefile for `make demo`) gets this one from the environment.
+VAULT_IDENTITY = f"lab@{REPO / 'inventory' / 'lab' / 'vault-password.txt'}"
+
+
+def use_lab_vault(environ=os.environ) -> None:
+    """Give the Ansible runs of this process (and its children) the lab's vault identity, and it alone."""
+    environ["ANSIBLE_VAULT_IDENTITY_LIST"] = VAULT_IDENTITY
 BOOT_TIMEOUT = float(os.environ.get("FABRIC_LAB_BOOT_TIMEOUT", "600"))
 BOOT_RETRIES = 2  # starts again of a guest whose kernel panicked while booting (a TCG flake)
 LAST_CONSOLES = "last-consoles"  # in the state directory: the serial consoles of the last lab taken down

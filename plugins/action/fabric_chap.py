@@ -7,15 +7,20 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
 
 import yaml
 from ansible.parsing.vault import VaultLib, match_encrypt_secret, parse_vaulttext_envelope
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import chap
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError, UserError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import atomic, chap
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.rules import LIO
 from ansible_collections.gpufabric.storage.plugins.plugin_utils.inventory import HostVars, initiator_name
+
+# The lab's inventory in this checkout (the collection root is the repository root): its store alone may be
+# encrypted with the lab's vault id, whose password is committed there.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+LAB_INVENTORY = os.path.join(ROOT, "inventory", "lab")
+LAB_PASSWORD_FILE = os.path.join(LAB_INVENTORY, "vault-password.txt")
 
 HEADER = ("# Per-GPU-node CHAP secrets, generated and rotated by the fabric_chap action plugin (Ansible Vault).\n"
           "# Do not edit: remove a host's entry to have a new secret generated, or set fabric_chap_rotate.\n")
@@ -36,32 +41,46 @@ class Store:
             fcntl.flock(lock, fcntl.LOCK_EX)  # the other hosts of the run wait: they read what this one wrote
             yield
 
+    def header_id(self) -> str | None:
+        """The vault id named in the store's header (None without a store): read before anything is decrypted."""
+        try:
+            with open(self.path, "rb") as fh:
+                return parse_vaulttext_envelope(fh.read())[3] or None  # (ciphertext, version, cipher, vault id)
+        except FileNotFoundError:
+            return None
+
     def read(self) -> dict:
         try:
             with open(self.path, "rb") as fh:
                 data = fh.read()
         except FileNotFoundError:
             return {}
-        vault_id = parse_vaulttext_envelope(data)[3]  # (ciphertext, format version, cipher, vault id)
-        self.vault_id = self.vault_id or vault_id
         loaded = yaml.safe_load(self.vault.decrypt(data)) or {}
         return dict(loaded.get(chap.STORE_KEY) or {})
 
     def write(self, store: dict) -> None:
+        """Encrypt with self.vault_id (chap.store_vault_id's choice, never Ansible's first-loaded default)."""
         vault_id, secret = match_encrypt_secret(self.vault.secrets, encrypt_vault_id=self.vault_id)
         text = HEADER + yaml.safe_dump({chap.STORE_KEY: store}, sort_keys=True, default_flow_style=False)
         encrypted = self.vault.encrypt(text, secret=secret, vault_id=vault_id)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.path) or ".", prefix=".fabric-chap.")
-        try:
-            with os.fdopen(fd, "wb") as fh:  # mkstemp: mode 0600 from the start
-                fh.write(encrypted)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        atomic.write_file(self.path, encrypted, mode=0o600)  # a unique temporary name, 0600 from the start
+
+
+def lab_ids(secrets) -> set[str]:
+    """The loaded vault ids that are the lab's: named chap.LAB_VAULT_ID, or whose password is the lab's committed
+    one (LAB_PASSWORD_FILE, when this checkout has it), whatever they are called."""
+    try:
+        with open(LAB_PASSWORD_FILE, "rb") as fh:
+            lab_password = fh.read().strip()
+    except OSError:
+        lab_password = None
+    return {str(vid) for vid, secret in secrets
+            if vid == chap.LAB_VAULT_ID or (lab_password and secret.bytes == lab_password)}
+
+
+def is_lab_store(path: str) -> bool:
+    """The store is the lab inventory's own (inventory/lab of this checkout)."""
+    return os.path.realpath(os.path.dirname(os.path.abspath(path))) == os.path.realpath(LAB_INVENTORY)
 
 
 class ActionModule(ActionBase):
@@ -86,12 +105,17 @@ class ActionModule(ActionBase):
         try:
             store_path = str(var("fabric_chap_store")
                              or os.path.join(str(task_vars.get("inventory_dir") or "."), "fabric-chap.vault.yml"))
-            store = Store(store_path, self._loader._vault, var("fabric_chap_vault_id"))
-            if not store.vault.secrets:
-                raise UserError("no Ansible Vault secret is loaded, so the per-host CHAP secrets cannot be kept",
-                                "run with the inventory's vault id (ansible.cfg's vault_identity_list, or "
-                                "--vault-id NAME@prompt)")
+            vault = self._loader._vault
+            store = Store(store_path, vault, None)
+
+            def vault_id() -> str:
+                return chap.store_vault_id([vid for vid, _secret in vault.secrets],
+                                           chosen=var("fabric_chap_vault_id") or None, stored=store.header_id(),
+                                           lab_ids=lab_ids(vault.secrets), lab_store=is_lab_store(store_path))
+
+            vault_id()  # refused (a guess, the lab's id) before anything is created, decrypted or written
             with store.locked():
+                store.vault_id = vault_id()  # again under the lock: another host of the run may have written it
                 out = chap.resolve(hosts, given=var("vault_fabric_chap", {}), stored=store.read(),
                                    rotate=var("fabric_chap_rotate", {}))
                 changed = bool(out["generated"] or out["rotated"])

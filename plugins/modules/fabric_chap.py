@@ -18,6 +18,12 @@ description:
     C(<inventory_dir>/fabric-chap.vault.yml)), encrypted with the vault id of C(fabric_chap_vault_id), else the
     one the store was encrypted with, else the only vault id loaded; never written in plaintext, written
     atomically (mode 0600) under a lock, so the hosts of one run agree. Check mode writes nothing.
+  - >-
+    Refuses, before it reads or writes anything, several vault ids loaded with none chosen (the store's id would
+    be a guess), a C(fabric_chap_vault_id) the run did not load, and the lab's vault id (named C(lab), or the
+    lab's committed password under any name) for any store but the lab inventory's own (C(inventory/lab) of
+    this checkout): anyone could open a store encrypted with it. The fix names C(fabric_chap_vault_id) and
+    C(--vault-id).
   - Refuses two hosts sharing a secret and a malformed secret, never showing one.
   - With C(fabric_insecure_no_chap) true (an isolated lab only) it returns no credentials.
   - Its result carries the secrets and is always no_log; register it.

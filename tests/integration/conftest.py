@@ -32,7 +32,9 @@ import testinfra
 REPO = Path(__file__).resolve().parents[2]
 LABCTL = [sys.executable, str(REPO / "lab" / "labctl.py")]
 sys.path.insert(0, str(REPO / "lab"))
-from fabric_lab.lab import console_panicked  # noqa: E402 - the lab's own test of a console
+from fabric_lab.lab import console_panicked, use_lab_vault  # noqa: E402 - the lab's own test of a console
+
+use_lab_vault()  # every ansible-playbook, ansible and molecule run of the tests opens the lab's vault (not ansible.cfg)
 
 
 def run(argv, **kw) -> subprocess.CompletedProcess:

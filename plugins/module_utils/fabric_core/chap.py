@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import secrets
 import string
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from .errors import UserError
 from .names import validate_hostname
@@ -35,6 +35,7 @@ SECRET_LENGTH = 16
 BITS = SECRET_LENGTH * math.log2(len(ALPHABET))
 FIELDS = ("password", "mutual_password")
 STORE_KEY = "fabric_chap_store"  # the variable the store file defines (host -> {password, mutual_password, rotation})
+LAB_VAULT_ID = "lab"  # the lab's vault identity: its password is committed (inventory/lab/vault-password.txt)
 
 
 def generate_secret(choice=secrets.choice) -> str:
@@ -113,3 +114,48 @@ def credentials(host: str, pair: Mapping, *, target_userid: str = "", mutual: bo
     if chap is None:  # never: both fields are given
         raise AssertionError(f"{host}: no CHAP credentials parsed")
     return chap
+
+
+def store_vault_id(loaded: Sequence[str], *, chosen: str | None, stored: str | None, lab_ids: Collection[str],
+                   lab_store: bool) -> str:
+    """The vault id the store is encrypted with: ``chosen`` (``fabric_chap_vault_id``), else ``stored`` (the id in
+    the existing store's header), else the only id this run loaded. Pure; the caller decides before it decrypts or
+    writes anything.
+
+    ``lab_ids`` are the ids that are the lab's (named ``lab``, or whose password is the lab's committed one):
+    anyone can open what they encrypt, so they are refused for a store that is not the lab inventory's
+    (``lab_store`` false). Several ids loaded and none chosen is refused too: the store's id would be a guess
+    (Ansible's own rule encrypts with the first one loaded)."""
+    ids = list(dict.fromkeys(str(i) for i in loaded))
+    if not ids:
+        raise UserError("no Ansible Vault secret is loaded, so the per-host CHAP secrets cannot be kept",
+                        "run with the inventory's own vault id (--vault-id NAME@prompt or @FILE, or "
+                        "ANSIBLE_VAULT_IDENTITY_LIST=NAME@FILE) and set fabric_chap_vault_id: NAME")
+    if chosen:
+        if chosen not in ids:
+            raise UserError(f"fabric_chap_vault_id is {chosen!r}, but this run loaded no vault secret with that id "
+                            f"(loaded: {', '.join(ids)})",
+                            f"run with --vault-id {chosen}@prompt (or @FILE), or set fabric_chap_vault_id to the "
+                            "inventory's own vault id")
+        vault_id = chosen
+    elif stored:
+        vault_id = stored
+    elif len(ids) == 1:
+        vault_id = ids[0]
+    else:
+        raise UserError(f"several vault ids are loaded ({', '.join(ids)}) and fabric_chap_vault_id names none, so "
+                        "the CHAP store's vault id would be a guess (nothing was written)",
+                        "set fabric_chap_vault_id to this inventory's own vault id (group_vars/all, e.g. "
+                        "fabric_chap_vault_id: prod), or run with that --vault-id only")
+    lab = set(lab_ids) | {LAB_VAULT_ID}
+    if not lab_store:
+        for what, vid in (("would be encrypted", vault_id), ("is encrypted", stored)):
+            if vid and vid in lab:
+                raise UserError(
+                    f"the CHAP store of this inventory {what} with the lab's vault id {vid!r}, whose password is "
+                    "committed in the repository: anyone could read its secrets (nothing was written)",
+                    "run this inventory with its own vault id only (--vault-id prod@prompt, or "
+                    "ANSIBLE_VAULT_IDENTITY_LIST=prod@FILE; never the lab's) and set fabric_chap_vault_id: prod; "
+                    "a store already encrypted with the lab's id: rekey it (ansible-vault rekey --new-vault-id "
+                    "prod@prompt FILE) and rotate every host's secrets (fabric_chap_rotate), they are known")
+    return vault_id
