@@ -185,6 +185,8 @@ def test_lio_configuration_is_restored(rebooted):
     acls = wait_for("storage1", f"ls {tpg}/acls")
     assert "iqn.2026-11.io.fabric.lab:gpu1" in acls.split()
     assert ssh("storage1", f"cat {tpg}/acls/iqn.2026-11.io.fabric.lab:gpu1/lun_0/write_protect").stdout.strip() == "1"
+    # the restore unit's drop-in closed the tree again (it shows the CHAP secrets; test_security_secrets.py)
+    assert ssh("storage1", "stat -c '%a %U' /sys/kernel/config/target").stdout.split() == ["700", "root"]
 
 
 def test_gpu_mounts_come_back_read_only(rebooted):
