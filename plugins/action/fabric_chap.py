@@ -12,7 +12,7 @@ import yaml
 from ansible.parsing.vault import VaultLib, match_encrypt_secret, parse_vaulttext_envelope
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import atomic, chap
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError, UserError
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.rules import LIO
 from ansible_collections.gpufabric.storage.plugins.plugin_utils.inventory import HostVars, initiator_name
 
@@ -45,9 +45,15 @@ class Store:
         """The vault id named in the store's header (None without a store): read before anything is decrypted."""
         try:
             with open(self.path, "rb") as fh:
-                return parse_vaulttext_envelope(fh.read())[3] or None  # (ciphertext, version, cipher, vault id)
+                data = fh.read()
         except FileNotFoundError:
             return None
+        try:
+            return parse_vaulttext_envelope(data)[3] or None  # (ciphertext, version, cipher, vault id)
+        except Exception:  # noqa: BLE001 - AnsibleVaultFormatError and the parser's others: not a vault file
+            raise UserError(f"{self.path} is not an Ansible Vault file (its content is not shown)",
+                            "restore it from where the inventory is kept, or remove it: new secrets are then "
+                            "generated (and rotated into the targets and GPU nodes)") from None
 
     def read(self) -> dict:
         try:
