@@ -102,6 +102,7 @@ def one_run(profile: dict, n: int, args) -> dict:
               "release": release, "host_load": os.getloadavg()[0], "boot_panics": 0, "panicked": False,
               "workload": "incomplete"}
     t0 = time.monotonic()
+    STATE.mkdir(parents=True, exist_ok=True)
     try:
         img = image.ensure_image(log, release)
         lab.ensure_key()
@@ -155,8 +156,6 @@ def one_run(profile: dict, n: int, args) -> dict:
             name = f"{record['date'].replace(':', '')}-{profile['tcg_thread']}-{profile['storage_cpus']}.log"
             (keep / name).write_text(text)
             record["console"] = str((keep / name).relative_to(REPO))
-    except LabError as exc:
-        record["workload"] = f"lab error: {exc}"
     finally:
         stop(lab, vm)
     return record
@@ -232,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     runs = load()
     lab = Lab(state_dir=STATE, inventory_dir=STATE / "inventory")
-    try:
+    try:  # a LabError (no boot, no SSH) stops the whole series: it is no run of the workload
         for n in range(1, args.runs + 1):
             for profile in args.profiles:
                 log(f"panic run {n}: thread={profile['tcg_thread']}, {profile['storage_cpus']} vCPU")
@@ -241,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
                     + (f"; {record['console_lines'][:2]}" if record.get("console_lines") else ""))
                 runs.append(record)
                 write(runs)
+    except LabError as exc:
+        print(f"panic_repro: {exc}", file=sys.stderr)
+        return 1
     finally:
         teardown(lab)
     return 0

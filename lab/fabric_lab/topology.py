@@ -231,7 +231,7 @@ def ssh_config(vms: tuple[VM, ...], *, key: Path, known_hosts: Path, control_dir
         "    ControlMaster auto",
         f"    ControlPath {control_dir}/%C",
         "    ControlPersist 120",
-        "    ConnectTimeout 10",
+        "    ConnectTimeout 30",  # a busy emulated guest can take more than 10 s to answer
         "    ServerAliveInterval 15",
         "    LogLevel ERROR",
     ])
