@@ -24,7 +24,7 @@ def configure(p) -> None:
 def collect(ctx, job: str) -> dict:
     vol = checkpoints.require(ctx, job)
     pub = ctx.publisher
-    index = pub.index()
+    index = pub.acl_index("ck", job)  # who has each restore: ACL directory names, not rtslib's full read
     rows = []
     for r in checkpoints.snapshots(ctx, job):
         if r["step"] is None:

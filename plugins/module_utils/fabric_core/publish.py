@@ -35,7 +35,7 @@ import posixpath
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from . import blockfs, iscsi, lio, lzc, mounts, multipath, zfs
+from . import blockfs, iscsi, lio, lioacls, lzc, mounts, multipath, zfs
 from .errors import UserError
 from .names import validate_fabric_name, validate_version
 from .rules import OPEN_ISCSI, Chap
@@ -198,6 +198,10 @@ class Settings:
     def target_iqn(self, export: Export) -> str:
         return export.target_iqn(self.iqn_base)
 
+    def target_prefix(self, kind: str, name: str) -> str:
+        """The common start of the IQNs of every version of dataset (``ds``) or job (``ck``) NAME."""
+        return f"{self.iqn_base}:{kind}.{name}."
+
     def dataset(self, name: str, version: str, fstype: str) -> Export:
         return dataset_export(self.dataset_root, self.mount_root, name, version, fstype)
 
@@ -294,7 +298,7 @@ class ExportIndex:
 
     def versions(self, kind: str, name: str) -> list[str]:
         """The versions of dataset (``ds``) or job (``ck``) NAME that have a target, sorted."""
-        prefix = f"{self.settings.iqn_base}:{kind}.{name}."
+        prefix = self.settings.target_prefix(kind, name)
         return sorted(t[len(prefix):] for t in self._targets() if t.startswith(prefix))
 
     def versions_on(self, export: Export, initiator: str) -> list[str]:
@@ -353,6 +357,13 @@ class Publisher:
     def index(self) -> ExportIndex:
         """The export index of LIO as it is now."""
         return ExportIndex(lio.read_live(), self.settings, self.hosts)
+
+    def acl_index(self, kind: str, name: str) -> ExportIndex:
+        """An index of the ACLs alone of every version of dataset (``ds``) or job (``ck``) NAME, read from
+        configfs directory names (``lioacls``) instead of rtslib's full read: for listings that only ask who
+        has which version (no backstores, sessions or device facts in it)."""
+        prefix = self.settings.target_prefix(kind, name)
+        return ExportIndex(lioacls.as_live(lioacls.acl_map(prefix)), self.settings, self.hosts)
 
     # ---- the storage side
 
