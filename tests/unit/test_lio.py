@@ -32,11 +32,17 @@ def wwn(name: str) -> str:
 CLOSED = [{"name": "iscsi", "discovery_enable_auth": True}]  # SendTargets discovery closed (lio.discovery_closed)
 
 
-def live(sessions: bool = True, discovery: str = "closed") -> dict:
-    """The recorded converged export (recorded before discovery was closed; closed here unless asked)."""
+def live(sessions: bool = True, discovery: str = "closed", made_before_emulate_pr: bool = False) -> dict:
+    """The recorded converged export (recorded before discovery was closed; closed here unless asked). It was also
+    recorded before read-only backstores were made with emulate_pr 0 (lio.emulate_pr): its fabric backstores get
+    0 here, as today's code makes them, unless ``made_before_emulate_pr`` (the recording's 1)."""
     dump = copy.deepcopy(REC["dump"])
     if discovery == "closed":
         dump["fabric_modules"] = copy.deepcopy(CLOSED)
+    if not made_before_emulate_pr:
+        for so in dump["storage_objects"]:
+            if so["name"].startswith("fabric_") and so["readonly"]:
+                so["attributes"]["emulate_pr"] = 0
     return {"dump": dump, "sessions": copy.deepcopy(REC["sessions"]) if sessions else [],
             "devices": {d: {"exists": True, "block": True, "realpath": d} for d in DEVICES}}
 
@@ -189,7 +195,7 @@ def test_backstore_drift_recreates_it_children_first():
     assert [a.op for a in actions] == ["delete_mapped_lun", "delete_lun", "delete_backstore", "create_backstore",
                                        "create_lun", "create_mapped_lun"]
     assert actions[3].params == {"name": "fabric_hc_rec_b", "device": "/dev/zvol/hc_pool/rec_b", "readonly": True,
-                                 "wwn": wwn("fabric_hc_rec_b")}
+                                 "wwn": wwn("fabric_hc_rec_b"), "emulate_pr": 0}
     assert "readonly False -> True" in actions[2].reason
     with pytest.raises(Busy):
         lio.plan(desired(), {**state, "sessions": REC["sessions"]})
@@ -279,6 +285,67 @@ def test_one_writer_is_accepted():
     assert attrs["demo_mode_write_protect"] == 1
 
 
+def test_a_read_only_backstore_refuses_reservations_and_a_writers_keeps_them(tmp_path):
+    # emulate_pr 0: LIO refuses RESERVE/RELEASE and PERSISTENT RESERVE IN/OUT, so no reader can stop the others
+    ro = lio.plan(desired(), empty())
+    assert [a.params["emulate_pr"] for a in ro if a.op == "create_backstore"] == [0, 0]
+    rw = lio.plan(desired(writable=True, luns=[{"name": "w", "device": "/dev/zvol/hc_pool/new", "readonly": False}],
+                          acls=[{"initiator": GPU2, "chap": CHAP2}], name="hc-ckpt"), empty())
+    assert [a.params["emulate_pr"] for a in rw if a.op == "create_backstore"] == [1]  # one ACL: its writer
+    # the kernel takes it only while the backstore is not exported: set right after the backstore is made
+    rts = FakeRts()
+    lio.apply(ro, rts=rts, save_file=str(tmp_path / "saveconfig.json"))
+    made = [e[:2] for e in rts.log if e[0] in ("new", "attr") and e[1] in ("BlockStorageObject", "LUN", "emulate_pr")]
+    assert made[:4] == [("new", "BlockStorageObject"), ("attr", "emulate_pr"), ("new", "BlockStorageObject"),
+                        ("attr", "emulate_pr")] and ("new", "LUN") in made[4:]
+    assert [e[2] for e in rts.log if e[:2] == ("attr", "emulate_pr")] == ["0", "0"]
+    rts = FakeRts()
+    lio.apply(rw, rts=rts, save_file=str(tmp_path / "saveconfig.json"))
+    assert not [e for e in rts.log if e[:2] == ("attr", "emulate_pr")]  # 1 is the kernel's default
+    # a dry run predicts the attribute, so planning on its prediction finds nothing left to do
+    after = lio.simulate(empty(), ro)
+    assert ops(lio.plan(desired(), after)) == []
+
+
+def test_a_kernel_without_emulate_pr_is_refused_for_a_read_only_export(tmp_path):
+    rts = FakeRts()
+    real = rts.BlockStorageObject
+
+    def old_kernel(*args, **kw):
+        so = real(*args, **kw)
+        so.attributes.clear()
+        return so
+    rts.BlockStorageObject = old_kernel
+    with pytest.raises(lio.LioApplyError) as err:
+        lio.apply(lio.plan(desired(), empty()), rts=rts, save_file=str(tmp_path / "saveconfig.json"))
+    assert "emulate_pr" in err.value.problem and "stop the others' reads" in err.value.problem
+    assert [e[1] for e in rts.log if e[0] == "delete"] == ["BlockStorageObject"]  # the new backstore went again
+    assert not [e for e in rts.log if e[0] == "new" and e[1] == "LUN"]
+
+
+def test_an_export_made_before_emulate_pr_is_reported_while_read_and_remade_when_not():
+    # logged in: nothing changes (a live export never drops its readers), each backstore is reported
+    actions = lio.plan(desired(), live(made_before_emulate_pr=True))
+    assert ops(actions) == []
+    kept = {a.params["name"]: a.reason for a in actions if a.op == "keep" and a.params["kind"] == "backstore"}
+    assert set(kept) == {"fabric_hc_rec_a", "fabric_hc_rec_b", "hc_foreign"}
+    assert "emulate_pr 1 -> 0" in kept["fabric_hc_rec_a"] and GPU1 in kept["fabric_hc_rec_a"]
+    assert "stops the others" in kept["fabric_hc_rec_a"]
+    # nobody logged in: re-made with the LUN unmapped (children first), the same serial and LUN index
+    actions = lio.changes(lio.plan(desired(), live(sessions=False, made_before_emulate_pr=True)))
+    assert ops(actions) == ["delete_mapped_lun", "delete_mapped_lun", "delete_lun", "delete_lun", "delete_backstore",
+                            "delete_backstore", "create_backstore", "create_backstore", "create_lun", "create_lun",
+                            "create_mapped_lun", "create_mapped_lun"]
+    made = [a.params for a in actions if a.op == "create_backstore"]
+    assert [(p["emulate_pr"], p["wwn"]) for p in made] == [(0, wwn("fabric_hc_rec_a")), (0, wwn("fabric_hc_rec_b"))]
+    assert all("emulate_pr 1 -> 0" in a.reason for a in actions if a.op == "delete_backstore")
+    # a dump without the attribute (an older recording) plans nothing
+    state = live(sessions=False)
+    for so in state["dump"]["storage_objects"]:
+        so.pop("attributes")
+    assert ops(lio.plan(desired(), state)) == []
+
+
 def test_missing_device_and_device_used_by_a_foreign_backstore():
     state = live()
     state["devices"]["/dev/zvol/hc_pool/new"] = {"exists": False, "block": False, "realpath": ""}
@@ -319,12 +386,20 @@ class FakeRts:
                 self.kind, self.args = kind, args
                 rts.log.append(("new", kind, args, kw.get("mode")))
                 self.path = "/nonexistent"
+                self.attributes = {"emulate_pr": "1"} if kind == "BlockStorageObject" else {}
 
             def delete(self):
                 rts.log.append(("delete", self.kind, self.args))
 
             def set_attribute(self, name, value):
                 rts.log.append(("attr", name, value))
+                self.attributes[name] = value
+
+            def get_attribute(self, name):
+                return self.attributes[name]
+
+            def list_attributes(self, writable=None):
+                return list(self.attributes)
 
         def factory(kind):
             def make(*args, **kw):

@@ -130,6 +130,30 @@ def unit_serial(target_iqn: str, lun_name: str) -> str:
     return str(uuid.uuid5(SERIAL_NAMESPACE, f"{target_iqn}/{lun_name}"))
 
 
+def emulate_pr(readonly: bool) -> int:
+    """LIO's ``attrib/emulate_pr`` for a LUN's backstore. 0 on a read-only export, whose hosts share it: LIO then
+    refuses SCSI-2 RESERVE/RELEASE and SPC-3 PERSISTENT RESERVE IN/OUT (ILLEGAL REQUEST, invalid command
+    operation code) and checks no reservation, so no reader can hold one that stops the others' reads. 1 (the
+    kernel's default) on a writable checkpoint volume: it has exactly one ACL, its writer, the only host that can
+    hold anything. The kernel takes the attribute only while no LUN exports the backstore (export_count 0): it
+    is set when the backstore is made, before its LUN (``create_backstore``), and rtslib's saved configuration
+    keeps it (the boot-time restore sets attributes before it makes LUNs)."""
+    return 1 if not readonly else 0
+
+
+def set_reservations(so, value: int) -> None:
+    """Set a new backstore's emulate_pr (an rtslib StorageObject, not exported yet). A read-only export on a
+    kernel without the attribute is refused: its readers could stop each other."""
+    if "emulate_pr" not in so.list_attributes():
+        if value:
+            return  # the kernel's only behaviour is the one wanted
+        raise UserError(f"this kernel has no {so.path}/attrib/emulate_pr: LIO cannot refuse SCSI reservations, and "
+                        "any host a read-only export is granted to could stop the others' reads",
+                        "run a kernel with LIO's emulate_pr attribute (Linux 4.19 or later; Debian 12 and 13 have it)")
+    if int(so.get_attribute("emulate_pr")) != value:
+        so.set_attribute("emulate_pr", str(value))
+
+
 def snapshot_serial(guid: str) -> str:
     """The T10 unit serial of a LUN exporting a ZFS snapshot: derived from the snapshot's GUID, which send and
     receive keep. Every storage node holding the same version gives its LUN the same serial (the WWID that
@@ -386,11 +410,18 @@ class _Rtslib:
         deadline = time.monotonic() + self.BUSY_RETRY_SECONDS
         while True:
             try:
-                return self.rts.BlockStorageObject(p["name"], dev=p["device"], wwn=p["wwn"], readonly=p["readonly"])
+                so = self.rts.BlockStorageObject(p["name"], dev=p["device"], wwn=p["wwn"], readonly=p["readonly"])
+                break
             except self.rts.RTSLibError as exc:
                 if "in use" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+        try:
+            set_reservations(so, p.get("emulate_pr", emulate_pr(p["readonly"])))
+        except Exception:
+            so.delete()
+            raise
+        return so
 
     def close_discovery(self) -> None:
         """Discovery authentication enforced (first), then every discovery credential cleared: nobody can
@@ -449,7 +480,8 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     Operation("create_backstore",
               lambda d, a: d.dump["storage_objects"].append({
                   "name": a.params["name"], "plugin": "block", "dev": a.params["device"],
-                  "readonly": a.params["readonly"], "wwn": a.params["wwn"]}),
+                  "readonly": a.params["readonly"], "wwn": a.params["wwn"],
+                  "attributes": {"emulate_pr": a.params.get("emulate_pr", emulate_pr(a.params["readonly"]))}}),
               lambda x, a: x.create_backstore(a.params).delete, creates=True),
     Operation("create_target",
               lambda d, a: d.dump["targets"].append({"wwn": a.target, "fabric": "iscsi", "tpgs": []}),
@@ -558,6 +590,30 @@ class _Planner:
         return [acl["node_wwn"] for acl in tpg.get("node_acls", [])
                 if any(m.get("tpg_lun") == index for m in acl.get("mapped_luns", []))]
 
+    def reservation_drift(self, lun: LunSpec, live: dict) -> str:
+        """What differs in the live backstore's emulate_pr from ``emulate_pr``'s ("" nothing). A dump without the
+        attribute (a kernel without it, a recording without attributes) plans nothing: creation refuses such a
+        kernel for a read-only export."""
+        have = (live.get("attributes") or {}).get("emulate_pr")
+        want = emulate_pr(lun.readonly)
+        return "" if have is None or int(have) == want else f"emulate_pr {int(have)} -> {want}"
+
+    def logged_in_users(self, backstore: str) -> list:
+        """Who would lose a LUN of this backstore if it were re-created: the initiators logged in to a target
+        that maps it (to a LUN of their ACL), and any target that is not the project's exporting it."""
+        users: set = set()
+        for iqn, tgt in self.targets.items():
+            for tpg in tgt.get("tpgs", []):
+                for lu in tpg.get("luns", []):
+                    if lu.get("storage_object") != _bs_path(backstore):
+                        continue
+                    if not self.state.owns_target(iqn):
+                        users.add(f"foreign target {iqn}")
+                        continue
+                    mapped = self.lun_users(iqn, tpg, lu["index"])
+                    users |= {i for i in self.session_initiators(iqn) if i in mapped}
+        return sorted(users)
+
     # -- validation against live state --
     def validate(self) -> None:
         desired_names = {lun.backstore for t in self.state.targets for lun in t.luns}
@@ -599,6 +655,18 @@ class _Planner:
                     drift = [f"{k} {live.get(k)!r} -> {v!r}" for k, v in
                              (("dev", lun.device), ("readonly", lun.readonly), ("wwn", lun.wwn))
                              if (str(live.get(k)).lower() if k == "wwn" else live.get(k)) != v]
+                    pr_drift = self.reservation_drift(lun, live)
+                    if pr_drift and not drift:
+                        readers = self.logged_in_users(lun.backstore)
+                        if readers:  # re-created only when nobody reads it: a live export never drops readers
+                            self.keep("backstore", lun.backstore,
+                                      f"{pr_drift}: any host it is exported to can hold a SCSI reservation that "
+                                      f"stops the others; the attribute is set only with the LUN unmapped, and "
+                                      f"{', '.join(readers)} read it: re-created at the first run with none of "
+                                      "its hosts logged in (log them out, or unpublish and publish it again)")
+                            continue
+                    if pr_drift:
+                        drift.append(pr_drift)
                     if not drift:
                         continue
                     for iqn, tgt in self.targets.items():
@@ -621,7 +689,7 @@ class _Planner:
                                 self.deleted_luns.add((iqn, lu["index"]))
                     self.add("delete_backstore", "", "re-created: " + "; ".join(drift), name=lun.backstore)
                 self.add("create_backstore", "", name=lun.backstore, device=lun.device, readonly=lun.readonly,
-                         wwn=lun.wwn)
+                         wwn=lun.wwn, emulate_pr=emulate_pr(lun.readonly))
                 fresh.add(lun.backstore)
         return fresh
 
@@ -983,6 +1051,32 @@ def read_live(desired: DesiredState | None = None, rts=None) -> dict:
         paths |= {lun.device for t in desired.targets for lun in t.luns}
     paths |= {so.get("dev") for so in dump.get("storage_objects", []) if so.get("dev")}
     return {"dump": dump, "sessions": sessions, "devices": device_facts(sorted(paths))}
+
+
+RESERVATION_FILES = ("pr/res_holder", "pr/res_type", "pr/res_pr_type", "pr/res_pr_registered_i_pts",
+                     "attrib/emulate_pr")
+
+
+def read_reservations(configfs: str = CONFIGFS) -> dict:
+    """The SCSI reservation state of every backstore, as configfs shows it: {backstore name: {file: text}} with
+    the files of RESERVATION_FILES (``res_holder``, ..., ``emulate_pr``) under core/HBA/NAME (judged by
+    ``health.reservations``). A file that cannot be read is left out. Reading needs no rtslib."""
+    out: dict = {}
+    core = os.path.join(configfs, "core")
+    for hba in sorted(os.listdir(core)) if os.path.isdir(core) else []:
+        hba_dir = os.path.join(core, hba)
+        for name in sorted(os.listdir(hba_dir)) if os.path.isdir(hba_dir) else []:
+            if not os.path.isdir(os.path.join(hba_dir, name, "pr")):
+                continue
+            files = {}
+            for rel in RESERVATION_FILES:
+                try:
+                    with open(os.path.join(hba_dir, name, rel), encoding="utf-8", errors="replace") as f:
+                        files[rel.rsplit("/", 1)[-1]] = f.read(65536).strip()
+                except OSError:
+                    continue
+            out[name] = files
+    return out
 
 
 class LioApplyError(FabricError):
