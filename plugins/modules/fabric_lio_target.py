@@ -14,6 +14,9 @@ description:
   - Every LUN is read-only unless C(readonly=false) is given on a target with C(writable=true)
     and exactly one ACL for that LUN (block backstore readonly, mapped LUN write_protect, TPG
     demo_mode_write_protect=1).
+  - A read-only LUN's backstore refuses SCSI reservations (C(attrib/emulate_pr=0), set before the LUN
+    exists), so no host it is exported to can hold it against the others; one exported before with
+    C(emulate_pr=1) is listed in RV(kept) while any of its hosts is logged in and re-made when none is.
   - Only project-owned objects are changed (targets under O(base_iqn), block backstores named
     O(backstore_prefix)LUN); everything else is left alone and listed in RV(kept).
   - Objects removed only with O(purge=true); a LUN, ACL or target with a logged-in initiator is
