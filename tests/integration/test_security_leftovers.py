@@ -308,8 +308,9 @@ def test_an_ingest_refuses_a_hard_link_out_of_the_source_and_copies_only_what_it
     out = f"{PRIVATE}/ingest"
     pid = storage.check_output(f"FABRICCTL_PAUSE=ingest-copy:15 setsid fabricctl dataset ingest {name} {src}/tree/ "
                                f"--json > {out}.out 2> {out}.err < /dev/null & echo $!")
-    # in the pause: the walk is done (python's time.sleep waits in hrtimer_nanosleep)
-    assert wait_for(storage, f"grep -qx hrtimer_nanosleep /proc/{pid}/wchan", 60, 0.2), "the ingest never paused"
+    # in the pause: the walk is done (python's time.sleep waits in clock_nanosleep)
+    assert wait_for(storage, f"grep -qE '^(hrtimer_nanosleep|do_nanosleep)$' /proc/{pid}/wchan", 60, 0.2), \
+        "the ingest never paused"
     storage.check_output(f"echo added > {src}/tree/b/added-later")
     assert wait_for(storage, f"! kill -0 {pid} 2>/dev/null", 120, 1), "the ingest did not end"
     result = json.loads(storage.check_output(f"cat {out}.out"))
