@@ -8,7 +8,9 @@ ident ``fabricctl``. Fields: MESSAGE (one line for people), FABRIC_COMMAND (``pu
 rotate), FABRIC_HOSTS (hosts the command reached, in order), FABRIC_HOSTS_FAILED,
 FABRIC_HOSTS_REQUESTED (--to/--from/--writer as given), FABRIC_RESULT (ok, refused, partial,
 failed, interrupted), FABRIC_EXIT_STATUS, FABRIC_DURATION_SECONDS and FABRIC_ERROR (the error's
-class name, never its text).
+class name, never its text). A command that serves another machine's request (``replica-serve``) adds
+that request's fields as FABRIC_REQUEST_* (peer, verb, dataset, base, origin, force, ...; ``args.audit_request``,
+set by the command from the request as it arrived, refused or not) and names its dataset as the target.
 
 The record is built from explicit fields of the parsed command line and of what the command did,
 never from argv, error messages or the configuration: CHAP secrets and encryption keys cannot
@@ -88,6 +90,7 @@ class Record:
     hosts_failed: list[str] = field(default_factory=list)
     hosts_requested: str = ""
     error: str = ""  # the error's class name
+    request: dict[str, str] = field(default_factory=dict)  # a served request's fields (replica-serve)
 
     @property
     def result(self) -> str:
@@ -102,6 +105,8 @@ class Record:
             text += f"; failed on {','.join(self.hosts_failed)}"
         if self.error:
             text += f"; {self.error}"
+        if self.request:
+            text += "; request " + " ".join(f"{k}={v or '-'}" for k, v in self.request.items())
         return text
 
     def fields(self) -> dict[str, str]:
@@ -110,16 +115,18 @@ class Record:
                 "FABRIC_HOSTS": ",".join(self.hosts), "FABRIC_HOSTS_FAILED": ",".join(self.hosts_failed),
                 "FABRIC_HOSTS_REQUESTED": self.hosts_requested, "FABRIC_RESULT": self.result,
                 "FABRIC_EXIT_STATUS": str(self.exit_status), "FABRIC_DURATION_SECONDS": f"{self.duration:.3f}",
-                "FABRIC_ERROR": self.error}
+                "FABRIC_ERROR": self.error, **{f"FABRIC_REQUEST_{k.upper()}": v for k, v in self.request.items()}}
 
 
 def record(args, hosts: dict[str, str], exit_status: int, duration: float, error: str = "") -> Record:
     """The record of a command that ended: ``hosts`` maps each host it reached to its last outcome
     (ok, failed, interrupted, skipped, or contacted when no fan-out reported on it)."""
-    return Record(command=" ".join(args.command_path), target=target_of(args), exit_status=exit_status,
-                  duration=duration, hosts=list(hosts),
+    request = dict(getattr(args, "audit_request", None) or {})
+    return Record(command=" ".join(args.command_path), target=request.get("dataset") or target_of(args),
+                  exit_status=exit_status, duration=duration, hosts=list(hosts),
                   hosts_failed=[h for h, status in hosts.items() if status not in ("ok", "contacted")],
-                  hosts_requested=" ".join(f"{o} {v}" for o, v in requested_hosts(args)), error=error)
+                  hosts_requested=" ".join(f"{o} {v}" for o, v in requested_hosts(args)), error=error,
+                  request=request)
 
 
 # --------------------------------------------------------------------------------------------

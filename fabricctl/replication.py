@@ -18,15 +18,16 @@ import contextlib
 import dataclasses
 import json
 import os
+import select
 import shlex
 import subprocess
 import sys
 import tempfile
 
-from fabric_core import lzc, replicate
+from fabric_core import holders, lzc, replicate
 from fabric_core.errors import CommandBounded, CommandError, FabricError, UserError
 from fabric_core.names import validate_dataset_name, validate_hostname, validate_snapshot_component, validate_version
-from fabric_core.runner import PEER_TIMEOUT, SSH_ALIVE_COUNT, SSH_ALIVE_INTERVAL, bounded_run
+from fabric_core.runner import PEER_TIMEOUT, SSH_ALIVE_COUNT, SSH_ALIVE_INTERVAL, STALL_SECONDS, bounded_run
 
 from . import datasets
 from .output import ProgressBar, human_bytes
@@ -48,11 +49,19 @@ class Peer:
         return self.node.name
 
     def argv(self, *words: str) -> list[str]:
+        """OpenSSH with fabricctl's own key and known_hosts and nothing else: no configuration file (-F /dev/null:
+        neither ~/.ssh/config nor /etc/ssh/ssh_config, so nobody's ProxyCommand, Include or ControlMaster), no
+        agent, no other identity, no global known_hosts, no host key ever added or updated; bounded by
+        ConnectTimeout and ServerAlive."""
         s = self.ssh
-        return ["ssh", "-i", s.key_file, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-                "-o", f"UserKnownHostsFile={s.known_hosts}", "-o", f"ConnectTimeout={int(s.connect_timeout)}",
-                "-o", f"ServerAliveInterval={SSH_ALIVE_INTERVAL}", "-o", f"ServerAliveCountMax={SSH_ALIVE_COUNT}",
-                "-o", "LogLevel=ERROR",
+        options = {"IdentitiesOnly": "yes", "IdentityAgent": "none", "BatchMode": "yes",
+                   "StrictHostKeyChecking": "yes", "UserKnownHostsFile": s.known_hosts,
+                   "GlobalKnownHostsFile": "/dev/null", "UpdateHostKeys": "no", "CheckHostIP": "no",
+                   "ConnectTimeout": str(max(1, int(s.connect_timeout))),
+                   "ServerAliveInterval": str(SSH_ALIVE_INTERVAL), "ServerAliveCountMax": str(SSH_ALIVE_COUNT),
+                   "LogLevel": "ERROR"}
+        return ["ssh", "-F", "/dev/null", "-i", s.key_file,
+                *[w for k, v in options.items() for w in ("-o", f"{k}={v}")],
                 "-p", str(s.port), "-l", s.user, self.node.address, "--", shlex.join(words)]
 
     def _ask(self, what: str, *words: str) -> dict:
@@ -105,6 +114,8 @@ def replicate_to(ctx, dataset: str, wanted: list[str], node_names: list[str], *,
         raise UserError("this node's name is not in the fabricctl configuration (`node:`)",
                         "re-run playbooks/fabricctl.yml: the role writes it")
     peers = [Peer(cfg.storage_node(n), cfg.ssh) for n in node_names]
+    # holds a killed replicate left (its process is gone) would block destroy and rotation forever
+    holders.release_stale(ctx.local, [dataset], (replicate.HOLD_SENDING,))
     src = replicate.read_side(ctx.local, dataset)
     results = []
     for peer in peers:
@@ -114,7 +125,7 @@ def replicate_to(ctx, dataset: str, wanted: list[str], node_names: list[str], *,
         if dst.resume_token:
             res = ctx.local.run(["zfs", "send", "-n", "-v", "-t", dst.resume_token], check=False)
             resume_name = replicate.parse_token_name(res.stdout + res.stderr)
-        p = replicate.plan(src, dst, wanted, node=peer.name, force=force, resume_name=resume_name)
+        p = replicate.plan(src, dst, wanted, origin=cfg.node, node=peer.name, force=force, resume_name=resume_name)
         transfers = [dataclasses.replace(t, estimate=_estimate(ctx, dataset, t, src)) for t in p.transfers]
         need = sum(t.estimate for t in transfers)
         if need and dst.available and need > dst.available:
@@ -125,12 +136,13 @@ def replicate_to(ctx, dataset: str, wanted: list[str], node_names: list[str], *,
                   "transfers": [{"snapshot": t.snapshot, "kind": t.kind, "base": t.base, "force": t.force,
                                  "estimated_bytes": t.estimate, "what": t.describe(dataset)} for t in transfers],
                   "sent_bytes": 0}
+        volume_props = replicate.read_fabric_props(ctx.local, dataset) if transfers else {}
         for t in transfers:  # what runs, in the plan's words (a dry run lists it as planned)
             ctx.local.record((*replicate.send_argv(dataset, t, raw=src.encrypted), "|", f"{peer.name}:",
-                              *replicate.receive_argv(dataset, origin=cfg.node, force=t.force)))
+                              *replicate.receive_argv(dataset, origin=cfg.node, force=t.force, props=volume_props)))
         if not ctx.dry_run:
             for t, out in zip(transfers, result["transfers"], strict=True):
-                out["sent_bytes"] = _transfer(ctx, peer, dataset, src, t, limit, label or dataset)
+                out["sent_bytes"] = _transfer(ctx, peer, dataset, src, t, limit, label or dataset, volume_props)
                 result["sent_bytes"] += out["sent_bytes"]
             ctx.hosts[peer.name] = "ok"
         results.append(result)
@@ -142,22 +154,31 @@ def _estimate(ctx, dataset: str, t: replicate.Transfer, src: replicate.Side) -> 
     return replicate.parse_estimate(res.stdout)
 
 
+def receive_request(dataset: str, t: replicate.Transfer, origin: str, volume_props: dict[str, str],
+                    snapshot_props: dict[str, str]) -> list[str]:
+    """The words of a transfer's ``receive`` request (``parse_request`` reads them on the target)."""
+    # the base is a snapshot there whether it is a snapshot or a bookmark here (the same GUID and name)
+    return ["receive", dataset, t.base[1:] if t.base else "-", origin, *(["--force"] if t.force else []),
+            *[w for k, v in volume_props.items() for w in ("--prop", f"{k}={v}")],
+            *[w for k, v in snapshot_props.items() for w in ("--snapshot-prop", f"{k}={v}")]]
+
+
 def _transfer(ctx, peer: Peer, dataset: str, src: replicate.Side, t: replicate.Transfer, limit: int,
-              label: str) -> int:
+              label: str, volume_props: dict[str, str]) -> int:
     """One send | ssh receive, the source's snapshots held while it runs; the arrived snapshot bookmarked."""
     held = [f"{dataset}@{t.snapshot}"]
     if t.base and t.base.startswith("@"):
         held.append(dataset + t.base)
+    tag = holders.tag(replicate.HOLD_SENDING)  # names this process: the next run releases it if it is killed
     for snap in held:
-        lzc.hold(snap, replicate.HOLD_SENDING, runner=ctx.local)
+        lzc.hold(snap, tag, runner=ctx.local)
     progress_bar = None if ctx.json else ProgressBar(1, t.estimate, label=f"{label}@{t.snapshot} -> {peer.name}")
     try:
         with tempfile.TemporaryFile() as send_err, tempfile.TemporaryFile() as recv_err:
             send = subprocess.Popen(replicate.send_argv(dataset, t, raw=src.encrypted), stdout=subprocess.PIPE,
                                     stderr=send_err)
-            # the base is a snapshot there whether it is a snapshot or a bookmark here (the same GUID and name)
-            words = ["receive", dataset, t.base[1:] if t.base else "-", ctx.config.node,
-                     *(["--force"] if t.force else [])]
+            words = receive_request(dataset, t, ctx.config.node, volume_props,
+                                    replicate.read_fabric_props(ctx.local, f"{dataset}@{t.snapshot}"))
             recv = subprocess.Popen(peer.argv(*words), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                     stderr=recv_err)
             pump = replicate.Pump(limit, (lambda n: progress_bar.set(0, n)) if progress_bar else None)
@@ -193,28 +214,36 @@ def _transfer(ctx, peer: Peer, dataset: str, src: replicate.Side, t: replicate.T
             progress_bar.close()
         for snap in held:
             with contextlib.suppress(FabricError):
-                lzc.release(snap, replicate.HOLD_SENDING, runner=ctx.local)
+                lzc.release(snap, tag, runner=ctx.local)
 
 
 # --------------------------------------------------------------------------------------------
 # the target's side: fabricctl replica-serve, the only command another storage node's key may run
 
 
-def parse_request(words: list[str], roots: tuple[str, ...]) -> dict:
-    """A replica-serve request (the words of SSH_ORIGINAL_COMMAND), validated; UserError otherwise.
+def parse_request(words: list[str], roots: tuple[str, ...], peer: str) -> dict:
+    """A replica-serve request (the words of SSH_ORIGINAL_COMMAND) of the storage node ``peer`` (the node the key
+    belongs to: the forced command names it, ``--peer``), validated; UserError otherwise.
 
-    ``state DATASET`` | ``receive DATASET BASE|- ORIGIN [--force]`` | ``export DATASET VERSION GUID HOST...``;
-    DATASET is ROOT/NAME for one of ``roots`` (this node's dataset and checkpoint roots; for ``export`` the
-    dataset root, the first), BASE a snapshot name of it, HOST a host name of this node's configuration.
+    ``state DATASET`` | ``receive DATASET BASE|- ORIGIN [--force] [--prop K=V]... [--snapshot-prop K=V]...`` |
+    ``export DATASET VERSION GUID HOST...``; DATASET is ROOT/NAME for one of ``roots`` (this node's dataset and
+    checkpoint roots; for ``export`` the dataset root, the first), BASE a snapshot name of it, ORIGIN the asking
+    node (``peer``: a key speaks only for its own node), K=V a fabric:* property of the volume or of the snapshot
+    that arrives (``replicate.check_props``), HOST a host name of this node's configuration.
     """
+    if not peer:
+        raise UserError("replica-serve: this key is not bound to a storage node (its forced command has no --peer)",
+                        "re-run playbooks/fabricctl.yml: it authorizes each storage node's key with "
+                        "`replica-serve --peer NODE`")
+    validate_hostname(peer)
     if not words:
         raise UserError("replica-serve: no request", "this key only serves replication (fabricctl replicate)")
     verb, *rest = words
-    shapes = {"state": (1, 1), "receive": (3, 4), "export": (4, 3 + MAX_EXPORT_HOSTS)}
+    shapes = {"state": (1, 1), "receive": (3, 4 + 4 * replicate.MAX_PROPS), "export": (4, 3 + MAX_EXPORT_HOSTS)}
     if verb not in shapes or not shapes[verb][0] <= len(rest) <= shapes[verb][1]:
         raise UserError(f"replica-serve: refused request {shlex.join(words)[:200]!r}",
-                        "this key only serves `state DATASET`, `receive DATASET BASE ORIGIN [--force]` and "
-                        "`export DATASET VERSION GUID HOST...`")
+                        "this key only serves `state DATASET`, `receive DATASET BASE ORIGIN [--force] [--prop K=V]... "
+                        "[--snapshot-prop K=V]...` and `export DATASET VERSION GUID HOST...`")
     dataset = validate_dataset_name(rest[0])
     parent, _slash, name = dataset.rpartition("/")
     allowed = roots[:1] if verb == "export" else roots
@@ -229,16 +258,70 @@ def parse_request(words: list[str], roots: tuple[str, ...]) -> dict:
         out.update(version=validate_version(version), guid=guid, hosts=[validate_hostname(h) for h in hosts])
         return out
     if verb == "receive":
-        base, origin, *flag = rest[1:]
+        base, origin, *options = rest[1:]
         if base != "-":
             validate_snapshot_component(base)  # the rulebook's part after '@': a version or step-N
-        if flag and flag != ["--force"]:
-            raise UserError(f"replica-serve: unknown option {flag[0]!r}", "only --force")
-        out.update(base=None if base == "-" else base, origin=validate_hostname(origin), force=bool(flag))
+        if validate_hostname(origin) != peer:
+            raise UserError(f"replica-serve: this key belongs to {peer}; it cannot receive for {origin}",
+                            f"replicate from {origin} with {origin}'s own key")
+        force, props = False, {"--prop": {}, "--snapshot-prop": {}}
+        while options:
+            option = options.pop(0)
+            if option == "--force" and not force:
+                force = True
+            elif option in props and options and "=" in options[0]:
+                key, _eq, value = options.pop(0).partition("=")
+                if key in props[option]:
+                    raise UserError(f"replica-serve: {option} {key[:80]!r} given twice", "give each property once")
+                props[option][key] = value
+            else:
+                raise UserError(f"replica-serve: unknown option {option[:80]!r}",
+                                "only --force, --prop K=V and --snapshot-prop K=V")
+        out.update(base=None if base == "-" else base, origin=origin, force=force,
+                   props=replicate.check_props(props["--prop"], dataset),
+                   snapshot_props=replicate.check_props(props["--snapshot-prop"], f"the snapshot of {dataset}"))
     return out
 
 
+def describe_request(words: list[str] | None, peer: str) -> dict[str, str]:
+    """The journal record's fields of a request (fabricctl.audit: FABRIC_REQUEST_*): what it asked, as it asked it,
+    refused or not; each field one line of at most 200 printable characters (the words come from another node)."""
+    words = words or []
+    verb, rest = (words[0], words[1:]) if words else ("-", [])
+    names = {"receive": ("dataset", "base", "origin"), "state": ("dataset",), "export": ("dataset", "version", "guid")}
+    out = {"peer": peer or "-", "verb": verb}
+    positional = [w for w in rest if not w.startswith("--")]
+    for field_name, value in zip(names.get(verb, ()), positional, strict=False):
+        out[field_name] = value
+    if verb == "receive":
+        out["force"] = "yes" if "--force" in rest else "no"
+        out["props"] = ",".join(v.partition("=")[0] for k, v in zip(rest, rest[1:], strict=False)
+                                if k in ("--prop", "--snapshot-prop"))
+    elif verb == "export":
+        out["hosts"] = ",".join(rest[3:])
+    elif verb not in names:
+        out["words"] = shlex.join(words)
+    return {k: "".join(c if c.isprintable() else "?" for c in v)[:200] for k, v in out.items()}
+
+
 MAX_EXPORT_HOSTS = 256  # hosts one export request may name
+
+
+def read_header(fd: int, stall: float = STALL_SECONDS) -> bytes:
+    """The stream's first record (replicate.RECORD_SIZE bytes, fewer when it ends before), read from ``fd`` before
+    anything is received; a sender silent for ``stall`` seconds is Stalled."""
+    data = b""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    while len(data) < replicate.RECORD_SIZE:
+        if not poller.poll(int(stall * 1000)):
+            raise replicate.Stalled(f"replica-serve: no stream arrived within {stall:g} s",
+                                    "the sending node re-runs the same command")
+        chunk = os.read(fd, replicate.RECORD_SIZE - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _serve_export(ctx, request: dict) -> int:
@@ -274,20 +357,35 @@ def serve(ctx, request: dict) -> int:
         side.available = min(side.available, parent) if side.exists else parent
         ctx.emit(side.to_dict())
         return 0
+    # the target's own checks, whatever the source planned: the volume it writes, then what the stream carries
+    replicate.check_receive(replicate.read_side(ctx.local, dataset), origin=request["origin"], force=request["force"],
+                            node=ctx.config.node or "this node")
+    head = read_header(sys.stdin.fileno())
+    snapshot = replicate.check_stream(replicate.parse_stream_header(head), dataset)
     base = f"{dataset}@{request['base']}" if request["base"] else None
+    holders.release_stale(ctx.local, [dataset], (replicate.HOLD_RECEIVING,))  # of a receive that was killed
+    tag = holders.tag(replicate.HOLD_RECEIVING)
     if base:
-        lzc.hold(base, replicate.HOLD_RECEIVING, runner=ctx.local)
+        lzc.hold(base, tag, runner=ctx.local)
     try:
-        argv = replicate.receive_argv(dataset, origin=request["origin"], force=request["force"])
+        argv = replicate.receive_argv(dataset, origin=request["origin"], force=request["force"],
+                                      props=request["props"])
         sys.stdout.flush()
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
                                     env={**os.environ, "LC_ALL": "C"})
             try:  # through a pump: a sender silent for STALL_SECONDS ends the receive (resumable), its lock freed
+                with contextlib.suppress(BrokenPipeError):  # zfs receive gave up at once: its stderr says why
+                    os.write(proc.stdin.fileno(), head)  # 312 bytes into an empty pipe: never blocks
                 replicate.Pump().run(sys.stdin.fileno(), proc.stdin.fileno())
-            except FabricError:
-                proc.kill()
-                raise
+            except FabricError as exc:
+                if not isinstance(exc, replicate.Stalled):  # zfs receive closed its input: it is ending
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=10)
+                if proc.poll() is None:
+                    proc.kill()
+                    raise
+                # zfs receive ended (refused the stream): its own message, below
             finally:
                 with contextlib.suppress(BrokenPipeError):
                     proc.stdin.close()
@@ -296,8 +394,11 @@ def serve(ctx, request: dict) -> int:
             stderr = err.read(64 << 10).decode(errors="replace")
         if returncode != 0:
             raise CommandError(argv, returncode, "", stderr, fix="the sending node re-runs the same command to resume")
+        if request["snapshot_props"]:
+            ctx.local.run(replicate.snapshot_props_argv(f"{dataset}@{snapshot}", request["snapshot_props"]),
+                          mutating=True)
         return 0
     finally:
         if base:
             with contextlib.suppress(FabricError):
-                lzc.release(base, replicate.HOLD_RECEIVING, runner=ctx.local)
+                lzc.release(base, tag, runner=ctx.local)

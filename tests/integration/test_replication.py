@@ -10,6 +10,7 @@ storage1's fabricctl key, authorized on storage2 only for replica-serve, cannot 
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import time
@@ -351,6 +352,110 @@ def test_the_peer_key_runs_only_replica_serve_on_the_other_node(nodes):
     # sshd itself says the key was accepted (storage2's journal, another read path): replica-serve refused
     journal = s2.check_output("journalctl -u ssh -u sshd --since '-5min' --no-pager -o cat | tail -n 100")
     assert "Accepted publickey" in journal
+
+
+# ---- the attack, second round (issue 26, item 2): what storage1's key may receive on storage2. Each stream is
+# sent as an attacker holding storage1's key would: the raw request over ssh, not through fabricctl replicate.
+# Read back on storage2 with zfs, findmnt and the journal.
+
+SSH2 = (f"ssh -F /dev/null -i {KEY} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes "
+        "-o UserKnownHostsFile=/etc/fabricctl/known_hosts root@10.77.0.12")
+OWN = "peerown"  # a volume storage2 made itself
+
+
+def _push(s1, stream: str, request: str):
+    """``stream`` (a shell pipeline on storage1) into storage2's replica-serve as ``request``; the exit status is
+    printed (testinfra takes an exit 255 for its own connection failing)."""
+    return s1.run(f"{stream} | {SSH2} {shlex.quote(request)}; echo rc=$?")
+
+
+def _tank(host) -> str:
+    return host.check_output("zfs list -H -t all -o name,guid -r tank | sort | md5sum")
+
+
+def test_the_peer_key_is_bound_to_its_node_in_the_forced_command(nodes):
+    s1, s2 = nodes
+    line = s2.check_output(f"grep -F \"$(cut -d' ' -f2 {KEY}.pub)\" /root/.ssh/authorized_keys")
+    assert 'command="/usr/local/sbin/fabricctl replica-serve --peer storage1"' in line and "restrict" in line, line
+
+
+def test_the_peer_key_cannot_receive_into_what_it_does_not_own_nor_anything_but_a_volume(nodes, f1, f2):
+    """From storage1's key: -F into a volume storage2 made (no snapshot yet, then a sealed version) and into a
+    replica from another node; a file system stream (with mountpoint=/root/pwned, canmount=on), a stream package
+    carrying properties; a request naming another origin, or properties the fabric does not set. Every one is
+    refused before zfs receive runs: storage2's datasets, GUIDs and mounts are unchanged, and its journal holds
+    each request's fields."""
+    s1, s2 = nodes
+    since = int(s2.check_output("date +%s"))
+    f2.json("dataset", "create", OWN, "--size", "64M")
+    fs = "tank/peerfs"
+    try:
+        s1.check_output(f"zfs create -o mountpoint=/root/pwned -o canmount=noauto {fs} && zfs snapshot {fs}@s && "
+                        f"zfs set canmount=on {fs}")
+        before = _tank(s2)
+        own, ckpt = f"{ROOT}/{OWN}", "tank/checkpoints/pwned"
+        full = f"zfs send {VOL}@v1"  # a plain stream of a volume: only what it is received into is wrong
+        attacks = [
+            (full, f"receive {own} - storage1 --force", "was made there"),  # its staging volume, no snapshot
+            (full, f"receive {own} - storage1", "was made there"),
+            (full, f"receive {ROOT}/{NAME}2 - storage3", "belongs to storage1"),  # another origin, a new volume
+            (full, f"receive {ROOT}/{NAME}2 - storage1 --prop mountpoint=/root/pwned", "not one a replica may"),
+            (f"zfs send {fs}@s", f"receive {ckpt} - storage1", "carries a file system"),
+            (f"zfs send -p {fs}@s", f"receive {ckpt} - storage1", "is a package"),
+            (f"zfs send -p {VOL}@v1", f"receive {ROOT}/{NAME}2 - storage1", "is a package"),
+        ]
+        for stream, request, refused in attacks:
+            res = _push(s1, stream, request)
+            assert "rc=0" not in res.stdout and refused in res.stderr, (request, res.stdout, res.stderr)
+        step("a sealed version storage2 made, and a replica from another node")
+        s2.check_output(f"mkdir -p /srv/{OWN} && head -c 100000 /dev/urandom > /srv/{OWN}/a")
+        f2.json("dataset", "ingest", OWN, f"/srv/{OWN}/")
+        f2.json("dataset", "seal", OWN, "v1")
+        before = _tank(s2)
+        res = _push(s1, full, f"receive {own} - storage1 --force")
+        assert "rc=0" not in res.stdout and "was made there" in res.stderr, res.stderr
+        s2.check_output(f"zfs set fabric:origin=storage3 {VOL}")
+        try:
+            res = _push(s1, f"zfs send -i {VOL}@v1 {VOL}@v2", f"receive {VOL} v1 storage1 --force")
+            assert "rc=0" not in res.stdout and "replica from storage3" in res.stderr, res.stderr
+        finally:
+            s2.check_output(f"zfs set fabric:origin=storage1 {VOL}")
+        assert _tank(s2) == before  # nothing received, rolled back or left half-received
+        assert zget(s2, "fabric:origin", own) == "-"
+        assert s2.run("findmnt /root/pwned").rc != 0 and s2.run(f"zfs list {ckpt}").rc != 0
+        step("storage2's journal names each refused request's fields")
+        records = [json.loads(line) for line in s2.check_output(
+            f"journalctl -t fabricctl -o json --no-pager --since @{since}").splitlines()]
+        served = [r for r in records if r.get("FABRIC_COMMAND") == "replica-serve"]
+        forced = [r for r in served if r.get("FABRIC_REQUEST_DATASET") == own
+                  and r.get("FABRIC_REQUEST_FORCE") == "yes"]
+        assert forced and all(r["FABRIC_RESULT"] == "refused" and r["FABRIC_REQUEST_PEER"] == "storage1"
+                              and r["FABRIC_REQUEST_ORIGIN"] == "storage1" and r["FABRIC_REQUEST_BASE"] == "-"
+                              for r in forced), served
+        assert any(r.get("FABRIC_REQUEST_ORIGIN") == "storage3" and r["FABRIC_RESULT"] == "refused" for r in served)
+    finally:
+        s1.run(f"zfs destroy -r {fs}")
+        s2.run(f"fabricctl dataset destroy {OWN} --yes")
+
+
+def test_the_peer_ssh_reads_no_ssh_configuration_agent_or_other_key(nodes, f1):
+    """A ~/.ssh/config and an /etc/ssh/ssh_config.d file on storage1 that would send every ssh through a
+    ProxyCommand: fabricctl's ssh to storage2 reads neither (-F /dev/null), and still reaches it."""
+    s1, _ = nodes
+    files = ("/root/.ssh/config", "/etc/ssh/ssh_config.d/zz-fabric-test.conf")
+    poison = "Host *\n  ProxyCommand sh -c 'touch /tmp/peer-proxy-ran; exit 1'\n"
+    s1.check_output(f"rm -f /tmp/peer-proxy-ran; test ! -e {files[0]} && test ! -e {files[1]}")
+    try:
+        for path in files:
+            s1.check_output(f"printf {shlex.quote(poison)} > {path}")
+        plain = s1.run("ssh -o BatchMode=yes root@10.77.0.12 true; echo rc=$?")  # a plain ssh goes through it
+        assert "rc=0" not in plain.stdout and s1.run("test -e /tmp/peer-proxy-ran").rc == 0, plain.stdout
+        s1.check_output("rm -f /tmp/peer-proxy-ran")
+        out = f1.json("replicate", f"{NAME}@v1", "--to", "storage2", "--dry-run")
+        assert out["nodes"][0]["present"] == ["v1"]
+        assert s1.run("test -e /tmp/peer-proxy-ran").rc != 0
+    finally:
+        s1.run(f"rm -f {' '.join(files)} /tmp/peer-proxy-ran")
 
 
 def test_the_peer_key_cannot_forward_ports_to_the_other_node(nodes):

@@ -352,13 +352,15 @@ def test_every_command_declares_whether_it_changes_the_fabric():
 
 def test_replica_serve_takes_the_lock_for_a_receive_only(monkeypatch):
     from fabricctl.commands import replica_serve
-    from fabricctl.main import build_parser, changes
+    from fabricctl.main import build_parser, changes, holds_node_lock
 
+    # anything but a reading (state) is a change: recorded in the journal, refused or not (issue 26, item 2)
     for request, mutating in (("state tank/datasets/x", False), ("receive tank/datasets/x - storage1", True),
-                              ("", False)):
+                              ("", True), ("id; sh", True), ("unbalanced 'quote", True)):
         monkeypatch.setenv("SSH_ORIGINAL_COMMAND", request)
-        args = build_parser().parse_args(["replica-serve"])
+        args = build_parser().parse_args(["replica-serve", "--peer", "storage1"])
         assert changes(replica_serve, args) is mutating
+        assert holds_node_lock(replica_serve, args) is False  # only an export takes the node lock
 
 
 def test_a_change_holds_the_node_lock_while_it_runs(fab, monkeypatch, node_lock_in_tmp):

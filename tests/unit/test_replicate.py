@@ -10,16 +10,23 @@ import threading
 import pytest
 from fabric_core import replicate
 from fabric_core.errors import NotFound, UnsafeOperation, UserError
-from fabric_core.replicate import Point, Side, Transfer, plan
+from fabric_core.replicate import Point, Side, Transfer
 
 DS = "tank/datasets/imagenet"
 
 
-def side(*snaps, exists=True, bookmarks=(), written=0, token="", managed=True, available=10 << 30) -> Side:
-    """A volume with snapshots given as (name, guid) in creation order (txg 10, 20, ...)."""
+def side(*snaps, exists=True, bookmarks=(), written=0, token="", managed=True, available=10 << 30,
+         origin="storage1") -> Side:
+    """A volume with snapshots given as (name, guid) in creation order (txg 10, 20, ...); when it exists, a replica
+    from storage1 (the node plan() sends from here) unless ``origin`` says otherwise ("" made there)."""
     return Side(DS, exists=exists, snapshots=[Point(n, g, 10 * (i + 1)) for i, (n, g) in enumerate(snaps)],
                 bookmarks=[Point(n, g, t, True) for n, g, t in bookmarks], written=written, resume_token=token,
-                managed=managed if exists else False, available=available)
+                managed=managed if exists else False, available=available, origin=origin if exists else "")
+
+
+def plan(src: Side, dst: Side, wanted: list[str], **kw) -> replicate.Plan:
+    """replicate.plan from storage1 (unless ``origin`` is given)."""
+    return replicate.plan(src, dst, wanted, **{"origin": "storage1", **kw})
 
 
 SRC = side(("v1", "111"), ("v2", "222"), ("v3", "333"))
@@ -124,14 +131,22 @@ def test_an_unknown_version_names_the_ones_there_are():
 
 
 def test_send_and_receive_commands():
+    # never -p: a plain stream carries no property (the target refuses a package, check_stream)
     assert replicate.send_argv(DS, Transfer("v2", base="@v1"), raw=False) == [
-        "zfs", "send", "-p", "-c", "-L", "-e", "-i", f"{DS}@v1", f"{DS}@v2"]
+        "zfs", "send", "-c", "-L", "-e", "-i", f"{DS}@v1", f"{DS}@v2"]
     assert replicate.send_argv(DS, Transfer("v1"), raw=True, estimate=True) == [
-        "zfs", "send", "-n", "-P", "-p", "-w", f"{DS}@v1"]
+        "zfs", "send", "-n", "-P", "-w", f"{DS}@v1"]
     assert replicate.send_argv(DS, Transfer("v2", base="#v1"), raw=False)[-3:] == ["-i", f"{DS}#v1", f"{DS}@v2"]
     assert replicate.send_argv(DS, Transfer("v2", resume_token="1-t"), raw=False) == ["zfs", "send", "-t", "1-t"]
     assert replicate.receive_argv(DS, origin="storage1", force=True) == [
-        "zfs", "receive", "-s", "-u", "-F", "-o", "readonly=on", "-o", "fabric:origin=storage1", DS]
+        "zfs", "receive", "-s", "-u", "-F", "-o", "readonly=on", "-o", "fabric:managed=true",
+        "-o", "fabric:origin=storage1", DS]
+    # the request's volume properties first: the target's own win over any of them (check_props refuses those)
+    assert replicate.receive_argv(DS, origin="storage1", props={"fabric:kind": "dataset"}) == [
+        "zfs", "receive", "-s", "-u", "-o", "fabric:kind=dataset", "-o", "readonly=on", "-o", "fabric:managed=true",
+        "-o", "fabric:origin=storage1", DS]
+    assert replicate.snapshot_props_argv(f"{DS}@v1", {"fabric:note": "a b", "fabric:files": "3"}) == [
+        "zfs", "set", "fabric:note=a b", "fabric:files=3", f"{DS}@v1"]
 
 
 def test_send_estimates_and_resume_token_names_are_read_from_zfs_output():
@@ -188,12 +203,18 @@ ROOTS = ("tank/datasets", "tank/checkpoints")
 def test_replica_serve_accepts_state_and_receive_under_its_roots():
     from fabricctl.replication import parse_request
 
-    assert parse_request(["state", DS], ROOTS) == {"verb": "state", "dataset": DS}
-    assert parse_request(["receive", "tank/checkpoints/llama", "step-10", "storage1", "--force"], ROOTS) == {
-        "verb": "receive", "dataset": "tank/checkpoints/llama", "base": "step-10", "origin": "storage1", "force": True}
-    assert parse_request(["receive", DS, "-", "storage1"], ROOTS)["base"] is None
-    assert parse_request(["export", DS, "v3", "1234567", "gpu1", "gpu2"], ROOTS) == {
+    assert parse_request(["state", DS], ROOTS, "storage1") == {"verb": "state", "dataset": DS}
+    assert parse_request(["receive", "tank/checkpoints/llama", "step-10", "storage1", "--force"], ROOTS,
+                         "storage1") == {"verb": "receive", "dataset": "tank/checkpoints/llama", "base": "step-10",
+                                         "origin": "storage1", "force": True, "props": {}, "snapshot_props": {}}
+    assert parse_request(["receive", DS, "-", "storage1"], ROOTS, "storage1")["base"] is None
+    assert parse_request(["export", DS, "v3", "1234567", "gpu1", "gpu2"], ROOTS, "storage1") == {
         "verb": "export", "dataset": DS, "version": "v3", "guid": "1234567", "hosts": ["gpu1", "gpu2"]}
+    # the fabric:* properties of the volume and of the arriving snapshot travel in the request, not in the stream
+    req = parse_request(["receive", DS, "v1", "storage1", "--prop", "fabric:kind=dataset", "--snapshot-prop",
+                         "fabric:note=a=b c", "--snapshot-prop", "fabric:metric.loss=0.5"], ROOTS, "storage1")
+    assert req["props"] == {"fabric:kind": "dataset"} and not req["force"]
+    assert req["snapshot_props"] == {"fabric:note": "a=b c", "fabric:metric.loss": "0.5"}
 
 
 @pytest.mark.parametrize("words", [
@@ -205,12 +226,126 @@ def test_replica_serve_accepts_state_and_receive_under_its_roots():
     ["export", DS, "v1", "123"], ["export", "tank/checkpoints/llama", "step-10", "123", "gpu1"],
     ["export", DS, "v1", "12a", "gpu1"], ["export", DS, "v1;x", "123", "gpu1"], ["export", DS, "v1", "123", "gpu 1"],
     ["export", DS, "v1", "123", *[f"gpu{i}" for i in range(300)]],
+    # a key speaks for its own node only (the forced command's --peer): storage1's key cannot receive for storage3
+    ["receive", DS, "-", "storage3"], ["receive", DS, "-", "storage1", "--force", "--force"],
+    # properties: the fabric's own only, never the target's own, each once, at most MAX_PROPS
+    ["receive", DS, "-", "storage1", "--prop", "mountpoint=/etc/cron.d"],
+    ["receive", DS, "-", "storage1", "--prop", "canmount=on"],
+    ["receive", DS, "-", "storage1", "--prop", "sharenfs=on"],
+    ["receive", DS, "-", "storage1", "--snapshot-prop", "sharesmb=on"],
+    ["receive", DS, "-", "storage1", "--prop", "fabric:origin=storage3"],
+    ["receive", DS, "-", "storage1", "--prop", "fabric:managed=false"],
+    ["receive", DS, "-", "storage1", "--snapshot-prop", "fabric:published=gpu1"],
+    ["receive", DS, "-", "storage1", "--prop", "com.sun:auto-snapshot=true"],
+    ["receive", DS, "-", "storage1", "--prop", "fabric:Kind=x"], ["receive", DS, "-", "storage1", "--prop"],
+    ["receive", DS, "-", "storage1", "--prop", "novalue"],
+    ["receive", DS, "-", "storage1", "--prop", "fabric:a=1", "--prop", "fabric:a=2"],
+    ["receive", DS, "-", "storage1", "--prop", "fabric:note=" + "x" * 8192],
+    ["receive", DS, "-", "storage1", *[w for i in range(65) for w in ("--prop", f"fabric:p{i}=1")]],
 ])
 def test_replica_serve_refuses_everything_else(words):
     from fabricctl.replication import parse_request
 
     with pytest.raises(UserError):
-        parse_request(words, ROOTS)
+        parse_request(words, ROOTS, "storage1")
+
+
+def test_replica_serve_refuses_a_key_bound_to_no_node():
+    from fabricctl.replication import parse_request
+
+    for words in (["state", DS], ["receive", DS, "-", "storage1"]):
+        with pytest.raises(UserError) as err:
+            parse_request(words, ROOTS, "")
+        assert "--peer" in err.value.problem and "playbooks/fabricctl.yml" in err.value.fix
+
+
+def test_a_requests_fields_go_to_the_journal_as_they_arrived():
+    from fabricctl.replication import describe_request
+
+    assert describe_request(["receive", DS, "-", "storage3", "--force", "--prop", "fabric:kind=x"], "storage2") == {
+        "peer": "storage2", "verb": "receive", "dataset": DS, "base": "-", "origin": "storage3", "force": "yes",
+        "props": "fabric:kind"}
+    assert describe_request(["export", DS, "v1", "42", "gpu1", "gpu2"], "storage2") == {
+        "peer": "storage2", "verb": "export", "dataset": DS, "version": "v1", "guid": "42", "hosts": "gpu1,gpu2"}
+    junk = describe_request(["id", ">", "/tmp/x\n"], "")
+    assert junk["peer"] == "-" and junk["verb"] == "id" and "\n" not in junk["words"]
+    assert len(describe_request(["receive", "x" * 500], "s")["dataset"]) == 200
+
+
+# ---- the target's own rule for the volume a receive writes (replica-serve and the source's planner)
+
+
+@pytest.mark.parametrize(("dst", "force", "refused"), [
+    (side(exists=False), False, None),
+    (side(exists=False), True, "does not exist"),  # -F names no volume to roll back
+    (side(("v1", "111")), False, None),  # storage1's own replica
+    (side(("v1", "111")), True, None),  # --force into storage1's own replica stays allowed
+    (side(origin=""), True, "was made there"),  # a live checkpoint volume (no snapshot yet)
+    (side(("v1", "111"), origin=""), False, "was made there"),  # a sealed version of the target's own
+    (side(("v1", "111"), origin="storage3"), True, "replica from storage3"),
+    (side(("v1", "111"), origin="storage3"), False, "replica from storage3"),
+    (side(("v1", "111"), managed=False), False, "does not own"),
+])
+def test_a_receive_writes_only_a_new_volume_or_the_senders_own_replica(dst, force, refused):
+    if refused is None:
+        replicate.check_receive(dst, origin="storage1", force=force, node="storage2")
+        return
+    with pytest.raises(UnsafeOperation) as err:
+        replicate.check_receive(dst, origin="storage1", force=force, node="storage2")
+    assert refused in err.value.problem and err.value.fix
+
+
+def test_the_source_plans_with_the_targets_rule():
+    with pytest.raises(UnsafeOperation) as err:
+        plan(SRC, side(("v1", "111"), origin=""), ["v2"], node="storage2")
+    assert "was made there" in err.value.problem
+    with pytest.raises(UnsafeOperation) as err:
+        plan(SRC, side(("v1", "111"), origin="storage3"), ["v2"], node="storage2")
+    assert "only storage3 replicates into it" in err.value.problem
+
+
+# ---- the target's check of the stream's first record (recorded on the lab: OpenZFS 2.3, storage1)
+
+
+def _record(name: str) -> bytes:
+    import base64
+
+    return base64.b64decode(_data(name))
+
+
+def test_a_plain_volume_stream_is_accepted_and_names_its_snapshot():
+    header = replicate.parse_stream_header(_record("stream_volume.b64"))
+    assert header.objset == "volume" and header.header_type == replicate.SUBSTREAM and header.fromguid == 0
+    assert replicate.check_stream(header, DS) == "s1"
+
+
+@pytest.mark.parametrize(("name", "refused"), [
+    ("stream_filesystem.b64", "carries a file system"),  # zfs send of a file system (mountpoint, canmount...)
+    ("stream_package.b64", "is a package"),  # zfs send -p: properties, and possibly more datasets
+])
+def test_a_file_system_or_a_package_is_refused_before_anything_is_received(name, refused):
+    with pytest.raises(UnsafeOperation) as err:
+        replicate.check_stream(replicate.parse_stream_header(_record(name)), DS)
+    assert refused in err.value.problem
+
+
+def test_a_stream_that_is_not_one_is_refused():
+    with pytest.raises(UserError):
+        replicate.parse_stream_header(b"\0" * 100)  # ended before its first record
+    with pytest.raises(UnsafeOperation):
+        replicate.check_stream(replicate.parse_stream_header(b"#!/bin/sh\n" + b"x" * 400), DS)
+    # another byte order is read by its magic; its header type and objset type checked as well
+    volume = _record("stream_volume.b64")
+    swapped = replicate.parse_stream_header(struct_swap(volume))
+    assert swapped.magic_ok and swapped.objset == "volume" and swapped.toname == "tank/peertest-vol@s1"
+
+
+def struct_swap(record: bytes) -> bytes:
+    """The same first record as a machine of the other byte order writes it."""
+    import struct
+
+    fields = struct.unpack_from("<" + replicate._BEGIN, record)
+    return struct.pack(">" + replicate._BEGIN, *fields) + record[replicate.RECORD_SIZE:]
 
 
 # ---- configuration: this node and the other storage nodes
@@ -280,7 +415,7 @@ def test_the_recorded_replica_and_source_plan_a_resume_then_nothing_more():
     src = Side("tank/datasets/rtest", exists=True, managed=True,
                snapshots=[*replicate.parse_points(_data("list_points.json"), "tank/datasets/rtest")[0],
                           Point("v4", "3810000000000000000", 150)])
-    dst = Side("tank/datasets/rtest", exists=True, managed=True, resume_token="1-x",
+    dst = Side("tank/datasets/rtest", exists=True, managed=True, resume_token="1-x", origin="storage1",
                snapshots=replicate.parse_points(_data("list_points_replica.json"), "tank/datasets/rtest")[0])
     p = plan(src, dst, ["v3", "v4"], resume_name="v4")
     assert [t.kind for t in p.transfers] == ["resume"] and p.present == ["v3"]
@@ -321,3 +456,45 @@ def test_publishing_gives_a_new_export_the_guid_serial_and_keeps_a_live_luns_ser
     assert pub.identify(export, live).serial == "abc-1"
     vol = settings.writable("job", "ext4")
     assert pub.identify(vol, empty) is vol  # a writable volume keeps lio's rule
+
+
+def test_a_served_requests_fields_are_in_its_journal_record(monkeypatch):
+    from fabricctl import audit
+    from fabricctl.commands import replica_serve
+    from fabricctl.main import build_parser
+
+    monkeypatch.setenv("SSH_ORIGINAL_COMMAND", f"receive {DS} - storage3 --force")
+    args = build_parser().parse_args(["replica-serve", "--peer", "storage1"])
+    replica_serve.MUTATING(args)  # main asks first: the request is read, and described for the record
+    fields = audit.record(args, {}, 1, 0.2, "UserError").fields()
+    assert fields["FABRIC_TARGET"] == DS and fields["FABRIC_RESULT"] == "refused"
+    assert {k: v for k, v in fields.items() if k.startswith("FABRIC_REQUEST_")} == {
+        "FABRIC_REQUEST_PEER": "storage1", "FABRIC_REQUEST_VERB": "receive", "FABRIC_REQUEST_DATASET": DS,
+        "FABRIC_REQUEST_BASE": "-", "FABRIC_REQUEST_ORIGIN": "storage3", "FABRIC_REQUEST_FORCE": "yes",
+        "FABRIC_REQUEST_PROPS": ""}
+    assert "request peer=storage1 verb=receive" in fields["MESSAGE"]
+
+
+@pytest.mark.parametrize(("name", "refused"), [("stream_filesystem.b64", "carries a file system"),
+                                                ("stream_package.b64", "is a package")])
+def test_replica_serve_refuses_a_stream_before_zfs_receive_runs(monkeypatch, name, refused):
+    import subprocess
+    import sys
+    import types
+
+    from support import AnsweringRunner
+
+    from fabricctl import replication
+
+    runner = AnsweringRunner({("zfs", "get"): (1, "", _data("get_missing.stderr"))}, default=None)  # a new volume
+    ctx = types.SimpleNamespace(local=runner, config=types.SimpleNamespace(node="storage2"))
+    read, write = os.pipe()
+    os.write(write, _record(name) + b"\0" * 4096)
+    os.close(write)
+    monkeypatch.setattr(sys, "stdin", os.fdopen(read, "rb"))
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"zfs receive ran: {a}"))
+    request = replication.parse_request(["receive", DS, "-", "storage1"], ROOTS, "storage1")
+    with pytest.raises(UnsafeOperation) as err:
+        replication.serve(ctx, request)
+    assert refused in err.value.problem
+    assert [list(argv[:2]) for argv in runner.seen] == [["zfs", "get"]]  # its reading only: no hold, no receive

@@ -24,10 +24,22 @@ The three parts, as everywhere in the core:
   and bookmarks what arrived, so the next incremental has a base even after the version is destroyed
   here.
 
-The stream: ``zfs send -p`` (the volume's and the snapshot's properties travel with it: the version's
-``fabric:*`` metadata; its manifest is inside the volume's file system), ``-w`` (raw) for an encrypted
-volume, else ``-c -L -e`` (blocks as they are stored, compressed, large, embedded). The receive is
-resumable (``-s``), leaves the volume read-only and marks where it came from (``fabric:origin``).
+The stream: one volume's one snapshot, a plain stream (never ``-p``, ``-R``: a stream package carries
+properties and may hold several substreams, which ``zfs receive`` creates one after the other, under names
+the sender chooses), ``-w`` (raw) for an encrypted volume, else ``-c -L -e`` (blocks as they are stored,
+compressed, large, embedded). The version's ``fabric:*`` metadata (the volume's and the snapshot's user
+properties; its manifest is inside the volume's file system) travels in the request instead, where the
+target checks each one (``check_props``) and sets it itself. The receive is resumable (``-s``), never
+mounted (``-u``), leaves the volume read-only and marks it managed and where it came from
+(``fabric:origin``).
+
+The target trusts nothing the source says (the peer key is a credential another machine holds; see
+docs/security.md). Before anything is received it checks, with the same rules the source plans with:
+the volume it would write (``check_receive``: a replica from the asking node, or none yet; never a volume
+it made itself, one fabricctl does not own, or another node's replica; ``-F`` only into the asker's own
+replica) and the stream's first record (``parse_stream_header``/``check_stream``: a plain stream of a
+volume, not a file system, not a package). A stream refused there was never given to ``zfs receive``,
+so it leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -35,13 +47,14 @@ from __future__ import annotations
 import os
 import re
 import select
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import zjson
 from .errors import FabricError, NotFound, UnsafeOperation, UserError
-from .names import validate_dataset_name
+from .names import validate_dataset_name, validate_snapshot_component
 from .runner import STALL_SECONDS, Runner
 
 HOLD_SENDING = "fabric:sending"  # on the source's snapshots while a send is in flight
@@ -49,7 +62,15 @@ HOLD_RECEIVING = "fabric:receiving"  # on the target's incremental base while a 
 ORIGIN_PROP = "fabric:origin"  # set on a received volume: the storage node it came from
 READ_PROPS = ("receive_resume_token", "written", "available", "encryption", "fabric:managed", ORIGIN_PROP,
               "fabric:kind")
-RECEIVE_PROPS = {"readonly": "on"}  # a replica is never written but by a receive
+MANAGED_PROP = "fabric:managed"
+# set by the target on every receive, whatever the request says: a replica is never written but by a receive,
+# fabricctl owns it, and it came from the node the asking key belongs to
+RECEIVE_PROPS = {"readonly": "on", MANAGED_PROP: "true"}
+# fabric:* properties a request may not set (the target's own: RECEIVE_PROPS, ORIGIN_PROP; readings)
+RESERVED_PROPS = frozenset({ORIGIN_PROP, MANAGED_PROP, "fabric:published"})
+_USER_PROP = re.compile(r"fabric:[a-z0-9][a-z0-9_.:-]{0,247}")  # zfs: lower case, at most 255 characters
+MAX_PROPS = 64  # fabric:* properties of one volume or snapshot a request may carry
+MAX_PROP_VALUE = 8191  # characters of one value (zfs's limit for a user property)
 
 
 @dataclass(frozen=True)
@@ -156,6 +177,125 @@ def read_side(runner: Runner, dataset: str) -> Side:
                 origin=value(ORIGIN_PROP))
 
 
+def read_fabric_props(runner: Runner, name: str) -> dict[str, str]:
+    """The ``fabric:*`` properties set on a volume or snapshot (locally, or received by an older fabricctl's
+    ``send -p``), but the target's own (RESERVED_PROPS): what a transfer carries in its request."""
+    doc = zjson.run(runner, ["zfs", "get", *zjson.ZFS_JSON, "-s", "local,received", "all", name])
+    props = zjson.properties(next(iter(zjson.objects(doc or {}, "datasets")), {}))
+    return {k: v[0] for k, v in sorted(props.items()) if _USER_PROP.fullmatch(k) and k not in RESERVED_PROPS}
+
+
+# --------------------------------------------------------------------------------------------
+# the target's checks: what it receives into, what it receives, which properties it sets
+
+
+def check_receive(dst: Side, *, origin: str, force: bool, node: str = "this node") -> None:
+    """The one rule for the volume a receive writes, checked by the source when it plans (``plan``) and by the
+    target before it receives (replica-serve, which trusts no source): a new volume, or the replica ``origin``
+    sent before; ``force`` (``-F``: roll back, or replace) only into that replica. Never a volume fabricctl does
+    not own, one ``node`` made itself (a live checkpoint volume, a sealed version: a receive would replace its
+    data under its writer or readers), or another node's replica. UnsafeOperation otherwise."""
+    where = f"{dst.dataset} on {node}"
+    if not dst.exists:
+        if force:
+            raise UnsafeOperation(f"--force (zfs receive -F) into {where}, which does not exist: nothing to roll back",
+                                  "replicate without --force")
+        return
+    if not dst.managed:
+        raise UnsafeOperation(f"{where} exists but fabricctl does not own it (fabric:managed is not true)",
+                              f"fabricctl never writes over what it did not make: move it away on {node}")
+    if not dst.origin:
+        raise UnsafeOperation(f"{where} was made there (it has no fabric:origin): a volume a node made itself, a live "
+                              "checkpoint volume or a sealed version, never receives from another node",
+                              f"replicate under another name, or destroy it on {node} with fabricctl first")
+    if dst.origin != origin:
+        raise UnsafeOperation(f"{where} is a replica from {dst.origin}: only {dst.origin} replicates into it, not "
+                              f"{origin}", f"replicate from {dst.origin}; to take it from {origin} instead, destroy "
+                              f"the replica on {node} (`zfs destroy -r {dst.dataset}`), then replicate again")
+
+
+def check_props(props: dict[str, str], what: str) -> dict[str, str]:
+    """The ``fabric:*`` properties a request asks the target to set on ``what``, checked: the fabric's own
+    namespace only, never the target's own (RESERVED_PROPS), at most MAX_PROPS of MAX_PROP_VALUE characters."""
+    if len(props) > MAX_PROPS:
+        raise UserError(f"replica-serve: {len(props)} properties for {what}, more than {MAX_PROPS}",
+                        "a transfer carries only the version's fabric:* properties")
+    for key, value in props.items():
+        if not _USER_PROP.fullmatch(key) or key in RESERVED_PROPS:
+            raise UserError(f"replica-serve: property {key[:80]!r} for {what} is not one a replica may be given "
+                            "(fabric:* only, not fabric:origin, fabric:managed or fabric:published)",
+                            "a transfer carries only the version's fabric:* properties")
+        if len(value) > MAX_PROP_VALUE or "\0" in value:
+            raise UserError(f"replica-serve: the value of {key} for {what} is longer than {MAX_PROP_VALUE} characters "
+                            "or holds a NUL", "shorten it on the source node")
+    return props
+
+
+# The first record of a send stream (OpenZFS include/sys/zfs_ioctl.h): dmu_replay_record_t, 312 bytes.
+# drr_type u32, drr_payloadlen u32, then drr_begin: drr_magic u64, drr_versioninfo u64 (bits 0-1: the
+# header type), drr_creation_time u64, drr_type u32 (dmu_objset_type_t), drr_flags u32, drr_toguid u64,
+# drr_fromguid u64, drr_toname char[256]. A stream from another byte order has its magic swapped.
+RECORD_SIZE = 312
+DRR_BEGIN = 0
+BACKUP_MAGIC = 0x2F5BACBAC
+SUBSTREAM, COMPOUNDSTREAM = 1, 2
+OBJSET_TYPES = {2: "file system", 3: "volume"}  # DMU_OST_ZFS, DMU_OST_ZVOL
+_BEGIN = "II QQQ II QQ 256s"
+
+
+@dataclass(frozen=True)
+class StreamHeader:
+    """What the first record of a send stream says it carries."""
+
+    record: int  # drr_type: DRR_BEGIN (0) in a stream
+    magic_ok: bool
+    header_type: int  # SUBSTREAM (one snapshot of one dataset) or COMPOUNDSTREAM (a package: -p, -R)
+    objset: str  # "volume", "file system", or "type N"
+    toname: str  # DATASET@SNAPSHOT on the sending node
+    toguid: int
+    fromguid: int  # 0: a full stream
+
+    @property
+    def snapshot(self) -> str:
+        return self.toname.partition("@")[2]
+
+
+def parse_stream_header(data: bytes) -> StreamHeader:
+    """The first record of a send stream (RECORD_SIZE bytes); UserError when there are fewer."""
+    if len(data) < RECORD_SIZE:
+        raise UserError(f"replica-serve: the stream ended after {len(data)} bytes, before its first record",
+                        "the sending node re-runs the same command")
+    fields = None
+    for order in "<>":
+        fields = struct.unpack_from(order + _BEGIN, data)
+        if fields[2] == BACKUP_MAGIC:
+            break
+    record, _payload, magic, versioninfo, _created, objset, _flags, toguid, fromguid, toname = fields
+    return StreamHeader(record=record, magic_ok=magic == BACKUP_MAGIC, header_type=versioninfo & 3,
+                        objset=OBJSET_TYPES.get(objset, f"type {objset}"),
+                        toname=toname.split(b"\0", 1)[0].decode(errors="replace"), toguid=toguid, fromguid=fromguid)
+
+
+def check_stream(header: StreamHeader, dataset: str) -> str:
+    """A stream the target receives: a plain stream (one snapshot of one dataset) of a volume, for a snapshot
+    with a name of the rulebook; its snapshot's name. UnsafeOperation otherwise (nothing was received)."""
+    if header.record != DRR_BEGIN or not header.magic_ok:
+        raise UnsafeOperation(f"replica-serve: what arrived for {dataset} is not a ZFS send stream",
+                              "send it with fabricctl replicate")
+    if header.header_type == COMPOUNDSTREAM:
+        raise UnsafeOperation(f"replica-serve: the stream for {dataset} is a package (zfs send -p/-R/-b): it carries "
+                              "properties and may create other datasets", "send one snapshot without -p "
+                              "(fabricctl replicate does; install the same fabricctl on every storage node)")
+    if header.header_type != SUBSTREAM:
+        raise UnsafeOperation(f"replica-serve: the stream for {dataset} has an unknown header type "
+                              f"{header.header_type}", "send it with fabricctl replicate")
+    if header.objset != "volume":
+        raise UnsafeOperation(f"replica-serve: the stream for {dataset} carries a {header.objset}, not a volume: "
+                              "the fabric replicates volumes only", "send a dataset version or a checkpoint "
+                              "volume with fabricctl replicate")
+    return validate_snapshot_component(header.snapshot)
+
+
 # --------------------------------------------------------------------------------------------
 # plan
 
@@ -191,9 +331,10 @@ class Plan:
     notes: list = field(default_factory=list)
 
 
-def plan(src: Side, dst: Side, wanted: list[str], *, node: str = "the target", force: bool = False,
+def plan(src: Side, dst: Side, wanted: list[str], *, origin: str, node: str = "the target", force: bool = False,
          resume_name: str = "") -> Plan:
-    """The transfers that bring the snapshots ``wanted`` (short names, any order) of ``src`` to ``dst``.
+    """The transfers that bring the snapshots ``wanted`` (short names, any order) of ``src`` to ``dst``, from the
+    node ``origin`` (this one: the target accepts only what ``check_receive`` allows, checked here first).
 
     ``resume_name``: the snapshot ``dst.resume_token`` is for (`zfs send -nvt TOKEN` names it), planned as
     arrived once resumed. Raises NotFound / UserError / UnsafeOperation naming the problem and the fix.
@@ -208,9 +349,7 @@ def plan(src: Side, dst: Side, wanted: list[str], *, node: str = "the target", f
             raise NotFound(f"{src.dataset}@{name} does not exist on this node (its snapshots: {have})",
                            "name a version of `fabricctl list`")
     wanted = sorted(set(wanted), key=order.__getitem__)
-    if dst.exists and not dst.managed:
-        raise UnsafeOperation(f"{dst.dataset} on {node} exists but fabricctl does not own it (fabric:managed is not "
-                              "true)", f"fabricctl never writes over what it did not make: move it away on {node}")
+    check_receive(dst, origin=origin, force=False, node=node)
     # what the target has (or will have), by name -> GUID
     there = dst.guids
     if dst.resume_token:
@@ -304,15 +443,22 @@ def send_argv(dataset: str, transfer: Transfer, *, raw: bool, estimate: bool = F
     dry = ["-n", "-P"] if estimate else []
     if transfer.resume_token:
         return ["zfs", "send", *dry, "-t", transfer.resume_token]
-    flags = ["-p", "-w"] if raw else ["-p", "-c", "-L", "-e"]
+    flags = ["-w"] if raw else ["-c", "-L", "-e"]  # never -p: a package (check_stream)
     base = ["-i", dataset + transfer.base] if transfer.base else []
     return ["zfs", "send", *dry, *flags, *base, f"{dataset}@{transfer.snapshot}"]
 
 
-def receive_argv(dataset: str, *, origin: str, force: bool = False) -> list[str]:
-    """`zfs receive` on the target: resumable, never mounted, read-only, marked with where it came from."""
-    props = [w for k, v in {**RECEIVE_PROPS, ORIGIN_PROP: origin}.items() for w in ("-o", f"{k}={v}")]
-    return ["zfs", "receive", "-s", "-u", *(["-F"] if force else []), *props, dataset]
+def receive_argv(dataset: str, *, origin: str, force: bool = False, props: dict[str, str] | None = None) -> list[str]:
+    """`zfs receive` on the target: resumable, never mounted, read-only, managed, marked with where it came from,
+    with the volume's ``fabric:*`` properties of the request (``props``, checked: ``check_props``)."""
+    sets = {**(props or {}), **RECEIVE_PROPS, ORIGIN_PROP: origin}
+    return ["zfs", "receive", "-s", "-u", *(["-F"] if force else []),
+            *[w for k, v in sets.items() for w in ("-o", f"{k}={v}")], dataset]
+
+
+def snapshot_props_argv(snapshot: str, props: dict[str, str]) -> list[str]:
+    """`zfs set` of the snapshot's ``fabric:*`` properties of the request on the target, once it arrived."""
+    return ["zfs", "set", *[f"{k}={v}" for k, v in props.items()], snapshot]
 
 
 _SIZE = re.compile(r"^size\s+(\d+)\s*$", re.MULTILINE)
