@@ -104,6 +104,7 @@ def read_exports(ctx) -> tuple[dict, list]:
     access = {"chap": "off (insecure_no_chap)" if cfg.insecure_no_chap else "per-host",
               "discovery": "closed" if closed else "open"}
     checks = [health.chap(not cfg.insecure_no_chap), health.discovery(closed), saved_check(index.live["dump"]),
+              reservations_check(index.live["dump"]),
               health.sessions({t: [index.name_of(i) for i in inits] for t, inits in acls.items()}, logged_in),
               health.foreign_acls({t: [i for i in inits if i not in index.hosts] for t, inits in acls.items()})]
     return {"published": published, "sessions": logged_in, "access": access,
@@ -162,6 +163,16 @@ def saved_check(live: dict, path: str | None = None):
     except (OSError, ValueError) as exc:
         return health.unknown("lio_saved", f"cannot read {path}: {why(exc)}")
     return health.lio_saved(live, saved, path)
+
+
+def reservations_check(dump: dict, configfs: str | None = None):
+    """SCSI reservations and registrations on LIO's backstores, read from configfs (health.reservations); what
+    cannot be read is UNKNOWN."""
+    try:
+        found = lio.read_reservations(configfs or lio.CONFIGFS)
+    except Exception as exc:  # noqa: BLE001 - as read_pool
+        return health.unknown("reservations", f"cannot read LIO's reservations: {why(exc)}")
+    return health.reservations(found, dump)
 
 
 def rotation_check(path: str | None, now: float):

@@ -11,6 +11,7 @@ progress, a paused or canceled scrub, a scrub that found errors, a suspended or 
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -410,6 +411,10 @@ def node(monkeypatch, tmp_path):
         return state["live"]
 
     monkeypatch.setattr(lio, "read_live", read_live)
+    # configfs' reservation files of the version's backstore, as a read-only export is made (recorded: the
+    # read-only backstore of tests/unit/data/lio/reservations.json)
+    state["reservations"] = {"fctl_ds.imagenet.v1": recorded_reservations("idle", readonly=True)}
+    monkeypatch.setattr(lio, "read_reservations", lambda configfs=None: state["reservations"])
     monkeypatch.setattr(lzc, "holds", lambda name: ["fabric:published"])
     monkeypatch.setattr(status, "clock", lambda: TANK_SCRUB_END + DAY)
     saved = tmp_path / "saveconfig.json"  # what LIO restores at boot: LIO as it runs
@@ -428,10 +433,10 @@ def node(monkeypatch, tmp_path):
 def test_a_healthy_node_is_ok_and_keeps_the_json_of_before(node, capsys):
     assert node("--json") == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["state"] == OK and out["summary"].startswith("FABRIC OK - pool tank ONLINE; all 12 checks OK | ")
+    assert out["state"] == OK and out["summary"].startswith("FABRIC OK - pool tank ONLINE; all 13 checks OK | ")
     assert [c["name"] for c in out["checks"]] == ["pool_state", "device_errors", "data_errors", "scrub", "capacity",
-                                                  "chap", "discovery", "lio_saved", "sessions", "foreign_acls",
-                                                  "rotation", "holds"]
+                                                  "chap", "discovery", "lio_saved", "reservations", "sessions",
+                                                  "foreign_acls", "rotation", "holds"]
     assert all(c["state"] == OK and c["code"] == 0 for c in out["checks"])
     assert {"pool", "published", "sessions", "access", "warnings"} <= set(out)
     assert out["pool"]["name"] == "tank" and out["warnings"] == []
@@ -477,8 +482,8 @@ def test_a_pool_that_cannot_be_read_is_exit_3_and_the_other_checks_still_run(nod
     first = out["checks"][0]
     assert first["name"] == "pool_state" and first["state"] == UNKNOWN and first["code"] == 3
     assert first["summary"].startswith("cannot read pool tank: `zpool status -j --json-int -P tank` failed with exit 1")
-    assert [c["name"] for c in out["checks"][1:]] == ["chap", "discovery", "lio_saved", "sessions", "foreign_acls",
-                                                      "rotation", "holds"]
+    assert [c["name"] for c in out["checks"][1:]] == ["chap", "discovery", "lio_saved", "reservations", "sessions",
+                                                      "foreign_acls", "rotation", "holds"]
 
 
 def test_a_pool_that_is_not_imported_is_exit_2(node, capsys):
@@ -617,3 +622,72 @@ def test_writers_frozen_by_fabricctl_warn_an_overdue_thaw_is_critical_stray_wait
     assert stray.state == health.WARNING and "gpu1: 1 task (7 python3)" in stray.summary
     assert health.writers(clear, {"gpu2": "timed out"}).state == health.UNKNOWN
     assert health.writers({}, {}).state == health.OK
+
+
+# ---- SCSI reservations (recorded on the lab: tests/unit/data/lio/reservations/README.md) -----------------------
+
+RESERVATIONS = json.loads(data("lio", "reservations/states.json"))["states"]
+PR_RO0, PR_RO1, PR_RW = "prrec_ro0", "prrec_ro1", "prrec_rw"  # read-only emulate_pr 0, read-only 1 (made before), writable
+
+
+def recorded_reservations(state: str, readonly: bool = True) -> dict:
+    """configfs' reservation files of one recorded backstore: the read-only one made with emulate_pr 0 (or the
+    writable one) in a recorded state."""
+    return RESERVATIONS[state]["reservations"][PR_RO0 if readonly else PR_RW]
+
+
+def reservations(state: str, only: tuple = (PR_RO0, PR_RO1, PR_RW)):
+    rec = copy.deepcopy(RESERVATIONS[state])
+    return health.reservations({k: v for k, v in rec["reservations"].items() if k in only}, rec["dump"])
+
+
+def test_a_read_only_export_refusing_reservations_and_an_idle_writer_are_ok():
+    check = reservations("idle", only=(PR_RO0, PR_RW))
+    assert check.state == OK and check.summary == ("no SCSI reservation on 2 exported LUNs; read-only exports "
+                                                   "refuse them")
+    assert check.details[PR_RO0]["emulate_pr"] == 0 and check.details[PR_RW]["emulate_pr"] == 1
+    assert check.perf == ("reservations_held=0;;;0",)
+
+
+def test_a_read_only_export_that_allows_reservations_is_a_warning_naming_the_fix():
+    check = reservations("idle")
+    assert check.state == WARNING and "(emulate_pr 1)" in check.summary and PR_RO1 in check.summary
+    assert PR_RO0 not in check.summary and "unpublish and publish again" in check.summary
+
+
+def test_a_readers_spc2_reservation_is_critical_and_names_the_holder():
+    # gpu1 sent RESERVE(6) to every LUN: refused on ro0, held on ro1 (a reader's) and on rw (the writer's)
+    check = reservations("reserve6_sent_to_all")
+    assert check.state == CRITICAL
+    assert check.summary.startswith(f"SCSI reservations stop the other hosts' I/O: {PR_RO1} reserved by {GPU1} (SPC-2)")
+    assert PR_RO0 not in check.summary and check.details[PR_RO0]["holder"] is None
+    assert check.details[PR_RW]["holder"]["initiator"] == GPU1 and check.perf == ("reservations_held=2;;;0",)
+
+
+def test_the_writers_own_reservation_is_ok_and_named_another_hosts_is_critical():
+    own = reservations("reserve6_sent_to_all", only=(PR_RO0, PR_RW))
+    assert own.state == OK and own.summary.startswith(f"{PR_RW} reserved by {GPU1} (SPC-2), its writer; ")
+    spc3 = reservations("spc3_held", only=(PR_RO0, PR_RW))
+    assert spc3.state == OK and f"{PR_RW} reserved by {GPU1} (SPC-3, " in spc3.summary
+    assert f"{PR_RW} has 1 SPC-3 registration ({GPU1}), its writer's" in spc3.summary
+    # derived: the same readings, the volume now mapped to another host (its holder is no longer its writer)
+    rec = copy.deepcopy(RESERVATIONS["spc3_held"])
+    for t in rec["dump"]["targets"]:
+        for tpg in t["tpgs"]:
+            for acl in tpg["node_acls"]:
+                acl["node_wwn"] = GPU2
+    other = health.reservations({PR_RW: rec["reservations"][PR_RW]}, rec["dump"])
+    assert other.state == CRITICAL and f"{PR_RW} reserved by {GPU1} (SPC-3" in other.summary
+
+
+def test_released_reservations_leave_nothing_named():
+    check = reservations("released", only=(PR_RO0, PR_RW))
+    assert check.state == OK and not any(d["holder"] or d["registrations"] for d in check.details.values())
+
+
+def test_status_names_a_reservation_on_a_version(node, capsys):
+    node.state["reservations"] = {"fctl_ds.imagenet.v1": RESERVATIONS["reserve6_sent_to_all"]["reservations"][PR_RO1]}
+    assert node("--json") == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["summary"].startswith(f"FABRIC CRITICAL - SCSI reservations stop the other hosts' I/O: "
+                                     f"fctl_ds.imagenet.v1 reserved by {GPU1} (SPC-2)")

@@ -25,6 +25,9 @@ The checks and their policies (the thresholds are ``Thresholds``; fabricctl's ``
 - ``sessions``: a host with an ACL on a target of the fabric but no session to it is WARNING (it was published
   to and is not logged in: down, or logged out by hand).
 - ``foreign_acls``: an ACL of an initiator no configured host has is WARNING (``fabricctl access sync`` revokes it).
+- ``reservations``: a SCSI reservation on a read-only export (or on a writable volume, by another host than its
+  writer) is CRITICAL: it stops the other hosts' I/O; an SPC-3 registration on a read-only export, and a read-only
+  export that allows reservations (emulate_pr 1, made before the fabric refused them), are WARNING.
 - ``holds``: a replication hold (``fabric:sending``, ``fabric:receiving``) whose process is gone (a killed
   replicate) or that names none is WARNING, with the ``zfs release`` command of each.
 - ``unknown(name, why)``: a source that could not be read; ``missing_pool``: the pool is not imported (CRITICAL).
@@ -33,6 +36,7 @@ The checks and their policies (the thresholds are ``Thresholds``; fabricctl's ``
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass, field
 
 from .units import human_bytes
@@ -486,6 +490,107 @@ def leftover_holds(leftovers: list[dict]) -> Check:
                  "is gone", details, perf)
 
 
+# SCSI reservations on LIO's backstores (``lio.read_reservations``: configfs core/HBA/NAME/pr/* and
+# attrib/emulate_pr as text). What the kernel writes there (target_core_configfs.c): res_holder "No SPC-2
+# Reservation holder", "SPC-2 Reservation: iSCSI Initiator: IQN", "No SPC-3 Reservation holder", "SPC-3
+# Reservation: iSCSI Initiator: IQN,i,0xISID", or "SPC_RESERVATIONS_DISABLED" (emulate_pr 0);
+# res_pr_registered_i_pts "SPC-3 PR Registrations:" then "None" or one "iSCSI Node: IQN,i,0xISID Key: 0xKEY
+# PRgen: 0xN" line per registration.
+_NOT_HELD = ("", "SPC_RESERVATIONS_DISABLED", "Passthrough")
+_HOLDER = re.compile(r"^SPC-(?P<spc>[23]) Reservation: (?P<fabric>\S+) Initiator: (?P<initiator>[^,\s]+)")
+_REGISTRATION = re.compile(r"Node: (?P<initiator>[^,\s]+)\S* Key: (?P<key>0x[0-9A-Fa-f]+)")
+
+
+def parse_reservation(files: dict) -> dict:
+    """One backstore's pr/ and emulate_pr readings as {"emulate_pr": 0/1/None, "holder": {"spc", "initiator",
+    "text"} or None, "registrations": [{"initiator", "key"}]}."""
+    holder_text = " ".join(str(files.get("res_holder", "")).split())
+    holder = None
+    if holder_text not in _NOT_HELD and not holder_text.startswith("No SPC-"):
+        m = _HOLDER.match(holder_text)
+        holder = {"spc": int(m["spc"]) if m else None, "initiator": m["initiator"] if m else "", "text": holder_text}
+        if holder["spc"] == 3 and files.get("res_pr_type"):
+            holder["type"] = " ".join(str(files["res_pr_type"]).split())
+    registrations = [{"initiator": m["initiator"], "key": m["key"]}
+                     for m in _REGISTRATION.finditer(str(files.get("res_pr_registered_i_pts", "")))]
+    value = str(files.get("emulate_pr", "")).strip()
+    return {"emulate_pr": int(value) if value.isdigit() else None, "holder": holder, "registrations": registrations}
+
+
+def _exported(dump: dict) -> dict:
+    """{backstore name: set of initiators with an ACL mapping one of its LUNs} of an rtslib dump."""
+    out: dict = {}
+    for t in dump.get("targets") or []:
+        for tpg in t.get("tpgs") or []:
+            by_index = {lu.get("index"): str(lu.get("storage_object", "")).rsplit("/", 1)[-1]
+                        for lu in tpg.get("luns") or []}
+            for name in by_index.values():
+                out.setdefault(name, set())
+            for acl in tpg.get("node_acls") or []:
+                for m in acl.get("mapped_luns") or []:
+                    if m.get("tpg_lun") in by_index:
+                        out[by_index[m["tpg_lun"]]].add(acl.get("node_wwn", ""))
+    return out
+
+
+def reservations(readings: dict, dump: dict) -> Check:
+    """SCSI reservations and registrations on the backstores LIO exports. ``readings`` {backstore: configfs
+    files} (``lio.read_reservations``), ``dump`` rtslib's (each backstore's readonly, who its LUNs are mapped to).
+
+    A reservation held on a read-only export stops every other host's reads (RESERVATION CONFLICT): CRITICAL,
+    as is one on a writable volume held by another host than its one writer. An SPC-3 registration (on a
+    read-only export, or by another host than a volume's writer), and a read-only export that still allows
+    reservations (emulate_pr 1: made before the fabric refused them), are WARNING. The writer's own
+    reservation or registration on its volume is OK, and named."""
+    readonly = {so.get("name"): bool(so.get("readonly")) for so in dump.get("storage_objects") or []}
+    exported = _exported(dump)
+    held, registered, allowed, writers_own = [], [], [], []
+    writer_holds = 0
+    details: dict = {}
+    for name in sorted(n for n in readings if n in exported):
+        r = parse_reservation(readings[name])
+        details[name] = {**r, "readonly": readonly.get(name), "mapped_to": sorted(exported[name])}
+        ro = readonly.get(name, True)
+        h = r["holder"]
+        if h:
+            text = f"{name} reserved by {h['initiator'] or h['text']} (SPC-{h['spc']}" + \
+                (f", {h['type']}" if h.get("type") else "") + ")"
+            if not ro and h["initiator"] and exported[name] == {h["initiator"]}:
+                writers_own.append(text + ", its writer")
+                writer_holds += 1
+            else:
+                held.append(text)
+        if r["registrations"]:
+            who = sorted({g["initiator"] for g in r["registrations"]})
+            text = (f"{name} has {len(r['registrations'])} SPC-3 registration"
+                    f"{'s' if len(r['registrations']) != 1 else ''} ({_listing(who)})")
+            if not ro and set(who) == exported[name]:
+                writers_own.append(text + ", its writer's")
+            else:
+                registered.append(text)
+        if ro and r["emulate_pr"] == 1:
+            allowed.append(name)
+    perf = (f"reservations_held={len(held) + writer_holds};;;0",)
+    if held:
+        return Check("reservations", CRITICAL, f"SCSI reservations stop the other hosts' I/O: {_listing(held)} "
+                     "(an SPC-2 one ends when its holder releases it or its session ends; any ends when the export "
+                     "is re-created: unpublish and publish it again)", details, perf)
+    warn = []
+    if registered:
+        warn.append(f"SCSI registrations (no writer's): {_listing(registered)}")
+    if allowed:
+        warn.append(f"read-only exports that allow SCSI reservations (emulate_pr 1), where any host can stop the "
+                    f"others' reads: {_listing(allowed)} (re-made refusing them by the next publish or converge "
+                    "with none of their hosts logged in; or unpublish and publish again)")
+    if warn:
+        return Check("reservations", WARNING, "; ".join(warn) + (f"; {_listing(writers_own)}" if writers_own else ""),
+                     details, perf)
+    text = f"no SCSI reservation on {len(details)} exported LUN{'s' if len(details) != 1 else ''}"
+    if writers_own:
+        text = f"{_listing(writers_own)}; no other SCSI reservation"
+    return Check("reservations", OK, text + "; read-only exports refuse them", details, perf)
+
+
 # --------------------------------------------------------------------------------------------------
 # the result
 
@@ -515,4 +620,4 @@ def status_line(checks: list, label: str = "FABRIC") -> str:
 __all__ = ["CRITICAL", "Check", "DAY", "DEFAULTS", "EXIT_CODES", "KEYS", "NO_CHAP", "OK", "OPEN_DISCOVERY",
            "Thresholds", "UNKNOWN", "WARNING", "capacity", "chap", "data_errors", "device_errors", "discovery",
            "exit_code", "foreign_acls", "leftover_holds", "missing_pool", "overall", "pool_checks", "pool_state",
-           "scrub", "sessions", "status_line", "unknown", "worst"]
+           "reservations", "scrub", "sessions", "status_line", "unknown", "worst"]
