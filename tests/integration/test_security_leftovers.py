@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 from fabric_core.freeze import BLOCKED_SCRIPT, thaw_unit  # noqa: E402
 
 PRIVATE = "/root/.fabric-leftovers"  # 0700 on storage1 and gpu1: config copies, secrets, outputs
-SPARE_ADDRESS = "10.77.0.98"  # an address of the storage network no lab VM has
+SPARE_ADDRESS = "10.77.0.98"  # an address of the storage network no lab VM has (a storage node that never answers)
 SAVED = "/etc/rtslib-fb-target/saveconfig.json"  # what LIO restores at boot
 TAG = uuid.uuid4().hex[:6]
 
@@ -96,7 +96,7 @@ if not os.path.exists(p["secrets"]):
     os.close(fd)
 chap = json.load(open(p["secrets"]))
 desired = {"base_iqn": p["base"], "backstore_prefix": "lefto_", "targets": [{
-    "name": p["name"], "portals": [{"ip": ip} for ip in p["portals"]],
+    "name": p["name"], "portals": [{"ip": ip, "port": port} for ip, port in p["portals"]],
     "luns": [{"name": p["lun"], "device": p["device"]}],
     "acls": [{"initiator": i, "chap": {"userid": u, "password": chap[u]}} for u, i in p["acls"]]}]}
 try:
@@ -118,10 +118,10 @@ lio.converge(lio.DesiredState(base_iqn=sys.argv[1].split(":")[0], backstore_pref
 
 
 def test_an_lio_change_failing_half_way_saves_the_acl_it_withdrew(storage, iqn_base):
-    """A scratch target with the ACLs of two initiators; then one converge withdraws B and adds a portal on an
-    address storage1 does not have: the kernel refuses the portal (a real failure, at the third step of three),
-    the error is raised, and B's ACL, withdrawn before it, is gone from configfs AND from the saved file that
-    the boot-time restore reads (before issue 26 the save was skipped: B came back at the next boot)."""
+    """A scratch target with the ACLs of two initiators; then one converge withdraws B and adds a portal on a port
+    another program listens on (a listener of this test): the kernel refuses to bind it (a real failure, after
+    B's ACL went), the error is raised, and B's ACL is gone from configfs AND from the saved file that the
+    boot-time restore reads (before issue 26 the save was skipped: B came back at the next boot)."""
     name = f"lefto-{TAG}"
     iqn = f"{iqn_base}:{name}"
     zvol = f"tank/lefto-lio-{TAG}"
@@ -129,21 +129,27 @@ def test_an_lio_change_failing_half_way_saves_the_acl_it_withdrew(storage, iqn_b
     acls_dir = f"/sys/kernel/config/target/iscsi/{iqn}/tpgt_1/acls"
     portal = storage.check_output("python3 -c \"import yaml; print(yaml.safe_load(open('/etc/fabricctl/config.yml'))"
                                   "['portal']['ip'])\"")
+    busy_port = 3299
     base = {"base": iqn_base, "name": name, "lun": f"l{TAG}", "device": f"/dev/zvol/{zvol}",
             "secrets": f"{PRIVATE}/lio-chap.json"}
     storage.check_output(f"zfs create -V 16M {zvol} && udevadm settle && test -b /dev/zvol/{zvol}")
+    listener = storage.check_output(
+        "setsid python3 -c \"import socket, time; s = socket.socket(); "
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        f"s.bind(('{portal}', {busy_port})); s.listen(); time.sleep(600)\" > /dev/null 2>&1 < /dev/null & echo $!")
     try:
-        first = run_core(storage, RECONCILE, json.dumps({**base, "portals": [portal],
+        assert wait_for(storage, f"ss -Hltn 'sport = :{busy_port}' | grep -q LISTEN", 30, 0.5)
+        first = run_core(storage, RECONCILE, json.dumps({**base, "portals": [[portal, 3260]],
                                                          "acls": [["lefta", a], ["leftb", b]]}))
         assert first.rc == 0 and json.loads(first.stdout)["ok"], first.stdout + first.stderr
         assert storage.run(f"test -d {acls_dir}/{b}").rc == 0 and storage.run(f"grep -qF '{b}' {SAVED}").rc == 0
-        step(f"one converge: withdraw {b}, add a portal on {SPARE_ADDRESS} (not storage1's)")
-        second = run_core(storage, RECONCILE, json.dumps({**base, "portals": [portal, SPARE_ADDRESS],
+        step(f"one converge: withdraw {b}, add a portal on {portal}:{busy_port} (a port another program holds)")
+        second = run_core(storage, RECONCILE, json.dumps({**base, "portals": [[portal, 3260], [portal, busy_port]],
                                                           "acls": [["lefta", a]]}))
         assert second.rc == 0, second.stderr
         out = json.loads(second.stdout)
-        assert not out["ok"] and "create_portal" in out["problem"] and SPARE_ADDRESS in out["problem"], out
-        assert [d.split(" ")[0] for d in out["done"]] == ["delete_mapped_lun", "delete_acl"], out
+        assert not out["ok"] and "create_portal" in out["problem"] and str(busy_port) in out["problem"], out
+        assert [d.split(" ")[0] for d in out["done"]][-1] == "delete_acl", out  # applied before the failure
         # configfs: B's ACL gone, A's there; the saved file (what a boot restores) says the same
         assert storage.run(f"test -e {acls_dir}/{b}").rc != 0
         assert storage.run(f"test -d {acls_dir}/{a}").rc == 0
@@ -152,10 +158,11 @@ def test_an_lio_change_failing_half_way_saves_the_acl_it_withdrew(storage, iqn_b
         saved = json.loads(run_python(storage, "import json, sys\nd = json.load(open(sys.argv[1]))\n"
                                                "t = [t for t in d['targets'] if t['wwn'] == sys.argv[2]][0]\n"
                                                "print(json.dumps({'acls': [a['node_wwn'] for a in t['tpgs'][0]"
-                                               "['node_acls']], 'portals': [p['ip_address'] for p in t['tpgs'][0]"
+                                               "['node_acls']], 'portals': [p['port'] for p in t['tpgs'][0]"
                                                "['portals']]}))", SAVED, iqn).stdout)
-        assert saved == {"acls": [a], "portals": [portal]}, saved  # the refused portal was not kept either
+        assert saved == {"acls": [a], "portals": [3260]}, saved  # the refused portal was not kept either
     finally:
+        storage.run(f"kill {listener}")
         removed = run_core(storage, REMOVE, iqn)
         storage.run(f"udevadm settle; zfs destroy {zvol}")
     assert removed.rc == 0, removed.stderr
@@ -174,57 +181,74 @@ def job(fctl):
     assert res.rc == 0, res.stderr
 
 
+# On the writer: one write() of a whole file whose source is an mmap of another file that is not in the page
+# cache: the write() holds the file system's freeze protection (sb_start_write) while it faults its source in,
+# at the read rate its cgroup allows. argv: source, destination, a mark made just before the write()
+WRITER = r'''
+import mmap, os, sys
+src, dst, mark = sys.argv[1:4]
+with open(src, "rb") as f:
+    m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+open(mark, "w").close()
+print("wrote", os.write(fd, m), flush=True)
+'''
+
+
 def test_a_freeze_that_lands_after_its_timer_fired_is_thawed_when_fabricctl_is_killed(hosts, storage, fctl, job):
-    """On gpu1 a writer is inside one 40 MiB buffered write() whose writeback is throttled to 1 MiB/s (cgroup
-    io.max, dirty limit 8 MiB): `fsfreeze -f` waits for that write() to return, long after the 5 s safety timer
-    fired. fabricctl is SIGKILLed in that very window (the timer's service running while `fsfreeze -f` has not
-    returned): the freeze lands later with nobody left to thaw it but the timer's watchdog, which must (it keeps
-    trying under the freeze's lock). Read back on gpu1: a write completes, no task waits in percpu_rwsem_wait,
-    and the watchdog's journal says it thawed the mount point (it did thaw a landed freeze)."""
+    """On gpu1 a writer is inside one 32 MiB write() whose source pages are read in at 1 MiB/s (an mmap of a file
+    not in the page cache, cgroup io.max on reads: `sync -f` is not slowed, the write() is): `fsfreeze -f` waits
+    for that write() to return, long after the 5 s safety timer fired. fabricctl is SIGKILLed in that very window
+    (the timer's service running while `fsfreeze -f` has not returned): the freeze lands later with nobody left to
+    thaw it but the timer's watchdog, which must (it keeps trying under the freeze's lock). Read back on gpu1: a
+    write completes, no task waits in percpu_rwsem_wait, and the watchdog's journal says it thawed the mount
+    point (it did thaw a landed freeze)."""
     gpu1 = hosts["gpu1"]
     mountpoint = f"/checkpoints/{job}"
-    unit = thaw_unit(mountpoint)
+    unit, writer = thaw_unit(mountpoint), f"lefto-writer-{TAG}"
     env = private_config(storage, "thaw", "c['defaults']['thaw_after_seconds'] = 5")
-    dirty = gpu1.check_output("sysctl -n vm.dirty_bytes vm.dirty_background_bytes vm.dirty_ratio "
-                              "vm.dirty_background_ratio").split()
     since = gpu1.check_output("date +%s")
     device = gpu1.check_output(f"findmnt -no SOURCE {mountpoint}")
+    src, dst, mark = f"{mountpoint}/src", f"{mountpoint}/dst", f"{PRIVATE}/writing"
+    gpu1.check_output(f"dd if=/dev/urandom of={src} bs=1M count=32 oflag=direct status=none")  # not cached
+    gpu1.check_output(f"echo {base64.b64encode(WRITER.encode()).decode()} | base64 -d > {PRIVATE}/writer.py")
     pid = None
+
+    def seen() -> str:
+        return (storage.run(f"cat {PRIVATE}/snap.out").stdout + gpu1.run(
+            f"systemctl status --no-pager {unit}.timer {unit}.service {writer}; pgrep -af fsfreeze").stdout)[-3000:]
+
     try:
-        gpu1.check_output("sysctl -qw vm.dirty_bytes=8388608 vm.dirty_background_bytes=2097152")
-        gpu1.check_output(f"systemd-run --quiet --unit=lefto-writer-{TAG} -p 'IOWriteBandwidthMax={device} 1M' "
-                          f"dd if=/dev/zero of={mountpoint}/slow bs=40M count=1")
-        throttled = f"test \"$(cat /proc/$(systemctl show -P MainPID lefto-writer-{TAG})/wchan)\" = balance_dirty_pages"
-        assert wait_for(gpu1, throttled, 60, 0.5), "the writer's write() was never throttled"
-        step("the writer is inside its throttled write(): checkpoint snapshot with a 5 s safety timer")
+        gpu1.check_output(f"systemd-run --quiet --unit={writer} -p 'IOReadBandwidthMax={device} 1M' "
+                          f"python3 {PRIVATE}/writer.py {src} {dst} {mark}")
+        assert wait_for(gpu1, f"test -e {mark}", 60, 0.2), "the writer never started its write()"
+        assert gpu1.run(f"systemctl is-active --quiet {writer}").rc == 0, "the write() was not slow"
+        step("the writer is inside its slow write(): checkpoint snapshot with a 5 s safety timer")
         pid = storage.check_output(f"{env} setsid fabricctl checkpoint snapshot {job} --step 1 "
                                    f"> {PRIVATE}/snap.out 2>&1 < /dev/null & echo $!")
         window = (f"systemctl is-active --quiet {unit}.service && "
                   f"pgrep -f '^fsfreeze -f {mountpoint}$' > /dev/null")
         assert wait_for(gpu1, window, 120, 0.5), \
-            "never saw the timer's service running while fsfreeze -f had not returned"
+            f"never saw the timer's service running while fsfreeze -f had not returned: {seen()}"
         step("the timer fired, the freeze has not landed: fabricctl SIGKILLed")
         storage.run(f"kill -KILL {pid}")
-        # the freeze lands once the write() returns and the dirty pages are written (about 40 s at 1 MiB/s);
-        # then the watchdog thaws it within a second or so. A write to a frozen file system cannot be killed: the
-        # probe runs in the background and leaves a mark when its write went through
+        # the freeze lands once the write() returns (about 30 s at 1 MiB/s), then the watchdog thaws it within a
+        # second or so. A write to a frozen file system cannot be killed: the probe runs in the background and
+        # leaves a mark once its write went through
         assert wait_for(gpu1, f"! pgrep -f '^fsfreeze -f {mountpoint}$' > /dev/null", 180, 1), \
-            "the freeze never landed"
+            f"the freeze never landed: {seen()}"
         done = f"{PRIVATE}/probe-done"
         gpu1.check_output(f"setsid sh -c 'echo y > {mountpoint}/.probe && touch {done}' > /dev/null 2>&1 "
                           "< /dev/null &")
-        assert wait_for(gpu1, f"test -e {done}", 60, 1), "the writer is still frozen"
+        assert wait_for(gpu1, f"test -e {done}", 60, 1), f"the writer is still frozen: {seen()}"
         assert gpu1.check_output(f"sh -c {shlex.quote(BLOCKED_SCRIPT)}") == "", "a task still waits on a freeze"
         fired = gpu1.check_output(f"journalctl -u {unit}.service -o cat --no-pager -q --since @{since}")
         assert f"thawed {mountpoint}" in fired, fired  # it thawed a freeze that landed after it had fired
     finally:
         if pid:
             storage.run(f"kill -KILL {pid} 2>/dev/null")
-        gpu1.run(f"systemctl stop lefto-writer-{TAG}; systemctl reset-failed lefto-writer-{TAG} 2>/dev/null")
-        gpu1.run(f"sysctl -qw vm.dirty_ratio={dirty[2]} vm.dirty_background_ratio={dirty[3]}")
-        if dirty[0] != "0" or dirty[1] != "0":
-            gpu1.run(f"sysctl -qw vm.dirty_bytes={dirty[0]} vm.dirty_background_bytes={dirty[1]}")
-        gpu1.run(f"fsfreeze -u {mountpoint} 2>/dev/null; rm -f {mountpoint}/slow {mountpoint}/.probe")
+        gpu1.run(f"systemctl stop {writer}; systemctl reset-failed {writer} 2>/dev/null")
+        gpu1.run(f"fsfreeze -u {mountpoint} 2>/dev/null; rm -f {src} {dst} {mountpoint}/.probe")
     out = fctl.json("checkpoint", "snapshot", job, "--step", "2")  # the next snapshot works (leftovers handled)
     assert out["freeze_seconds"] > 0
 
@@ -253,11 +277,12 @@ def test_a_killed_replications_hold_is_named_by_status_and_released_by_the_next_
     its start) releases the dead one and leaves the live one (`zfs holds` read back)."""
     snap = f"tank/datasets/{SHARED}@v1"
     hold = core_script(storage, HOLD)
-    dead = storage.run(f"{hold} {snap} dead").stdout.strip()
-    assert dead.startswith("fabric:sending:"), dead
-    live_pid = storage.check_output(f"setsid {hold} {snap} live > {PRIVATE}/live.out 2>&1 < /dev/null & echo $!")
-    live = ""
+    dead = live = live_pid = ""
     try:
+        dead = storage.run(f"{hold} {snap} dead; true").stdout.strip()  # (not exec'd: its SIGKILL is its own)
+        assert dead.startswith("fabric:sending:"), dead
+        live_pid = storage.check_output(f"setsid {hold} {snap} live > {PRIVATE}/live.out 2>&1 < /dev/null & "
+                                        "echo $!")
         assert wait_for(storage, f"test -s {PRIVATE}/live.out", 30, 0.5)
         live = storage.check_output(f"head -1 {PRIVATE}/live.out")
         held = storage.check_output(f"zfs holds -H {snap}")
@@ -274,7 +299,8 @@ def test_a_killed_replications_hold_is_named_by_status_and_released_by_the_next_
         assert dead not in held, held  # released: its process is gone
         assert live in held, held  # kept: its process runs
     finally:
-        storage.run(f"kill -KILL {live_pid}")
+        if live_pid:
+            storage.run(f"kill -KILL {live_pid}")
         for tag in (dead, live):
             if tag:
                 storage.run(f"zfs release {shlex.quote(tag)} {snap} 2>/dev/null")
