@@ -627,7 +627,8 @@ def test_writers_frozen_by_fabricctl_warn_an_overdue_thaw_is_critical_stray_wait
 # ---- SCSI reservations (recorded on the lab: tests/unit/data/lio/reservations/README.md) -----------------------
 
 RESERVATIONS = json.loads(data("lio", "reservations/states.json"))["states"]
-PR_RO0, PR_RO1, PR_RW = "prrec_ro0", "prrec_ro1", "prrec_rw"  # read-only emulate_pr 0, read-only 1 (made before), writable
+# read-only with emulate_pr 0, read-only with 1 (exported before the change), writable
+PR_RO0, PR_RO1, PR_RW = "prrec_ro0", "prrec_ro1", "prrec_rw"
 
 
 def recorded_reservations(state: str, readonly: bool = True) -> dict:
