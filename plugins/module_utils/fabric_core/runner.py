@@ -44,7 +44,7 @@ C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"}
 # ---- the bounds of every call (seconds, bytes) ----
 LOCAL_TIMEOUT = 900.0  # a command on this node: zfs, mkfs, sync of a large dirty cache, udevadm (with its own)
 REMOTE_TIMEOUT = 300.0  # a command on a GPU node in all: an iscsiadm login's retries (~2 min), fsfreeze's flush
-REMOTE_IDLE = 120.0  # a command on a GPU node that printed nothing for this long is hung
+REMOTE_IDLE = 180.0  # a command on a GPU node silent this long is hung (iscsiadm gives up on a login at ~120 s itself)
 PROGRESS_SILENCE = 600.0  # a long read on a GPU node (verify --on) has no total bound: its progress lines, this
 #                          long apart at most (one huge file's digest), keep it alive
 PEER_TIMEOUT = 120.0  # one replica-serve request answered with JSON (state, export) from another storage node
