@@ -21,7 +21,7 @@ LEVERS       ?=
 export ANSIBLE_VAULT_IDENTITY_LIST := lab@$(CURDIR)/inventory/lab/vault-password.txt
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers lab-panic-repro lint docs lock clean
+.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers bench-native lab-panic-repro lint docs lock clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -102,6 +102,9 @@ bench-read-profile: venv ## issue 14 benchmark on the running lab: where a read'
 
 bench-read-levers: venv ## issue 14 benchmark on the running lab: read-path levers (block queue, SCSI queue depth, iSCSI PDU sizes, ZFS prefetch, volblocksize), one at a time (A B A B); LEVERS=a,b for some, ROUNDS=N -> docs/benchmarks.md, bench/results/read_levers.json
 	$(PY) bench/read_levers.py $(if $(LEVERS),--levers $(LEVERS)) $(if $(ROUNDS),--rounds $(ROUNDS))
+
+bench-native: venv ## issue 27 benchmark on the running lab (root): the target read by a native initiator (libiscsi's iscsi-perf on the host, as gpu1 with its CHAP) against storage1 reading the same snapshot device, seq 1 MiB and random 128 KiB at 32 in flight, A B A B; LEVERS=attrib.NAME=V,zfs.NAME=V, ROUNDS=N -> docs/benchmarks.md, bench/results/native_read.json
+	$(PY) bench/native_read_bench.py $(if $(LEVERS),--levers $(LEVERS)) $(if $(ROUNDS),--rounds $(ROUNDS))
 
 bench-checkpoint: venv ## issue 5 benchmark on the running lab: rotate vs sanoid, checkpoint list vs zfs list, freeze window -> docs/benchmarks.md
 	$(PY) bench/checkpoint_bench.py
