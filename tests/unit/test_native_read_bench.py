@@ -34,13 +34,14 @@ def test_iscsi_perf_sequential_run_is_read_from_its_final_average():
     assert r["capacity_bytes"] == 1600 << 20
     # the run's own average (the last "iops average" without "iops current"), times the request size, in 10^6 B/s
     assert r["mb_s"] == round(r["iops"] * (1 << 20) / 1e6, 1)
-    assert r["seconds_logged"] >= 10
+    assert r["iops"] == 58 and r["seconds_logged"] >= 10  # the recording's last line: "iops average 58 (58 MB/s)"
     assert r["iops_per_second"]["min"] <= r["iops"] <= r["iops_per_second"]["max"]
 
 
 def test_iscsi_perf_random_run():
     r = nb.parse_iscsi_perf((DATA / "iscsi-perf-rand128k.txt").read_text())
     assert r["request_bytes"] == 128 << 10
+    assert r["iops"] == 503 and r["mb_s"] == 65.9  # "iops average 503 (62 MB/s)": iscsi-perf's own MiB, truncated
     assert r["mb_s"] == round(r["iops"] * (128 << 10) / 1e6, 1)
 
 
@@ -63,9 +64,10 @@ def test_fio_json_gives_the_read_figures():
 def test_ratios_are_the_median_of_each_rounds_pair():
     def run(mb):
         return {"mb_s": mb}
-    rounds = [{"seq1m": {"native": run(150.0), "local": run(200.0)}, "rand128k": {"native": run(90.0), "local": run(100.0)}},
-              {"seq1m": {"native": run(160.0), "local": run(160.0)}, "rand128k": {"native": run(80.0), "local": run(100.0)}},
-              {"seq1m": {"native": run(100.0), "local": run(125.0)}, "rand128k": {"native": run(99.0), "local": run(100.0)}}]
+    def rnd(seq, seq_local, rand, rand_local):
+        return {"seq1m": {"native": run(seq), "local": run(seq_local)},
+                "rand128k": {"native": run(rand), "local": run(rand_local)}}
+    rounds = [rnd(150.0, 200.0, 90.0, 100.0), rnd(160.0, 160.0, 80.0, 100.0), rnd(100.0, 125.0, 99.0, 100.0)]
     s = nb.summary(rounds)
     assert s["seq1m"]["per_round"] == [0.75, 1.0, 0.8]
     assert s["seq1m"]["ratio"] == 0.8  # the median of the rounds' ratios, not the ratio of the medians (150/160)
@@ -152,3 +154,11 @@ def test_the_section_reports_the_emulated_initiators_ratios_labelled():
     assert "- native_iscsi_over_local_seq1m: 1.0 (target ≥ 0.95)" in text
     assert "- emulated initiator: fio_128k_qd32_iscsi_over_zvol_iops: 0.297" in text
     assert "none left" in text
+
+
+def test_host_cores_of_a_read_from_two_tick_readings(monkeypatch):
+    monkeypatch.setattr(nb.os, "sysconf", lambda name: 100)
+    before = {"storage1": 1000, "gpu1": 50, "host": 5000, "host_total": 10000}
+    after = {"storage1": 2500, "gpu1": 80, "host": 6500, "host_total": 12000}
+    # storage1: 1500 ticks = 15 CPU-seconds in 10 s -> 1.5 cores; the host busy 1500 of 2000 ticks
+    assert nb.cores(before, after, 10.0) == {"storage1": 1.5, "gpu1": 0.03, "host_busy": 0.75}
