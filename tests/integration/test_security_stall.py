@@ -101,8 +101,8 @@ def test_a_long_ingest_holds_only_its_datasets_locks_while_a_snapshot_and_a_publ
                     f"pkill -TERM -f 'python.*fabricctl dataset ingest {NAME} '")  # never the sh that writes the rc
     assert wait_for(storage, f"test -s {PRIVATE}/ingest.rc", 60)
     assert storage.check_output(f"cat {PRIVATE}/ingest.rc") != "0"
+    # killed, it could not clear its description from the file: the kernel released the lock all the same
     assert free(storage, staging_lock) and free(storage, NODE_LOCK)
-    assert storage.check_output(f"cat {staging_lock}") == ""  # the file names nobody
     step("the ingest again, to its end")
     out = fctl.json("dataset", "ingest", NAME, f"{SRC}/")
     assert out["files"] == 3 and out["copied"] + out["skipped"] == 3
