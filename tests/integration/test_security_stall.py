@@ -61,13 +61,15 @@ def test_a_long_ingest_holds_only_its_datasets_locks_while_a_snapshot_and_a_publ
         hosts, storage, fctl, published, subjects):
     staging_lock = f"{LOCKS}/staging-{NAME}.lock"
     step(f"dataset ingest {NAME}, held mid-copy (its staging mounted)")
+    staging = f"/srv/fabricctl/staging/{NAME}"
+    storage.check_output(f"! findmnt -n {staging} > /dev/null || umount {staging}")  # its mount shows it got past
     storage.check_output(
         f"rm -f {PRIVATE}/ingest.rc; setsid sh -c 'FABRICCTL_PAUSE=ingest-copying:600 timeout 900 fabricctl dataset "
         f"ingest {NAME} {SRC}/ > {PRIVATE}/ingest.out 2> {PRIVATE}/ingest.err; echo $? > {PRIVATE}/ingest.rc' "
         "> /dev/null 2>&1 < /dev/null &")
     try:
-        assert wait_for(storage, f"findmnt -n /srv/fabricctl/staging/{NAME} && grep -q 'dataset ingest' "
-                        f"{staging_lock}", 120), storage.run(f"cat {PRIVATE}/ingest.err").stdout
+        assert wait_for(storage, f"! flock -n {staging_lock} true && findmnt -n {staging}", 120), \
+            storage.run(f"cat {PRIVATE}/ingest.err").stdout  # its lock held, then its mount made: in the copy
         holder = json.loads(storage.check_output(f"cat {staging_lock}"))
         assert holder["command"] == f"fabricctl dataset ingest {NAME}", holder  # audit's command line: no paths
         # the kernel's view: the ingest's pid holds a lock on the staging lock file; the node lock is free
