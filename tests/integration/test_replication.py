@@ -375,7 +375,8 @@ def _tank(host) -> str:
 
 def test_the_peer_key_is_bound_to_its_node_in_the_forced_command(nodes):
     s1, s2 = nodes
-    line = s2.check_output(f"grep -F \"$(cut -d' ' -f2 {KEY}.pub)\" /root/.ssh/authorized_keys")
+    pub = s1.check_output(f"cut -d' ' -f2 {KEY}.pub")  # storage1's key, as storage2 authorized it
+    line = s2.check_output(f"grep -F {shlex.quote(pub)} /root/.ssh/authorized_keys")
     assert 'command="/usr/local/sbin/fabricctl replica-serve --peer storage1"' in line and "restrict" in line, line
 
 
