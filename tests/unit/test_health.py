@@ -669,7 +669,8 @@ def test_the_writers_own_reservation_is_ok_and_named_another_hosts_is_critical()
     own = reservations("reserve6_sent_to_all", only=(PR_RO0, PR_RW))
     assert own.state == OK and own.summary.startswith(f"{PR_RW} reserved by {GPU1} (SPC-2), its writer; ")
     spc3 = reservations("spc3_held", only=(PR_RO0, PR_RW))
-    assert spc3.state == OK and f"{PR_RW} reserved by {GPU1} (SPC-3, " in spc3.summary
+    assert spc3.state == OK
+    assert f"{PR_RW} reserved by {GPU1} (SPC-3, Write Exclusive Access), its writer" in spc3.summary
     assert f"{PR_RW} has 1 SPC-3 registration ({GPU1}), its writer's" in spc3.summary
     # derived: the same readings, the volume now mapped to another host (its holder is no longer its writer)
     rec = copy.deepcopy(RESERVATIONS["spc3_held"])

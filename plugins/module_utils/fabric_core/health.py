@@ -509,8 +509,8 @@ def parse_reservation(files: dict) -> dict:
     if holder_text not in _NOT_HELD and not holder_text.startswith("No SPC-"):
         m = _HOLDER.match(holder_text)
         holder = {"spc": int(m["spc"]) if m else None, "initiator": m["initiator"] if m else "", "text": holder_text}
-        if holder["spc"] == 3 and files.get("res_pr_type"):
-            holder["type"] = " ".join(str(files["res_pr_type"]).split())
+        if holder["spc"] == 3 and files.get("res_pr_type"):  # "SPC-3 Reservation Type: Write Exclusive Access"
+            holder["type"] = " ".join(str(files["res_pr_type"]).split()).removeprefix("SPC-3 Reservation Type: ")
     registrations = [{"initiator": m["initiator"], "key": m["key"]}
                      for m in _REGISTRATION.finditer(str(files.get("res_pr_registered_i_pts", "")))]
     value = str(files.get("emulate_pr", "")).strip()
