@@ -116,7 +116,7 @@ def reservation_files(storage, backstore: str) -> dict:
 
 def reservations_check(fctl) -> dict:
     res = fctl("status", "--json")
-    assert res.rc in (0, 1, 2), res.stderr
+    assert res.rc in (0, 1, 2, 3), res.stderr  # a health check's statuses (other checks may be anything)
     return next(c for c in json.loads(res.stdout)["checks"] if c["name"] == "reservations")
 
 
@@ -212,7 +212,8 @@ def test_the_writer_of_a_checkpoint_volume_may_reserve_it_and_status_names_it(ho
             check = reservations_check(fctl)
             mine = check["details"][backstore]
             assert mine["holder"] or mine["registrations"], check
-            assert check["state"] == "OK" and "its writer" in check["summary"], check
+            # OK, or WARNING for another export made before read-only exports refused reservations
+            assert check["state"] in ("OK", "WARNING") and "its writer" in check["summary"], check
     finally:
         scsi(gpu1, target, [RELEASE6, PR_UNREGISTER])
     files = reservation_files(storage, backstore)
