@@ -155,6 +155,16 @@ tpg.enable = True
 '''
 
 
+def wait_for(host, command: str, seconds: float, interval: float = 0.5) -> bool:
+    """Whether ``command`` succeeds on ``host`` within ``seconds`` (tried every ``interval``, once more at the end)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if host.run(command).rc == 0:
+            return True
+        time.sleep(interval)
+    return host.run(command).rc == 0
+
+
 def step(msg: str) -> None:
     """A progress line (shown with `pytest -s`, as `make demo` does)."""
     print(f"  -> {msg}", flush=True)

@@ -36,6 +36,7 @@ from conftest import (
     edited_config,
     run_python,
     step,
+    wait_for,
 )
 
 sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
@@ -284,14 +285,6 @@ def private_config(storage, name: str, change: str) -> str:
     storage.check_output(f"install -m 600 /dev/null {path}")
     return edited_config(storage, path, change)
 
-
-def wait_for(host, command: str, seconds: float, interval: float = 1.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if host.run(command).rc == 0:
-            return True
-        time.sleep(interval)
-    return host.run(command).rc == 0
 
 
 # ---- the state this file works on -----------------------------------------------------------------

@@ -21,11 +21,10 @@ import base64
 import json
 import shlex
 import sys
-import time
 import uuid
 
 import pytest
-from conftest import REPO, SHARED, edited_config, run_python, step
+from conftest import REPO, SHARED, edited_config, run_python, step, wait_for
 
 sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 from fabric_core.freeze import BLOCKED_SCRIPT, thaw_unit  # noqa: E402
@@ -35,14 +34,6 @@ SPARE_ADDRESS = "10.77.0.98"  # an address of the storage network no lab VM has 
 SAVED = "/etc/rtslib-fb-target/saveconfig.json"  # what LIO restores at boot
 TAG = uuid.uuid4().hex[:6]
 
-
-def wait_for(host, command: str, seconds: float, interval: float = 1.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if host.run(command).rc == 0:
-            return True
-        time.sleep(interval)
-    return host.run(command).rc == 0
 
 
 PY = "$(head -1 \"$(command -v fabricctl)\" | sed 's/^#!//')"  # fabricctl's interpreter (fabric_core importable)

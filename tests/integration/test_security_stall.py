@@ -14,10 +14,9 @@ gpu_nodes) is used as it is and left as found.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
-from conftest import edited_config, step
+from conftest import edited_config, step, wait_for
 
 NAME = "stall"  # the dataset ingested
 JOB = "stalljob"  # the checkpoint job snapshotted meanwhile
@@ -26,14 +25,6 @@ SRC = f"{PRIVATE}/src"
 LOCKS = "/run/fabric/locks"
 NODE_LOCK = "/run/fabric/node.lock"
 
-
-def wait_for(host, command: str, seconds: float, interval: float = 0.5) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if host.run(command).rc == 0:
-            return True
-        time.sleep(interval)
-    return host.run(command).rc == 0
 
 
 def free(host, path: str) -> bool:
