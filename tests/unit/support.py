@@ -18,6 +18,7 @@ import copy
 import importlib.util
 import json
 import sys
+import threading
 from pathlib import Path
 from unittest import mock
 
@@ -357,3 +358,21 @@ def lio_target(name: str, *initiators: str, lun: str | None = None) -> dict:
         "luns": [{"index": 0, "storage_object": f"/backstores/block/fctl_{lun}"}] if lun else [],
         "node_acls": [{"node_wwn": i, "mapped_luns": [{"index": 0, "tpg_lun": 0, "write_protect": True}]}
                       for i in initiators]}]}
+
+
+def ends(fn, limit: float = 60.0):
+    """``fn()`` in a thread: (returned, raised) once it ended; fails the test if it is still running after ``limit``
+    seconds (a liveness net far above every bound the tests use, not a measure of speed)."""
+    out: dict = {}
+
+    def call():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(limit)
+    assert not thread.is_alive(), f"still running after {limit} s: the bound did not hold"
+    return out.get("value"), out.get("error")

@@ -20,6 +20,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from fabric_core.errors import CommandError
+from support import ends
 
 from fabricctl.config import Host, SSHConfig
 from fabricctl.remote import (
@@ -364,22 +365,6 @@ def test_closed_port_is_host_unreachable_quickly(tmp_path, client_key_file):
 # bounds: a host that hangs, trickles, floods or never answers fails that command, naming the host and the bound
 
 
-def ends(fn, limit: float = 60.0):
-    """``fn()`` in a thread: (returned, raised) once it ended; fails the test if it is still running after ``limit``
-    seconds (a liveness net far above every bound used here, not a measure of speed)."""
-    out: dict = {}
-
-    def call():
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            out["error"] = exc
-
-    thread = threading.Thread(target=call, daemon=True)
-    thread.start()
-    thread.join(limit)
-    assert not thread.is_alive(), f"still running after {limit} s: the bound did not hold"
-    return out.get("value"), out.get("error")
 
 
 @pytest.mark.parametrize("argv, bounds, words", [

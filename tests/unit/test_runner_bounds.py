@@ -10,28 +10,13 @@ import threading
 
 import pytest
 import support  # noqa: F401
+from support import ends
 
 from fabric_core import runner as core_runner
 from fabric_core.errors import CommandBounded, CommandError
 from fabric_core.runner import LocalRunner, bounded_run
 
 
-def ends(fn, limit: float = 60.0):
-    """``fn()`` in a thread; (value, error) once it ended. Fails if still running after ``limit`` s (a liveness
-    net far above the bounds used here, not a measure of speed)."""
-    out: dict = {}
-
-    def call():
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001
-            out["error"] = exc
-
-    thread = threading.Thread(target=call, daemon=True)
-    thread.start()
-    thread.join(limit)
-    assert not thread.is_alive(), f"still running after {limit} s: the bound did not hold"
-    return out.get("value"), out.get("error")
 
 
 def alive(pid: int) -> bool:
