@@ -35,6 +35,8 @@ MUTATING = True  # takes the node lock and logs a journal record (not with --dry
 
 def OBJECT_LOCKS(ctx, args):  # noqa: N802,ARG001 - the command modules' declaration (main.py)
     return [("dataset", validate_fabric_name(args.name), False)]  # the volume made: exclusive
+
+
 # room for ZFS metadata beyond volsize when checking that a fully reserved volume fits
 RESERVE_SLACK = 1.02
 

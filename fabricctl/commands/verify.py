@@ -34,6 +34,8 @@ NODE_LOCK = False
 
 def OBJECT_LOCKS(ctx, args):  # noqa: N802,ARG001 - the command modules' declaration (main.py)
     return [("dataset", parse_ref(args.ref)[0], True)]  # read while it runs: no destroy meanwhile
+
+
 MANIFEST = os.path.join(".fabric", "manifest.tsv")
 
 

@@ -121,4 +121,3 @@ class CommandBounded(CommandError):
         detail = (stderr or stdout).strip()
         self.problem = (f"`{' '.join(redact_argv(self.argv))}`{on} {why}; killed"
                         + (f" (its output began: {detail[:300]!r})" if detail else ""))
-
