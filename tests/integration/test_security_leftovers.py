@@ -1,10 +1,10 @@
 """The leftovers of issue 26 on the lab (items 4, 6 and 7), each made to happen for real and read back through
 another path than the one the code took:
 
-* an LIO change that fails half-way (a portal on an address storage1 does not have: the kernel refuses to bind
-  it) after withdrawing an ACL: the ACL is gone from configfs and from the file LIO restores at boot;
-* a freeze that lands after its safety timer fired (a writer inside one long buffered write() whose writeback
-  is throttled holds `fsfreeze -f` back), fabricctl SIGKILLed then: the timer's watchdog thaws the file
+* an LIO change that fails half-way (a portal on a port another program listens on: the kernel refuses to
+  bind it) after withdrawing an ACL: the ACL is gone from configfs and from the file LIO restores at boot;
+* a freeze that lands after its safety timer fired (a writer inside one long buffered write() that reads its
+  source slowly holds `fsfreeze -f` back), fabricctl SIGKILLed then: the timer's watchdog thaws the file
   system once the freeze lands (a write completes, no task waits in percpu_rwsem_wait, its journal says it);
 * a hold left by a SIGKILLed replication is named by `fabricctl status` with its release command and released
   by the next replicate, while a live holder's hold stays (`zfs holds` read back);
