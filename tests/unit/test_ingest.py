@@ -20,14 +20,19 @@ def tree(tmp_path):
     return src
 
 
-def copy_all(sources, dest):
+def copy_pairs(pairs, dest):
+    """Copy each (file, opener) pair that is not up to date under dest, as the command does; the names copied."""
     copied = []
-    for file, open_file in ingest.walk(sources, complete=False):
+    for file, open_file in pairs:
         target = os.path.join(dest, file.rel)
         if not ingest.up_to_date(target, file):
             ingest.copy(open_file(), target, file)
             copied.append(file.rel)
     return copied
+
+
+def copy_all(sources, dest):
+    return copy_pairs(ingest.walk(sources, complete=False), dest)
 
 
 def test_a_tree_is_planned_whole_and_copied_with_mode_and_times(tree, tmp_path):
@@ -148,13 +153,7 @@ def test_a_single_file_source_and_a_failed_copy_leaves_no_partial_file(tree, tmp
 # ---- issue 26, item 7: the copy takes exactly what the walk checked; hard links ---------------------------
 
 def copy_planned(files, dest):
-    copied = []
-    for file, open_file in ingest.opened(files):
-        target = os.path.join(dest, file.rel)
-        if not ingest.up_to_date(target, file):
-            ingest.copy(open_file(), target, file)
-            copied.append(file.rel)
-    return copied
+    return copy_pairs(ingest.opened(files), dest)
 
 
 def test_a_file_added_after_the_walk_is_not_copied(tree, tmp_path):
