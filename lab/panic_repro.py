@@ -107,7 +107,7 @@ def one_run(profile: dict, n: int, args) -> dict:
         img = image.ensure_image(log, release)
         lab.ensure_key()
         host.ensure_netns(lab.netns, lab.state_dir, log)
-        stop(lab, vm)
+        lab.stop(vm)
         for old in lab.vmdir(vm).glob("*"):
             old.unlink()
         lab.start(vm, img, "tcg")
@@ -157,12 +157,8 @@ def one_run(profile: dict, n: int, args) -> dict:
             (keep / name).write_text(text)
             record["console"] = str((keep / name).relative_to(REPO))
     finally:
-        stop(lab, vm)
+        lab.stop(vm)
     return record
-
-
-def stop(lab: Lab, vm: topology.VM) -> None:
-    lab.stop(vm)
 
 
 def teardown(lab: Lab) -> None:
