@@ -167,11 +167,21 @@ class Config:
 
     # ---- hosts
 
-    def host(self, name: str) -> Host:
-        try:
+    def host(self, name: str, option: str = "") -> Host:
+        """One GPU node by name. ``option`` (e.g. ``--writer``) names where a person gave it: a group or a list
+        there is refused saying that it takes one host."""
+        if name in self.hosts:
             return self.hosts[name]
-        except KeyError:
-            raise self._unknown_target(name) from None
+        wanted = f"{option} takes one host" if option else "one host is wanted here"
+        if name in self.groups:
+            members = ", ".join(self.groups[name])
+            raise UserError(f"{name!r} is a group ({members or 'no hosts'}), and {wanted}",
+                            f"name one host{': one of ' + members if members else ''}")
+        parts = [p.strip() for p in str(name or "").split(",") if p.strip()]
+        if len(parts) > 1:
+            raise UserError(f"{name!r} is a list of {len(parts)} names, and {wanted}",
+                            f"name one host, e.g. {parts[0]!r}")
+        raise self._unknown_target(name)
 
     def resolve_targets(self, spec: str) -> list[Host]:
         """``"gpu_nodes"``, ``"gpu1,gpu2"`` or a mix -> hosts, duplicates collapsed, in the order given."""

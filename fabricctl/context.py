@@ -8,7 +8,6 @@ import sys
 
 from fabric_core import lock
 from fabric_core.errors import UserError
-from fabric_core.publish import Publisher
 from fabric_core.runner import LocalRunner
 
 from . import output
@@ -26,7 +25,9 @@ class Context:
         self.hosts: dict[str, str] = {}
         self.dry_run = bool(getattr(args, "dry_run", False))
         self.json = bool(getattr(args, "json", False))
+        self.result = None  # what emit() was given: main prints it when the command ends (with the failure, if any)
         self.local = LocalRunner(dry_run=self.dry_run)
+        self.local.trace = self.tracer("this node")
 
     @property
     def config(self):
@@ -45,6 +46,7 @@ class Context:
             from .remote import SSHRunner  # noqa: PLC0415 - paramiko only when a command reaches a host
 
             self._ssh[host.name] = SSHRunner(host, self.config.ssh, dry_run=self.dry_run)
+            self._ssh[host.name].trace = self.tracer(host.name)
         return self._ssh[host.name]
 
     # -- locks (fabric_core.lock: the volume's lock first, the node lock last and short) --
@@ -78,6 +80,9 @@ class Context:
     def publisher(self):
         """The publishing service (fabric_core.publish.Publisher) on this node and, over SSH, its hosts."""
         if self._publisher is None:
+            # imported here: the publishing service brings LIO, iSCSI and udev code (about 1 s of a storage
+            # node's emulated CPU in the lab), which the commands that never publish do not need
+            from fabric_core.publish import Publisher  # pylint: disable=import-outside-toplevel
             cfg = self.config
             self._publisher = Publisher(cfg.publishing(), self.local, self.ssh, cfg.hosts.values())
         return self._publisher
@@ -114,8 +119,21 @@ class Context:
 
     # -- output: results on stdout, progress and notes on stderr --
     def emit(self, obj) -> None:
-        """The result as JSON on stdout (output.print_json, fabricctl's one JSON writer)."""
-        output.print_json(obj)
+        """The result as JSON on stdout (output.print_json, fabricctl's one JSON writer), printed by ``finish``
+        when the command ends: so that a command that fails after making its result (a partial publish, a verify
+        that found differences) still prints exactly one JSON object, its result with the failure added."""
+        self.result = obj
+
+    def finish(self, fail: dict | None = None) -> None:
+        """Print the command's one JSON object: its result (``emit``) when it succeeded; when it failed, under
+        --json, its result with ``fail`` (output.failure) added, or the failure alone (without --json a failure is
+        text on stderr only)."""
+        result, self.result = self.result, None
+        if fail is None:
+            if result is not None:
+                output.print_json(result)
+        elif self.json:
+            output.print_json(output.with_failure(result, fail))
 
     def report(self, out: dict, *lines: str) -> None:
         """A command's result: ``out`` as JSON with --json, else the lines of text."""
@@ -128,6 +146,12 @@ class Context:
     def tense(self, planned: str, done: str) -> str:
         """``planned`` in a dry run ("would publish"), ``done`` otherwise ("published")."""
         return planned if self.dry_run else done
+
+    def tracer(self, where: str):
+        """With -v: a runner's trace (fabric_core.runner), each command it runs as one line on stderr."""
+        if not getattr(self.args, "verbose", False):
+            return None
+        return lambda line: self.note(f"fabricctl: [{where}] {line}")
 
     def note(self, text: str) -> None:
         print(text, file=sys.stderr)

@@ -10,8 +10,9 @@ run: True by default; False for a long command, which takes ``ctx.node_lock()`` 
 that change shared node state). This module builds the nested parsers from those declarations, adds the
 options every command shares (``--json``; ``--dry-run`` to a change), and, in one place (``main``),
 for every command: takes its locks around it (fabric_core.lock), maps errors to exit
-statuses (fabric_core.errors.EXIT_STATUSES), and logs one journal record when a change ends
-(fabricctl.audit). Commands never import this module.
+statuses (fabric_core.errors.EXIT_STATUSES), reports a failure (on stderr as text; under --json also as the
+command's one JSON object on stdout: the problem, the fix and the exit status, usage errors included), and
+logs one journal record when a change ends (fabricctl.audit). Commands never import this module.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import contextlib
 import os
 import sys
 import time
+import traceback
 
-from . import audit, commands
+from . import audit, commands, output
 from .context import Context
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_STATUSES, EXIT_UNEXPECTED, EXIT_USAGE, FabricError
 
@@ -50,19 +52,52 @@ GROUP_HELP = {"dataset": "staging volumes and sealed versions of training datase
               "plan": "capacity planning from the fabric's measured figures (pure arithmetic, changes nothing)",
               "config": "fabricctl's configuration file (/etc/fabricctl/config.yml)"}
 # the options every command shares, declared once
-JSON_HELP = "print the result as JSON (for scripts)"
+JSON_HELP = "print the result as JSON, for scripts (a failure too: its error, fix and exit status)"
+VERBOSE_HELP = "print each command fabricctl runs, here or on a host, with its exit status and time (on stderr)"
+DEBUG_HELP = "on an error, print its traceback too (on stderr); the same as FABRICCTL_DEBUG=1"
+DEBUG_ENV = "FABRICCTL_DEBUG"
+GLOBAL_FLAGS = ("-v", "--verbose", "--debug")  # fabricctl's own options that take no value
+USAGE_ERROR = "UsageError"  # the error_type of a usage error under --json (argparse's, exit 2)
+
+
+class UsageExit(SystemExit):
+    """argparse's usage error (status 2), with its message and the parser's name kept for --json."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(EXIT_USAGE)
+        self.prog = prog
+        self.message = message
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage error (printed on stderr as argparse does) keeps its message (UsageExit)."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise UsageExit(self.prog, message)
+
+
+def _shared(parser: argparse.ArgumentParser, *, command: bool = False) -> None:
+    """-v/--verbose and --debug: fabricctl's options, also accepted after a command's words (on a command's parser
+    without a default, so that a flag given before the command is not reset by it, and left out of its help)."""
+    default = argparse.SUPPRESS if command else False
+    parser.add_argument("-v", "--verbose", action="store_true", default=default,
+                        help=argparse.SUPPRESS if command else VERBOSE_HELP)
+    parser.add_argument("--debug", action="store_true", default=default,
+                        help=argparse.SUPPRESS if command else DEBUG_HELP)
 DRY_RUN_HELP = "do every read and every check, change nothing, and print the plan"
 
 
 def build_parser(only=None) -> argparse.ArgumentParser:
     """The command-line parser: the whole tree, or with ``only`` (a command module) that command alone,
     parsing its command lines exactly as the whole tree does (``main`` uses it to import one command)."""
-    parser = argparse.ArgumentParser(prog="fabricctl", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="fabricctl", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_Version, help="show fabricctl's version and those of ZFS, rtslib-fb "
                         "and open-iscsi found on this node, then exit")
     parser.add_argument("--config", metavar="PATH",
                         help="configuration file (default: $FABRICCTL_CONFIG or /etc/fabricctl/config.yml)")
+    _shared(parser)
     parser.set_defaults(command_tree=build_parser)  # the whole tree, for `completion` (commands never import main)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     groups: dict = {}
@@ -83,6 +118,7 @@ def build_parser(only=None) -> argparse.ArgumentParser:
         if module.MUTATING:
             p.add_argument("--dry-run", action="store_true", help=DRY_RUN_HELP)
         p.add_argument("--json", action="store_true", help=JSON_HELP)
+        _shared(p, command=True)
         p.set_defaults(func=module.run, command_path=module.PATH, command_module=module)
     return parser
 
@@ -102,7 +138,7 @@ class _Version(argparse.Action):
 
 def command_words(argv: list[str]) -> list[str]:
     """The words that name the command on a command line: those before its first option, after the
-    global --config (at most three: the deepest command has three)."""
+    global options (--config PATH, -v, --debug; at most three: the deepest command has three)."""
     words: list[str] = []
     skip = False
     for token in argv:
@@ -110,7 +146,7 @@ def command_words(argv: list[str]) -> list[str]:
             skip = False
         elif token == "--config":
             skip = True
-        elif token.startswith("--config="):
+        elif token.startswith("--config=") or token in GLOBAL_FLAGS:
             continue
         elif token.startswith("-") or len(words) == 3:
             break
@@ -154,6 +190,33 @@ def _locks(ctx, args, change: bool) -> contextlib.ExitStack:
     return stack
 
 
+def json_asked(argv: list[str]) -> bool:
+    """Whether the command line asks for JSON (--json before any ``--``), read before argparse has parsed it."""
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    return "--json" in words
+
+
+def debugging(args=None) -> bool:
+    """--debug, or FABRICCTL_DEBUG set to anything but empty or 0."""
+    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def fail(ctx, status: int, error_type: str, problem: str, fix: str, text: str) -> None:
+    """Report a command that failed, the one way for every command: ``text`` on stderr (for people), and under
+    --json the command's one JSON object on stdout (its result, if it made one, with the problem, the fix, the exit
+    status and the error's class: output.failure)."""
+    print(text, file=sys.stderr)
+    if debugging(ctx.args):
+        traceback.print_exc(file=sys.stderr)
+    ctx.finish(output.failure(problem, fix, status, error_type))
+
+
+def _usage_error(exc: UsageExit) -> None:
+    """A usage error under --json: argparse printed it on stderr; stdout gets it as the JSON object."""
+    output.print_json(output.failure(exc.message, f"see `{exc.prog} --help` for the command line it takes",
+                                     EXIT_USAGE, USAGE_ERROR))
+
+
 def main(argv: list[str] | None = None, *, sink: audit.Sink | None = None) -> int:
     """Run one command; returns its exit status. ``sink`` receives the journal record of a change
     (default: the journal, else syslog; see fabricctl.audit)."""
@@ -161,7 +224,11 @@ def main(argv: list[str] | None = None, *, sink: audit.Sink | None = None) -> in
     parser = build_parser(commands.matching(command_words(argv)))
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # a usage error (argparse prints it, status 2), --help or --version (0)
+    except UsageExit as exc:  # a usage error (argparse printed it; status 2)
+        if json_asked(argv):
+            _usage_error(exc)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help or --version (0)
         return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_USAGE)
     if not getattr(args, "func", None):
         (getattr(args, "group_parser", None) or parser).print_help()
@@ -173,21 +240,23 @@ def main(argv: list[str] | None = None, *, sink: audit.Sink | None = None) -> in
     try:
         with _locks(ctx, args, change):
             status = args.func(ctx, args)
+        ctx.finish()
         return status
     except FabricError as exc:
-        print(f"fabricctl: error: {exc}", file=sys.stderr)
         status, error = exc.exit_code, type(exc).__name__
+        fail(ctx, status, error, exc.problem, exc.fix, f"fabricctl: error: {exc}")
         return status
     except KeyboardInterrupt:
-        print("fabricctl: interrupted; the fabric is consistent (re-run the command to finish it)", file=sys.stderr)
         status, error = EXIT_INTERRUPTED, "KeyboardInterrupt"
+        fail(ctx, status, error, "interrupted; the fabric is consistent", "re-run the command to finish it",
+             "fabricctl: interrupted; the fabric is consistent (re-run the command to finish it)")
         return status
     except Exception as exc:  # noqa: BLE001 - the last line of defence: map to exit 5 with a hint
         status, error = EXIT_UNEXPECTED, type(exc).__name__
-        if os.environ.get("FABRICCTL_DEBUG"):
-            raise
-        print(f"fabricctl: unexpected error: {exc!r}\n  hint: re-run with FABRICCTL_DEBUG=1 for a traceback; "
-              "`journalctl -t fabricctl` and `dmesg` on this node", file=sys.stderr)
+        hint = (f"re-run with --debug (or {DEBUG_ENV}=1) for a traceback; `journalctl -t fabricctl` and `dmesg` on "
+                "this node")
+        fail(ctx, status, error, f"unexpected error: {exc!r}", hint,
+             f"fabricctl: unexpected error: {exc!r}\n  hint: {hint}")
         return status
     finally:
         ctx.close()

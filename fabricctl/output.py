@@ -16,7 +16,8 @@ from typing import Any, TextIO
 
 from fabric_core.units import human_bytes
 
-__all__ = ["human_bytes", "human_duration", "print_json", "print_rows", "print_table", "to_jsonable", "ProgressBar"]
+__all__ = ["human_bytes", "human_duration", "failure", "print_json", "print_rows", "print_table", "to_jsonable",
+           "with_failure", "ProgressBar"]
 
 
 def human_duration(seconds: float | None) -> str:
@@ -118,6 +119,22 @@ def print_json(obj: Any, *, stream: TextIO | None = None) -> None:
     """fabricctl's one JSON writer (every --json): pretty, keys sorted (stable for scripts and diffs), ASCII."""
     stream = stream if stream is not None else sys.stdout
     print(json.dumps(to_jsonable(obj), sort_keys=True, indent=2, default=str), file=stream)
+
+
+def failure(problem: str, fix: str, exit_status: int, error_type: str) -> dict:
+    """What a failed command says under --json (main builds it for every command, from the error that ended it):
+    the problem, the fix, the exit status and the error's class (its kind: NotFound, Busy, UsageError, ...)."""
+    return {"error": problem, "fix": fix, "exit_status": exit_status, "error_type": error_type}
+
+
+def with_failure(result: Any, fail: Mapping[str, Any]) -> dict:
+    """The one JSON object of a command that failed: its result, when it made one before failing (a publish that
+    reached some hosts, a verify that found differences), with the failure's keys added; else the failure alone.
+    A result that is not a mapping goes under "result"."""
+    if result is None:
+        return dict(fail)
+    base = dict(result) if isinstance(result, Mapping) else {"result": result}
+    return {**base, **fail}
 
 
 # --------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def run(ctx, args) -> int:
     job = validate_fabric_name(args.job, "job")
     size = zfs.parse_size(args.size)
     cfg = ctx.config
-    writer = cfg.host(args.writer)
+    writer = cfg.host(args.writer, "--writer")
     fstype = args.fs or cfg.defaults.fs
     volume = checkpoints.volume(cfg, job)
     existing = checkpoints.all_volumes(ctx).get(job)

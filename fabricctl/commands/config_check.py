@@ -5,8 +5,9 @@ thresholds, the lock's wait, and the warnings (obsolete keys, exports without CH
 secret is printed (CHAP is shown as mutual, one-way or none).
 
 Exit status 0 when the file is valid, 1 with the first problem (the key, where it is and the fix)
-otherwise; --json prints {"valid": false, "source", "error", "fix"} then. It reads only the file: no
-ZFS, LIO or GPU node is contacted, and no lock is taken. The file is --config, else $FABRICCTL_CONFIG,
+otherwise; --json prints {"valid": false, "source", "error", "fix", "exit_status", "error_type"} then
+(every command's failure under --json, with "valid" and "source"). It reads only the file: no ZFS, LIO
+or GPU node is contacted, and no lock is taken. The file is --config, else $FABRICCTL_CONFIG,
 else /etc/fabricctl/config.yml (root only: it holds the CHAP secrets).
 
 Examples:
@@ -16,7 +17,7 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core.errors import EXIT_USER, UserError
+from fabric_core.errors import UserError
 from fabric_core.health import KEYS as HEALTH_KEYS
 from fabric_core.retention import parse_retention
 
@@ -82,11 +83,11 @@ def run(ctx, args) -> int:
     try:
         cfg = config_file.load(source)
         out = summary(cfg)
-    except UserError as exc:
-        if not ctx.json:
-            raise  # main prints it: "fabricctl: error: PROBLEM / fix: FIX", exit 1
-        ctx.emit({"valid": False, "source": source, "error": exc.problem, "fix": exc.fix})
-        return EXIT_USER
+    except UserError:
+        # main reports it: "fabricctl: error: PROBLEM / fix: FIX" on stderr, exit 1; under --json this with the
+        # problem, the fix and the exit status added (what every command prints when it fails)
+        ctx.emit({"valid": False, "source": source})
+        raise
     if ctx.json:
         ctx.emit(out)
         return 0

@@ -4,12 +4,15 @@ On this node, the version's snapshot device is mounted read-only for the check (
 device, since LIO holds an exported device exclusively) and
 every file is compared with the manifest sealed into it; the manifest's own SHA-256 is compared
 with the one recorded on the snapshot. With --on HOST, the same check runs on that GPU node
-over its read-only mount (the manifest code is copied there for the run). Every difference is
-reported: missing, extra, size or content changed. Exit 1 when anything differs.
+over its read-only mount (the manifest code is copied there for the run); --on takes what --to
+takes, a group or a comma list too, and then checks every host of it in parallel. Every difference
+is reported: missing, extra, size or content changed. Exit 1 when anything differs on any host;
+3 when some hosts could not be checked (each named with why) and the others matched.
 
 Examples:
   fabricctl verify imagenet@v1
   fabricctl verify imagenet@v1 --on gpu1 --json
+  fabricctl verify imagenet@v1 --on gpu_nodes
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ class VerifyFailed(FabricError):
 
 def configure(p) -> None:
     p.add_argument("ref", metavar="NAME@VERSION", help="the sealed version")
-    p.add_argument("--on", metavar="HOST", help="check the copy mounted on this GPU node")
+    p.add_argument("--on", metavar="HOST|GROUP,...", help="check the copy mounted on this GPU node, or on each host "
+                   "of these groups and hosts from the config (as --to)")
     p.add_argument("--workers", type=int, default=None, help="parallel digest workers (default: config)")
 
 
@@ -125,15 +129,18 @@ def verify_remote(ctx, export, host, workers: int, expected_sha: str) -> dict:
 def run(ctx, args) -> int:
     name, version = parse_ref(args.ref)
     cfg = ctx.config
+    hosts = cfg.resolve_targets(args.on) if args.on else []  # the hosts first: a wrong name reads nothing
     row = datasets.require_version(ctx, name, version)
     export = datasets.export_of(ctx, row)
     workers = args.workers or cfg.defaults.manifest_workers
     expected = row.get("fabric:manifest-sha256") or ""
+    if args.on and args.on not in cfg.hosts:  # a group or a list: every host of it
+        return _run_on_hosts(ctx, args, export, hosts, workers, expected)
     if args.on:
-        report = verify_remote(ctx, export, cfg.host(args.on), workers, expected)
+        report = verify_remote(ctx, export, hosts[0], workers, expected)
     else:
         report = verify_local(ctx, export, workers, expected)
-    ok = bool(report.get("ok")) and report["manifest_sha256"]["ok"]
+    ok = _judge(report)
     report.update(ref=f"{name}@{version}", where=args.on or "storage node", ok=ok)
     if args.json:
         ctx.emit(report)
@@ -144,8 +151,44 @@ def run(ctx, args) -> int:
                   f"{expected}")
     if not ok:
         raise VerifyFailed(f"{name}@{version} on {args.on or 'the storage node'} differs from its manifest",
-                           "see the differences above; a published version is read-only, so a difference means "
-                           "a damaged device or a copy that is not this version")
+                           DIFFERS_FIX)
     if not args.json:
         print(f"{name}@{version} on {args.on or 'the storage node'}: OK")
+    return 0
+
+
+DIFFERS_FIX = ("see the differences above; a published version is read-only, so a difference means a damaged device "
+               "or a copy that is not this version")
+
+
+def _judge(report: dict) -> bool:
+    return bool(report.get("ok")) and report["manifest_sha256"]["ok"]
+
+
+def _run_on_hosts(ctx, args, export, hosts, workers: int, expected: str) -> int:
+    """--on a group or a list: the check on every host in parallel; one report per host."""
+    ref = f"{export.name}@{export.version}"
+    fan = ctx.fan(hosts, lambda host, step: verify_remote(ctx, export, host, workers, expected), f"verify {ref}",
+                  quiet=args.json)
+    reports = fan.values
+    for report in reports.values():
+        report["ok"] = _judge(report)
+    differ = [host for host, report in reports.items() if not report["ok"]]
+    if args.json:
+        ctx.emit({"ref": ref, "where": [h.name for h in hosts], "ok": fan.all_ok and not differ,
+                  "hosts": fan.to_dict()})
+    else:
+        for host, report in reports.items():
+            print(f"{host}:")
+            print("\n".join(f"  {line}" for line in report_text(report).splitlines()))
+            if not report["manifest_sha256"]["ok"]:
+                print(f"  manifest changed: sha256 {report['manifest_sha256']['actual']} but the version records "
+                      f"{expected}")
+    if differ:
+        unchecked = [o.name for o in fan.not_done]
+        raise VerifyFailed(f"{ref} differs from its manifest on {', '.join(differ)}"
+                           + (f"; not checked on {', '.join(unchecked)}" if unchecked else ""), DIFFERS_FIX)
+    fan.raise_for_partial(f"verify {ref}")
+    if not args.json:
+        print(f"{ref} on {', '.join(reports)}: OK")
     return 0

@@ -76,6 +76,7 @@ def test_an_invalid_configuration_is_exit_1_naming_the_key_and_the_fix(tmp_path,
     assert main(["--config", path, "config", "check", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["valid"] is False and doc["source"] == path and "wait_second" in doc["error"] and doc["fix"]
+    assert (doc["exit_status"], doc["error_type"]) == (1, "UserError")  # as every command's failure under --json
 
 
 def test_retention_policies_are_validated_too(tmp_path, capsys):

@@ -120,7 +120,7 @@ def test_completion_offers_a_commands_options_and_their_choices(script):
                                                                          "--size", "--volblocksize"]
     assert complete(script, "fabricctl dataset create --fs ") == ["ext4", "xfs"]
     assert complete(script, "fabricctl dataset create --fs x") == ["xfs"]
-    assert complete(script, "fabricctl --") == ["--config", "--help", "--version"]
+    assert complete(script, "fabricctl --") == ["--config", "--debug", "--help", "--verbose", "--version"]
     assert complete(script, "fabricctl config check --") == ["--help", "--json"]
     assert complete(script, "fabricctl publish imagenet@v1 --to ") == []  # a value without choices: file names
 

@@ -27,13 +27,16 @@ from .errors import UserError
 
 
 def closest(word, choices: Iterable) -> str | None:
-    """The choice closest to ``word`` (difflib's ratio of at least 0.6), or None."""
-    match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
+    """The choice closest to ``word`` (difflib's ratio of at least 0.6), or None. Never ``word`` itself (nor a
+    choice that reads the same, e.g. the key "1" for a YAML key 1): a word that is one of the choices but refused
+    for another reason (a group where one host is wanted) needs that reason, not itself suggested back."""
+    typed = str(word)
+    match = difflib.get_close_matches(typed, [str(c) for c in choices if str(c) != typed], n=1)
     return match[0] if match else None
 
 
 def suggestion(word, choices: Iterable) -> str:
-    """``did you mean 'x'?`` for the closest choice, or "" when none is close."""
+    """``did you mean 'x'?`` for the closest choice other than ``word``, or "" when none is close."""
     match = closest(word, choices)
     return f"did you mean {match!r}?" if match else ""
 

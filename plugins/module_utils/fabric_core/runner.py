@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CommandBounded, CommandError
+from .errors import CommandBounded, CommandError, redact_argv
 
 C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LANGUAGE": "C"}
 
@@ -71,14 +71,27 @@ class Runner:
     dry_run: bool = False
     planned: list = field(default_factory=list)  # argv of mutating commands skipped by a dry run
     executed: list = field(default_factory=list)  # argv of mutating commands that ran
+    # called with one line per command run, planned or library call (secrets masked): fabricctl's -v
+    trace: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+
+    def _traced(self, entry: tuple, outcome: str, started: float | None = None) -> None:
+        if self.trace is not None:
+            took = f" in {time.monotonic() - started:.2f} s" if started is not None else ""
+            self.trace(f"{' '.join(redact_argv(entry))}: {outcome}{took}")
 
     def run(self, argv, *, check: bool = True, data: str | None = None, mutating: bool = False,
             ok_rcs: tuple = (0,)) -> Result:
         argv = tuple(str(a) for a in argv)
         if mutating and self.dry_run:
             self.planned.append(argv)
+            self._traced(argv, "not run (dry run)")
             return Result(argv, 0, "", "")
-        rc, out, err = self._run(argv, data)
+        started, outcome = time.monotonic(), "failed to run"
+        try:
+            rc, out, err = self._run(argv, data)
+            outcome = f"exit {rc}"
+        finally:
+            self._traced(argv, outcome, started)
         if mutating:
             self.executed.append(argv)
         if check and rc not in ok_rcs:
@@ -92,8 +105,14 @@ class Runner:
         entry = tuple(str(a) for a in entry)
         if self.dry_run:
             self.planned.append(entry)
+            self._traced(entry, "not called (dry run)")
             return None
-        result = fn()
+        started, outcome = time.monotonic(), "failed"
+        try:
+            result = fn()
+            outcome = "done"
+        finally:
+            self._traced(entry, outcome, started)
         self.executed.append(entry)
         return result
 
