@@ -13,8 +13,7 @@ Examples:
 from __future__ import annotations
 
 from fabric_core.errors import NotFound, UserError
-from fabric_core.names import validate_fabric_name
-from fabric_core.publish import snapshot_name
+from fabric_core.names import snapshot_name, validate_fabric_name
 
 from .. import checkpoints, replication
 from .replicate import configure_common, limit_of, nodes_of, report

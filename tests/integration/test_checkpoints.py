@@ -13,7 +13,7 @@ import json
 import time
 
 import pytest
-from conftest import assert_refused_and_nothing_changed, edited_config, step
+from conftest import assert_refused_and_nothing_changed, edited_config, run_python, step
 
 JOB = "train"
 VOL = f"tank/checkpoints/{JOB}"
@@ -140,6 +140,46 @@ def test_rotation_destroys_in_one_batch_and_writes_metrics(storage, fctl):
     metrics = storage.check_output(f"cat {METRICS_FILE}")
     assert 'fabricctl_rotate_snapshots{action="destroyed"} 2' in metrics
     assert "fabricctl_rotate_last_success_timestamp_seconds" in metrics
+
+
+# What whoever can write the textfile directory plants (issue 26, item 5): a link at the final name, and at every
+# temporary name the old writer (open(PATH.PID.tmp, "w"), then rename) would have used for the next 3,000 PIDs,
+# each to a file only root may change. Prints how many links it made.
+PLANT_LINKS = r'''
+import os, sys
+path, decoy = sys.argv[1], sys.argv[2]
+last = int(open("/proc/sys/kernel/ns_last_pid").read())
+made = 0
+for pid in range(last + 1, last + 3001):
+    os.symlink(decoy, f"{path}.{pid}.tmp")
+    made += 1
+if os.path.lexists(path):
+    os.unlink(path)
+os.symlink(decoy, path)
+print(made + 1)
+'''
+
+
+def test_rotation_metrics_are_never_written_through_a_planted_link(storage, fctl):
+    """rotate's textfile goes through the core's atomic writer: a link planted at its name is replaced, not
+    followed, and the names the old writer would have opened are never opened (the decoy read back)."""
+    decoy = "/root/.fabric-decoy"
+    storage.check_output(f"printf 'root only\\n' > {decoy} && chmod 600 {decoy}")
+    before = storage.check_output(f"sha256sum {decoy}")
+    links = f"find {METRICS_FILE.rsplit('/', 1)[0]} -maxdepth 1 -name 'fabricctl.prom.*.tmp'"
+    try:
+        res = run_python(storage, PLANT_LINKS, METRICS_FILE, decoy)
+        assert res.rc == 0 and int(res.stdout) == 3001, res.stderr
+        assert storage.check_output(f"readlink {METRICS_FILE}") == decoy
+        res = fctl("rotate", "--json", env="FABRICCTL_CONFIG=/tmp/rotate.yml")
+        assert res.rc == 0, res.stderr
+        assert storage.check_output(f"sha256sum {decoy}") == before  # nothing written through any link
+        assert storage.check_output(f"stat -c '%F %a %U' {METRICS_FILE}") == "regular file 644 root"
+        assert "fabricctl_rotate_last_success_timestamp_seconds" in storage.check_output(f"cat {METRICS_FILE}")
+        assert storage.check_output(f"{links} ! -type l") == ""  # no file of its own left at an old name
+        assert int(storage.check_output(f"{links} -type l -lname {decoy} | wc -l")) == 3000  # none replaced
+    finally:
+        storage.run(f"{links} -type l -delete; rm -f {decoy}")
 
 
 # Holds the node lock through fabricctl's own code (run with the interpreter of the virtualenv the

@@ -73,6 +73,11 @@ def validate_snapshot_component(version: str) -> str:
     return version
 
 
+def snapshot_name(step: int) -> str:
+    """The snapshot of a checkpoint taken at training step STEP (its volume's @step-STEP)."""
+    return f"step-{step}"
+
+
 def validate_snapshot_name(name: str) -> str:
     """DATASET@SNAPSHOT."""
     if not isinstance(name, str) or name.count("@") != 1:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from . import blockfs, iscsi, lio, lioacls, lzc, mounts, multipath, zfs
 from .errors import UserError
-from .names import validate_fabric_name, validate_version
+from .names import snapshot_name, validate_fabric_name, validate_version
 from .rules import OPEN_ISCSI, Chap
 from .runner import Runner
 
@@ -103,10 +103,6 @@ def checkpoint_restore_export(checkpoint_root: str, mount_root: str, job: str, s
     validate_fabric_name(job, "job")
     return Export("ck", job, f"s{step}", f"{checkpoint_root}/{job}@{snapshot_name(step)}",
                   f"{mount_root}/{job}/restore/{step}", fstype)
-
-
-def snapshot_name(step: int) -> str:
-    return f"step-{step}"
 
 
 def dataset_export(dataset_root: str, mount_root: str, name: str, version: str, fstype: str) -> Export:
