@@ -3,9 +3,11 @@ read-write mount at STAGING_ROOT/NAME, with lookups that say what exists when a 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 
-from fabric_core import mounts, versions
+from fabric_core import history, mounts, versions, zfs
 from fabric_core.errors import NotFound, UserError
 from fabric_core.rules import KIND_DATASET
 
@@ -35,19 +37,66 @@ def sealed(ctx, name: str | None = None) -> list[dict]:
 
 
 def require_version(ctx, name: str, version: str) -> dict:
-    """The row of NAME@VERSION; NotFound names the dataset's versions (and, on a node with peers, how to
+    """The row of NAME@VERSION, VERSION a version or a tag: the one place a version named on a command line is
+    resolved, when the command runs (a tag: to the version it names now; the row's ``snapshot`` is the version,
+    ``tag`` the tag). NotFound names the dataset's versions and tags (and, on a node with peers, how to
     replicate it here)."""
     try:
         require(ctx, name)
     except NotFound as exc:
         raise NotFound(exc.problem, exc.fix + _replicate_hint(ctx, f"{name}@{version}")) from None
     rows = {r["snapshot"]: r for r in sealed(ctx, name)}
-    if version not in rows:
-        known = ", ".join(rows) or "none sealed yet"
-        raise NotFound(f"unknown version {name}@{version} (versions of {name}: {known})",
-                       f"seal it first with `fabricctl dataset seal {name} {version}`, or check the version"
-                       + _replicate_hint(ctx, f"{name}@{version}"))
-    return rows[version]
+    if version in rows:
+        return rows[version]
+    known_tags = tags(ctx, name)
+    if version in known_tags:
+        target = known_tags[version]
+        if target not in rows:
+            raise NotFound(f"tag {name}@{version} names version {target}, which is not on this node (destroyed, or "
+                           "not replicated here)", f"move the tag (`fabricctl tag {name}@VERSION {version}`) or remove "
+                           f"it (`fabricctl untag {name} {version}`)" + _replicate_hint(ctx, f"{name}@{target}"))
+        return {**rows[target], "tag": version}
+    known = ", ".join(rows) or "none sealed yet"
+    tagged = ", ".join(f"{t} -> {v}" for t, v in sorted(known_tags.items()))
+    raise NotFound(f"unknown version {name}@{version} (versions of {name}: {known}"
+                   + (f"; tags: {tagged}" if tagged else "") + ")",
+                   f"seal it first with `fabricctl dataset seal {name} {version}`, or check the version"
+                   + _replicate_hint(ctx, f"{name}@{version}"))
+
+
+def tags(ctx, name: str) -> dict[str, str]:
+    """{tag: version} of dataset NAME (its staging volume's ``fabric:tag:*`` properties)."""
+    vol = volume(ctx.config, name)
+    return history.tags_of(zfs.get_props(ctx.local, vol).get(vol, {}))
+
+
+def history_rows(ctx, name: str) -> list[dict]:
+    """The sealed versions of NAME, oldest first, with ZFS's ``written`` (what each wrote since the one before)."""
+    rows = versions.list_snapshots(ctx.local, ctx.config.dataset_root,
+                                   extra_columns=(*history.PROVENANCE_PROPS, "written"))
+    return [r for r in rows if r["name_short"] == name]
+
+
+@contextlib.contextmanager
+def mounted_readonly(ctx, export):
+    """A sealed version's file system mounted read-only in a directory of its own under /run, for the ``with``
+    block: through a read-only loop device, since LIO opens an exported device exclusively and a loop device
+    does not. Unmounted and the loop device detached however the block ends."""
+    run = ctx.local
+    where = tempfile.mkdtemp(prefix=f"fabricctl-{export.name}-{export.version}-", dir="/run")
+    try:
+        device = readable_device(ctx, export)
+        loop = run.run(["losetup", "--find", "--show", "--read-only", device]).stdout.strip()
+        try:
+            run.run(["mount", "-t", export.fstype, "-o", mounts.options(export.fstype, readonly=True), loop, where])
+            try:
+                yield where
+            finally:
+                run.run(["umount", where])
+        finally:
+            run.run(["losetup", "-d", loop], check=False)
+    finally:
+        os.rmdir(where)
 
 
 def export_of(ctx, row: dict, vol: dict | None = None):

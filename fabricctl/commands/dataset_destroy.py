@@ -1,8 +1,9 @@
 """Destroy a sealed version, or a whole dataset with its staging volume and every version.
 
 Refused while the version (or any version of the dataset) is published or held: unpublish
-first. Destroying is permanent, so it needs --yes (or --dry-run to see what would go). Only what
-fabricctl created (fabric:managed=true) is ever destroyed.
+first. A version a tag names is refused too (move or remove the tag first), and a version is named by
+itself, never by a tag. Destroying is permanent, so it needs --yes (or --dry-run to see what would
+go). Only what fabricctl created (fabric:managed=true) is ever destroyed.
 
 Examples:
   fabricctl dataset destroy imagenet@v1 --yes
@@ -11,7 +12,7 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lzc, versions
+from fabric_core import history, lzc, versions
 from fabric_core.errors import Busy, UnsafeOperation, UserError
 from fabric_core.names import parse_ref
 
@@ -38,6 +39,15 @@ def run(ctx, args) -> int:
     rows = datasets.sealed(ctx, name)
     if version is not None:
         rows = [datasets.require_version(ctx, name, version)]
+        if rows[0].get("tag"):
+            raise UserError(f"{name}@{version} is a tag (it names {rows[0]['snapshot']} now): a destroy names the "
+                            "version itself", f"run `fabricctl dataset destroy {name}@{rows[0]['snapshot']}` if that "
+                            "is the version to destroy")
+        tagged = history.tags_by_version(datasets.tags(ctx, name)).get(rows[0]["snapshot"])
+        if tagged:
+            raise Busy(f"refused: {name}@{rows[0]['snapshot']} is tagged {', '.join(tagged)}",
+                       f"move the tags to another version (`fabricctl tag {name}@VERSION TAG`) or remove them "
+                       f"(`fabricctl untag {name} TAG`); then destroy")
     index = ctx.publisher.index()
     blocked = []
     for r in rows:

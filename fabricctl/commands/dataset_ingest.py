@@ -16,6 +16,8 @@ file swapped for a link during the copy is refused too, and one added since is n
 SOURCE that is itself a symbolic link is followed once; a broken one or a loop is refused.
 
 Copying with any other tool into the mounted staging directory (STAGING_ROOT/NAME) works too.
+Each ingest records its sources (their absolute paths, and --into) for the next seal, which stores
+them with the version (fabric:sources; `fabricctl show NAME@VERSION`).
 
 Examples:
   fabricctl dataset ingest imagenet /import/imagenet/
@@ -27,7 +29,7 @@ from __future__ import annotations
 import errno
 import os
 
-from fabric_core import ingest
+from fabric_core import history, ingest
 from fabric_core.errors import NotFound, UserError
 from fabric_core.names import validate_fabric_name
 
@@ -102,6 +104,8 @@ def run(ctx, args) -> int:
     finally:
         if progress_bar:
             progress_bar.close()
+    if not ctx.dry_run:  # the next seal's provenance: what was ingested since the last one
+        history.add_sources(root, [history.source_label(s, into) for s in args.sources])
     out = {"dataset": name, "staging": root, "files": len(files), "bytes": total, "copied": copied,
            "copied_bytes": copied_bytes, "skipped": skipped, "symlinks": "refused", "dry_run": ctx.dry_run}
     ctx.report(out, f"{name}: {ctx.tense('would copy', 'copied')} {copied} files ({copied_bytes} bytes), {skipped} "

@@ -46,6 +46,7 @@ def run(ctx, args) -> int:
     name, version = parse_ref(args.ref)
     hosts = ctx.config.resolve_targets(args.to)
     row = datasets.require_version(ctx, name, version)
+    version = row["snapshot"]  # a tag resolved (datasets.require_version): the version it names now
     export = datasets.export_of(ctx, row, datasets.require(ctx, name))
     created = {r["snapshot"]: r["creation"] for r in datasets.sealed(ctx, name)}
     pub = ctx.publisher

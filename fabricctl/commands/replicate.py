@@ -84,7 +84,7 @@ def run(ctx, args) -> int:
                         f"give `{name} --all`, or drop --all")
     rows = datasets.sealed(ctx, name)
     if version:
-        datasets.require_version(ctx, name, version)
+        version = datasets.require_version(ctx, name, version)["snapshot"]  # a tag: the version it names
     else:
         datasets.require(ctx, name)
     wanted = replication.wanted_versions(rows, version, args.all)

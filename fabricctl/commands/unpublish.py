@@ -37,6 +37,7 @@ def configure(p) -> None:
 def run(ctx, args) -> int:
     name, version = parse_ref(args.ref)
     row = datasets.require_version(ctx, name, version)
+    version = row["snapshot"]  # a tag resolved (datasets.require_version): the version it names now
     export = datasets.export_of(ctx, row)
     pub = ctx.publisher
     index = pub.index()

@@ -73,7 +73,7 @@ EXPECTED_TABLE = {0: "success", 1: "refused", 2: "usage", 3: "partial", 4: "lock
 MUTATING = {("dataset", "create"), ("dataset", "ingest"), ("dataset", "seal"), ("dataset", "destroy"), ("publish",),
             ("unpublish",), ("checkpoint", "volume", "create"), ("checkpoint", "volume", "destroy"),
             ("checkpoint", "snapshot"), ("checkpoint", "restore"), ("checkpoint", "rollback"), ("rotate",),
-            ("access", "sync"), ("replicate",), ("checkpoint", "replicate")}
+            ("access", "sync"), ("replicate",), ("checkpoint", "replicate"), ("tag",), ("untag",)}
 # replica-serve changes the fabric for one request only (receive), so its MUTATING is a function of the request
 BY_REQUEST = {("replica-serve",)}
 
@@ -391,6 +391,9 @@ LOCK_TABLE = {
     ("checkpoint", "rollback"): ([("checkpoint", "x", False)], "whole"),
     ("checkpoint", "restore"): ([("checkpoint", "x", True)], "whole"),
     ("verify",): ([("dataset", "x", True)], "none"),
+    ("diff",): ([("dataset", "x", True)], "none"),
+    ("tag",): ([("dataset", "x", True)], "whole"),
+    ("untag",): ([("dataset", "x", True)], "whole"),
 }
 LOCK_ARGV = {("dataset", "destroy"): ["x"], ("publish",): ["x@v1", "--to", "gpu1"], ("unpublish",): ["x@v1"],
              ("replicate",): ["x@v1", "--to", "storage2"], ("checkpoint", "replicate"): ["x", "--to", "storage2"],
@@ -399,7 +402,8 @@ LOCK_ARGV = {("dataset", "destroy"): ["x"], ("publish",): ["x@v1", "--to", "gpu1
              ("checkpoint", "volume", "destroy"): ["x"], ("checkpoint", "rollback"): ["x", "--step", "1"],
              ("checkpoint", "restore"): ["x", "--step", "1", "--to", "gpu1"], ("verify",): ["x@v1"],
              ("dataset", "create"): ["x", "--size", "1G"], ("dataset", "ingest"): ["x", "/src"],
-             ("dataset", "seal"): ["x", "v1"], ("access", "sync"): [], ("rotate",): []}
+             ("dataset", "seal"): ["x", "v1"], ("access", "sync"): [], ("rotate",): [], ("diff",): ["x@v1", "x@v2"],
+             ("tag",): ["x@v1", "prod"], ("untag",): ["x", "prod"]}
 
 
 def test_every_command_takes_the_locks_of_the_table(cfg, monkeypatch):

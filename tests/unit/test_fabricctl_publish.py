@@ -250,7 +250,7 @@ def test_every_command_has_help_and_runs_through_main(capsys):
         assert "usage: fabricctl " + " ".join(module.PATH) in out
         changes = module.PATH not in {("list",), ("status",), ("metrics",), ("verify",), ("warm",),
                                       ("checkpoint", "list"), ("plan", "checkpoint"), ("config", "check"),
-                                      ("completion",)}
+                                      ("completion",), ("show",), ("log",), ("diff",)}
         assert ("--dry-run" in out) == changes, module.PATH
         if not changes:
             assert "--json" in out

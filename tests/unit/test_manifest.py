@@ -251,7 +251,7 @@ def test_the_walk_is_streamed(tmp_path, monkeypatch):
     root = make_tree(tmp_path / "t", {f"d{d}": {"f": b"1"} for d in range(5)})
     listed = []
     real = manifest._listing
-    monkeypatch.setattr(manifest, "_listing", lambda r, rel: listed.append(rel) or real(r, rel))
+    monkeypatch.setattr(manifest, "_listing", lambda r, rel, *more: listed.append(rel) or real(r, rel, *more))
     walker = manifest.walk(root)
     assert next(walker) == (b"d0", manifest.DIRECTORY)
     assert listed == [b""]  # only the root has been listed so far

@@ -210,7 +210,8 @@ def node(monkeypatch, tmp_path):
                ("zfs", "get", "-j", "-p", "volsize,referenced,primarycache,secondarycache", SNAPSHOT):
                    (0, snapshot_props(8 * MiB, 6 * MiB), ""),
                ("zpool", "status", "-j", "--json-int", "-P", "tank"): (0, data("zfs23b", "tank_status.json"), ""),
-               ("udevadm", "settle"): (0, "", "")}
+               ("udevadm", "settle"): (0, "", ""),
+               ("zfs", "get", "-j", "-p", "all", "tank/datasets/shared"): (0, '{"datasets": {}}', "")}  # no tag
     monkeypatch.setattr(context, "LocalRunner", lambda dry_run: AnsweringRunner(answers, dry_run=dry_run,
                                                                                 default=None))
     zvol = tmp_path / "shared@v1"

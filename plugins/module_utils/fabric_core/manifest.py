@@ -49,6 +49,7 @@ GIL. A tree that fits in one batch is hashed in the calling process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -161,6 +162,9 @@ class Summary:
     dirs: int = 0
     symlinks: int = 0
     path: str = ""
+    hashed: int = 0  # files read and hashed (all of them but those reused from the stat cache)
+    reused: int = 0  # files whose digest came from the previous seal's stat cache, unread
+    cache_sha256: str = ""  # the stat cache written beside the manifest ("" when none)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -232,9 +236,10 @@ def _entry_kind(entry: os.DirEntry) -> str:
     return _mode_kind(entry.stat(follow_symlinks=False).st_mode)
 
 
-def _listing(root: bytes, rel: bytes) -> list[tuple[bytes, str]]:
-    """One directory's entries as sorted (path, kind); each subdirectory also as (path + b"/", _SUBTREE)."""
-    items: list[tuple[bytes, str]] = []
+def _listing(root: bytes, rel: bytes, with_stat: bool = False) -> list[tuple]:
+    """One directory's entries as sorted (path, kind); each subdirectory also as (path + b"/", _SUBTREE).
+    ``with_stat``: a regular file's entry is (path, kind, (inode, size, mtime_ns, ctime_ns)), from its lstat."""
+    items: list[tuple] = []
     path = root + b"/" + rel if rel else root
     try:
         with os.scandir(path) as entries:
@@ -247,7 +252,13 @@ def _listing(root: bytes, rel: bytes) -> list[tuple[bytes, str]]:
                     kind = _entry_kind(entry)
                 except FileNotFoundError:  # removed while we walk
                     continue
-                items.append((child, kind))
+                if with_stat and kind == FILE:
+                    try:
+                        items.append((child, kind, _identity(entry.stat(follow_symlinks=False))))
+                    except FileNotFoundError:  # removed while we walk
+                        continue
+                else:
+                    items.append((child, kind))
                 if kind == DIRECTORY:
                     items.append((child + b"/", _SUBTREE))
     except OSError as err:
@@ -257,26 +268,33 @@ def _listing(root: bytes, rel: bytes) -> list[tuple[bytes, str]]:
     return items
 
 
-def walk(root: str | bytes) -> Iterator[tuple[bytes, str]]:
-    """(relative path, kind) of everything under root but the top-level .fabric, in manifest order."""
+def walk(root: str | bytes, with_stat: bool = False) -> Iterator[tuple]:
+    """(relative path, kind) of everything under root but the top-level .fabric, in manifest order; with_stat:
+    a regular file's is (relative path, kind, (inode, size, mtime_ns, ctime_ns))."""
     root_b = os.fsencode(root).rstrip(b"/") or b"/"
-    stack = [iter(_listing(root_b, b""))]
+    stack = [iter(_listing(root_b, b"", with_stat))]
     while stack:
         item = next(stack[-1], None)
         if item is None:
             stack.pop()
         elif item[1] == _SUBTREE:
-            stack.append(iter(_listing(root_b, item[0][:-1])))
+            stack.append(iter(_listing(root_b, item[0][:-1], with_stat)))
         else:
             yield item
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What the stat cache compares: (inode, size, mtime_ns, ctime_ns)."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 # ---------------------------------------------------------------------------------------------- hashing
 
 
 def _hash_path(path: bytes, expected_size: int) -> tuple:
-    """(_OK, hex, size) | (_OK, None, size) when the size is not the expected one (>= 0) |
-    (_GONE,) | (_NOT_REGULAR, kind) | (_ERROR, message)."""
+    """(_OK, hex, size, identity) | (_OK, None, size) when the size is not the expected one (>= 0) |
+    (_GONE,) | (_NOT_REGULAR, kind) | (_ERROR, message). identity: (inode, size, mtime_ns, ctime_ns) as fstat
+    saw them before the read (a change after it changes the ctime, so the next seal hashes the file again)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -294,7 +312,7 @@ def _hash_path(path: bytes, expected_size: int) -> tuple:
         if st.st_size < _CHUNK:
             data = os.read(fd, st.st_size + 1)
             if len(data) == st.st_size:  # asked for one byte more: this is the end of the file
-                return (_OK, hashlib.sha256(data).hexdigest(), len(data))
+                return (_OK, hashlib.sha256(data).hexdigest(), len(data), _identity(st))
             digest, size = hashlib.sha256(data), len(data)
         else:
             digest, size = hashlib.sha256(), 0
@@ -303,7 +321,7 @@ def _hash_path(path: bytes, expected_size: int) -> tuple:
             size += len(data)
         if expected_size >= 0 and size != expected_size:
             return (_OK, None, size)
-        return (_OK, digest.hexdigest(), size)
+        return (_OK, digest.hexdigest(), size, _identity(st))
     except OSError as err:
         return (_ERROR, err.strerror)
     finally:
@@ -413,49 +431,76 @@ def default_path(root: str | bytes) -> str:
     return os.path.join(os.fsdecode(root), MANIFEST_RELPATH)
 
 
-def build(root: str | bytes, out_path: str | bytes, *, workers: int = 4,
-          progress: Progress | None = None) -> Summary:
+def build(root: str | bytes, out_path: str | bytes, *, workers: int = 4, progress: Progress | None = None,
+          cache_out: str | bytes | None = None, reuse: str | bytes | None = None) -> Summary:
     """Write the manifest of the tree at root to out_path (atomically) and return its Summary.
 
-    out_path is normally ROOT/.fabric/manifest.tsv; it may not be elsewhere inside the tree. Raises
-    NotFound (no root), UserError (a special file, an unreadable file or directory, a bad out_path).
+    out_path is normally ROOT/.fabric/manifest.tsv; it may not be elsewhere inside the tree. ``cache_out``
+    (normally ROOT/.fabric/stat-cache.tsv): also write the stat cache of this build (see ``read_cache``).
+    ``reuse``: a stat cache the caller trusts (the previous seal's, unchanged since: fabricctl checks its
+    SHA-256 against the one recorded on that version); a file whose inode, size, mtime and ctime are those
+    the cache lists gets the cache's digest without being read, every other file is hashed. Raises NotFound
+    (no root, no cache), UserError (a special file, an unreadable file or directory, a bad out_path, a cache
+    that is not intact).
     """
     started = time.monotonic()
+    started_ns = time.time_ns()
     root_b = _check_root(root)
     workers = _check_workers(workers)
-    out = os.path.abspath(os.fsdecode(out_path))
-    real_root = os.path.realpath(os.fsdecode(root_b))
-    real_out = os.path.join(os.path.realpath(os.path.dirname(out)), os.path.basename(out))
-    inside = real_out.startswith(real_root.rstrip("/") + "/")
-    if inside and not real_out.startswith(os.path.join(real_root, ".fabric") + "/"):
-        raise UserError(f"the manifest {out} would be inside the tree it lists ({real_root})",
-                        f"write it to {default_path(real_root)} (excluded from the walk) or outside the tree")
+    out = _check_out(root_b, out_path)
+    cache_path = _check_out(root_b, cache_out) if cache_out is not None else None
     if atomic is None:
         raise UserError("manifest.py build needs fabric_core's atomic.py beside it (the one file writer)",
                         "copy atomic.py next to manifest.py, or run `fabricctl dataset seal` on the storage node")
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    digest = hashlib.sha256()
-    files = total = dirs = links = 0
+    digest, cache_digest = hashlib.sha256(), hashlib.sha256()
+    files = total = dirs = links = hashed = reused = 0
     ticker = _Ticker(progress)
+    trusted_before = started_ns - RACY_NS  # a ctime from then on is too close to this read to be trusted later
+    with_stat = cache_path is not None or reuse is not None
+    records: Iterable = walk(root_b, with_stat)
+    if reuse is not None:
+        records = _reusing(records, read_cache(reuse))
 
-    def job_of(record: tuple[bytes, str]) -> tuple[bytes, int] | None:
-        return (record[0], -1) if record[1] == FILE else None
+    def job_of(record: tuple) -> tuple[bytes, int] | None:
+        return (record[0], -1) if record[1] == FILE and (len(record) < 4 or record[3] is None) else None
 
-    # a temporary name nobody can predict (O_EXCL|O_NOFOLLOW), renamed over out once complete and synced
-    with atomic.replacing(out, mode=0o644, buffering=1 << 20) as manifest:
+    with contextlib.ExitStack() as stack:
+        # temporary names nobody can predict (O_EXCL|O_NOFOLLOW), renamed over out (and the cache) once complete
+        cache = stack.enter_context(atomic.replacing(cache_path, mode=0o644, buffering=1 << 20)) if cache_path \
+            else None
+        manifest = stack.enter_context(atomic.replacing(out, mode=0o644, buffering=1 << 20))
+
         def emit(line: bytes) -> None:
             manifest.write(line)
             digest.update(line)
 
+        def remember(line: bytes) -> None:
+            cache.write(line)
+            cache_digest.update(line)
+
         emit(HEADER)
-        with closing(_pipeline(root_b, walk(root_b), job_of, workers)) as results:  # pool shut on errors
-            for (rel, kind), result in results:
+        if cache is not None:
+            remember(CACHE_HEADER)
+        with closing(_pipeline(root_b, records, job_of, workers)) as results:  # pool shut on errors
+            for record, result in results:
+                rel, kind = record[0], record[1]
                 if kind == FILE:
-                    if result[0] != _OK:
-                        _raise_hash_error(root_b, rel, result)
-                    emit(b"%s\t%d\t%s\n" % (result[1].encode(), result[2], escape(rel)))
+                    if result is None:  # reused: the cache's manifest line, the walk's identity (the cache's own)
+                        line, ident = record[3], record[2]
+                        size = ident[1]
+                        reused += 1
+                    else:
+                        if result[0] != _OK:
+                            _raise_hash_error(root_b, rel, result)
+                        size, ident = result[2], result[3]
+                        line = b"%s\t%d\t%s\n" % (result[1].encode(), size, escape(rel))
+                        hashed += 1
+                    emit(line)
+                    if cache is not None and ident[1] == size and ident[3] < trusted_before:
+                        remember(b"%d\t%d\t%d\t%d\t" % ident + line)
                     files += 1
-                    total += result[2]
+                    total += size
                     ticker.tick(files, total)
                 elif kind == DIRECTORY:
                     emit(b"D\t-\t%s\n" % escape(rel))
@@ -472,9 +517,118 @@ def build(root: str | bytes, out_path: str | bytes, *, workers: int = 4,
                     raise UserError(f"{_show(root_b, rel)} is a {kind}, which a dataset cannot hold",
                                     "remove it (only regular files, directories and symlinks are allowed)")
         emit(b"%sfiles=%d bytes=%d dirs=%d symlinks=%d\n" % (TRAILER_PREFIX, files, total, dirs, links))
+        if cache is not None:
+            remember(b"%s\n" % TRAILER_PREFIX.rstrip())
     ticker.tick(files, total, final=True)
     return Summary(files=files, bytes=total, manifest_sha256=digest.hexdigest(),
-                   seconds=time.monotonic() - started, dirs=dirs, symlinks=links, path=out)
+                   seconds=time.monotonic() - started, dirs=dirs, symlinks=links, path=out, hashed=hashed,
+                   reused=reused, cache_sha256=cache_digest.hexdigest() if cache is not None else "")
+
+
+def _check_out(root_b: bytes, out_path: str | bytes) -> str:
+    """An output path of build: outside the tree, or under its top-level .fabric (left out of the walk)."""
+    out = os.path.abspath(os.fsdecode(out_path))
+    real_root = os.path.realpath(os.fsdecode(root_b))
+    real_out = os.path.join(os.path.realpath(os.path.dirname(out)), os.path.basename(out))
+    inside = real_out.startswith(real_root.rstrip("/") + "/")
+    if inside and not real_out.startswith(os.path.join(real_root, ".fabric") + "/"):
+        raise UserError(f"the manifest {out} would be inside the tree it lists ({real_root})",
+                        f"write it to {default_path(real_root)} (excluded from the walk) or outside the tree")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the stat cache
+#
+# A seal that costs the change. Beside the manifest, build writes ROOT/.fabric/stat-cache.tsv: for each regular
+# file, what stat said of it when it was hashed, and its manifest line::
+#
+#     # fabric-stat-cache v1
+#     <inode>\t<size>\t<mtime_ns>\t<ctime_ns>\t<sha256>\t<size>\t<path>        (the manifest's line, as it is)
+#     # end
+#
+# in manifest order. The next build given it (``reuse``) takes a file's digest from it when the file's inode, size,
+# mtime and ctime are all the same. What that trusts: the staging file system (the same ext4 or xfs from one
+# version to the next) changes a file's ctime whenever its content, size or inode changes (write, truncate,
+# rename over it, utimes), and user space cannot set a ctime; a file replaced gets another inode. A file whose
+# ctime is within RACY_NS of the start of the build that recorded it is left out of the cache (a later change in
+# the same timestamp tick would not move its ctime: ext4 with 128-byte inodes keeps whole seconds), so it is
+# hashed again next time. Nothing else is trusted: the caller gives only a cache whose SHA-256 is the one the
+# previous version recorded, and `verify` still reads every byte.
+
+CACHE_HEADER = b"# fabric-stat-cache v1\n"
+CACHE_RELPATH = ".fabric/stat-cache.tsv"
+RACY_NS = 2_000_000_000
+
+
+def _reusing(records: Iterable[tuple], cache: Iterator[tuple]) -> Iterator[tuple]:
+    """The walk's records with stats, each regular file's as (rel, FILE, identity, manifest line or None): the
+    cache's line when the cache lists the path with the same identity. Both streams are in manifest order."""
+    cached = next(cache, None)
+    for record in records:
+        if record[1] != FILE:
+            yield record
+            continue
+        rel = record[0]
+        while cached is not None and cached[0] < rel:
+            cached = next(cache, None)
+        if cached is not None and cached[0] == rel and cached[1] == record[2]:
+            yield (rel, FILE, record[2], cached[2])
+        else:
+            yield (rel, FILE, record[2], None)
+
+
+def read_cache(path: str | bytes) -> Iterator[tuple[bytes, tuple[int, int, int, int], bytes]]:
+    """Stream a stat cache: (raw relative path, (inode, size, mtime_ns, ctime_ns), the file's manifest line),
+    checking its header, syntax, order and trailer (UserError naming the line; a cache cut short fails at its
+    end, so the caller gives only one whose digest it checked first)."""
+    name = os.fsdecode(path)
+    try:
+        handle = open(path, "rb", buffering=1 << 20)
+    except FileNotFoundError:
+        raise NotFound(f"no stat cache at {name}", "seal with --full (it hashes every file and writes one)") from None
+    except OSError as err:
+        raise UserError(f"cannot read the stat cache {name}: {err.strerror}", "check its permissions") from err
+    previous, ended, trailer = b"", False, TRAILER_PREFIX.rstrip() + b"\n"
+    with handle:
+        for lineno, line in enumerate(handle, 1):
+            if lineno == 1:
+                if line != CACHE_HEADER:
+                    raise _bad_cache(name, 1, f"the header is {line[:60]!r}")
+                continue
+            if ended or not line.endswith(b"\n"):
+                raise _bad_cache(name, lineno, "a line after the trailer, or a line cut short")
+            if line == trailer:
+                ended = True
+                continue
+            try:
+                ino, size, mtime, ctime, entry = line.split(b"\t", 4)
+                sha, size_again, escaped = entry.split(b"\t", 2)
+                if size_again != size or len(sha) != 64:
+                    raise ValueError("not a file's manifest line")
+                ident = (int(ino), int(size), int(mtime), int(ctime))
+                rel = unescape(escaped[:-1])
+            except ValueError as err:
+                raise _bad_cache(name, lineno, f"not a stat cache line ({err})") from None
+            if rel <= previous:
+                raise _bad_cache(name, lineno, "out of order")
+            previous = rel
+            yield rel, ident, entry
+    if not ended:
+        raise _bad_cache(name, 0, "no trailer: the cache is truncated")
+
+
+def _bad_cache(path: str, lineno: int, what: str) -> UserError:
+    return UserError(f"{path} line {lineno}: {what}; this is not an intact stat cache",
+                     "seal with --full (it hashes every file and writes a new cache)")
+
+
+def file_sha256(path: str | bytes) -> str | None:
+    """The SHA-256 of a file's bytes, or None when there is no such file."""
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+    except FileNotFoundError:
+        return None
 
 
 def _show(root: bytes, rel: bytes) -> str:
@@ -674,6 +828,95 @@ def verify(root: str | bytes, manifest_path: str | bytes, *, workers: int = 4,
     return report
 
 
+# ---------------------------------------------------------------------------------------------- diff
+
+ADDED, REMOVED, CHANGED = "added", "removed", "changed"
+
+
+@dataclass
+class Change:
+    """One path that differs between two manifests: added (only in the new), removed (only in the old) or
+    changed (a file's size or digest, a symlink's target, or the kind of entry)."""
+
+    status: str  # ADDED, REMOVED or CHANGED
+    path: bytes
+    old: Entry | None
+    new: Entry | None
+
+    def to_dict(self) -> dict:
+        out: dict = {"status": self.status, "path": display(self.path)}
+        for side, entry in (("old", self.old), ("new", self.new)):
+            if entry is not None:
+                out[side] = {"kind": entry.kind, **({"size": entry.size, "sha256": entry.sha256}
+                                                    if entry.kind == FILE else {}),
+                             **({"target": display(entry.target)} if entry.kind == SYMLINK else {})}
+        return out
+
+    def line(self) -> str:
+        """One line for people: ``+ path``, ``- path`` or ``M path (what changed)``."""
+        mark = {ADDED: "+", REMOVED: "-", CHANGED: "M"}[self.status]
+        entry = self.new or self.old
+        what = "/" if entry.kind == DIRECTORY else (f" -> {display(entry.target)}" if entry.kind == SYMLINK else "")
+        detail = ""
+        if self.status == CHANGED:
+            if self.old.kind != self.new.kind:
+                detail = f"  ({self.old.kind} -> {self.new.kind})"
+            elif self.old.kind == FILE:
+                detail = f"  ({self.old.size} -> {self.new.size} bytes)" if self.old.size != self.new.size \
+                    else "  (content)"
+            elif self.old.kind == SYMLINK:
+                what = f" -> {display(self.old.target)} => {display(self.new.target)}"
+        return f"{mark} {display(self.path)}{what}{detail}"
+
+
+def _same(old: Entry, new: Entry) -> bool:
+    return old.kind == new.kind and old.size == new.size and old.sha256 == new.sha256 and old.target == new.target
+
+
+def _file_bytes(entry: Entry | None) -> int:
+    return entry.size if entry is not None and entry.kind == FILE else 0
+
+
+def diff(old_path: str | bytes, new_path: str | bytes, totals: dict | None = None) -> Iterator[Change]:
+    """The differences between two manifests, in path order, read as two streams side by side (both are
+    sorted by path: one entry of each in memory, never a whole manifest).
+
+    ``totals`` (if given) holds, once both were read whole: ``added``, ``removed``, ``changed``, ``unchanged``
+    (entries of any kind), ``added_bytes``/``removed_bytes`` (files' sizes), ``changed_bytes_old``/
+    ``changed_bytes_new`` (the changed files' sizes before and after), and ``old``/``new``: each manifest's
+    files, bytes, dirs, symlinks and manifest_sha256. NotFound / UserError as read_entries (a manifest that
+    is not intact is named with its line, even after some changes were yielded).
+    """
+    old_totals: dict = {}
+    new_totals: dict = {}
+    counts = dict.fromkeys((ADDED, REMOVED, CHANGED, "unchanged", "added_bytes", "removed_bytes",
+                            "changed_bytes_old", "changed_bytes_new"), 0)
+    olds, news = read_entries(old_path, old_totals), read_entries(new_path, new_totals)
+    old, new = next(olds, None), next(news, None)
+    while old is not None or new is not None:
+        if new is None or (old is not None and old.path < new.path):
+            counts[REMOVED] += 1
+            counts["removed_bytes"] += _file_bytes(old)
+            yield Change(REMOVED, old.path, old, None)
+            old = next(olds, None)
+        elif old is None or new.path < old.path:
+            counts[ADDED] += 1
+            counts["added_bytes"] += _file_bytes(new)
+            yield Change(ADDED, new.path, None, new)
+            new = next(news, None)
+        else:
+            if _same(old, new):
+                counts["unchanged"] += 1
+            else:
+                counts[CHANGED] += 1
+                counts["changed_bytes_old"] += _file_bytes(old)
+                counts["changed_bytes_new"] += _file_bytes(new)
+                yield Change(CHANGED, new.path, old, new)
+            old, new = next(olds, None), next(news, None)
+    if totals is not None:
+        totals.update(counts, old=old_totals, new=new_totals)
+
+
 # ---------------------------------------------------------------------------------------------- CLI
 
 
@@ -691,12 +934,23 @@ def main(argv: list[str] | None = None) -> int:
         cmd.add_argument("--workers", type=int, default=4, help="hashing processes (default 4)")
         cmd.add_argument("--json", action="store_true", help="the result as JSON on stdout")
         cmd.add_argument("--progress", action="store_true", help="progress lines on stderr")
+        if command == "build":
+            cmd.add_argument("--cache", help="also write the stat cache there (e.g. ROOT/" + CACHE_RELPATH + ")")
+            cmd.add_argument("--reuse", help="a previous build's stat cache: unchanged files are not read")
+    cmd = sub.add_parser("diff")
+    cmd.add_argument("old", help="the older manifest")
+    cmd.add_argument("new", help="the newer manifest")
+    cmd.add_argument("--json", action="store_true", help="the totals and every change as JSON on stdout")
+    cmd.add_argument("--stat", action="store_true", help="the totals only")
     args = parser.parse_args(argv)
+    if args.command == "diff":
+        return _diff_main(args)
     manifest_path = args.manifest or default_path(args.root)
     progress = _print_progress if args.progress else None
     try:
         if args.command == "build":
-            summary = build(args.root, manifest_path, workers=args.workers, progress=progress)
+            summary = build(args.root, manifest_path, workers=args.workers, progress=progress,
+                            cache_out=args.cache, reuse=args.reuse)
             if args.json:
                 print(json.dumps(summary.to_dict()))
             else:
@@ -719,6 +973,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{verdict}: {report.root} against {report.manifest} ({report.files} files, {report.bytes} bytes "
               f"listed) in {report.seconds:.1f} s")
     return 0 if report.ok else 1
+
+
+def _diff_main(args) -> int:
+    totals: dict = {}
+    changes: list[dict] = []
+    try:
+        for change in diff(args.old, args.new, totals):
+            if args.json and not args.stat:
+                changes.append(change.to_dict())
+            elif not args.json and not args.stat:
+                print(change.line())
+    except UserError as err:
+        print(f"manifest.py diff: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    if args.json:
+        print(json.dumps({"totals": totals, **({} if args.stat else {"changes": changes})}))
+    else:
+        print(diff_summary(totals))
+    return 0
+
+
+def diff_summary(totals: dict) -> str:
+    """The totals of a diff in one line."""
+    return (f"{totals[ADDED]} added ({totals['added_bytes']} bytes), {totals[REMOVED]} removed "
+            f"({totals['removed_bytes']} bytes), {totals[CHANGED]} changed ({totals['changed_bytes_old']} -> "
+            f"{totals['changed_bytes_new']} bytes), {totals['unchanged']} unchanged")
 
 
 if __name__ == "__main__":

@@ -183,8 +183,30 @@ def validate_version(version: str) -> str:
     return version
 
 
+# A tag names one version of a dataset and moves (``fabricctl tag``); it is written where a version is
+# (NAME@TAG), so it follows the versions' rule, and never looks like one: a version is usually v<digits>,
+# <digits> or a date, so a tag starting with a digit or with v<digit> is refused (it would be taken for, or
+# collide with, a version sealed later).
+_VERSION_LIKE = re.compile(r"^v?[0-9]")
+
+
+def validate_tag(tag: str) -> str:
+    """A dataset tag (``latest``, ``prod``): a version's rule, starting with a letter, and not v<digit>..."""
+    if not isinstance(tag, str) or not _VERSION.fullmatch(tag) or ".." in tag:
+        raise InvalidName(f"invalid tag {tag!r}: use lower-case letters, digits, '.' and '-' (at most {VERSION_MAX}, "
+                          "starting with a letter)", "for example `latest`, `prod` or `stable`")
+    if _VERSION_LIKE.match(tag):
+        raise InvalidName(f"invalid tag {tag!r}: it is named like a version (a digit, or 'v' and a digit, first); a "
+                          "tag must never be taken for a version", "name it for its use: `latest`, `prod`, `stable`")
+    if tag in RESERVED_VERSIONS or CHECKPOINT_VERSIONS.fullmatch(tag):
+        raise InvalidName(f"invalid tag {tag!r}: the word is reserved ({', '.join(sorted(RESERVED_VERSIONS))}, 'rw' "
+                          "and 's<digits>')", "choose another tag, for example `prod`")
+    return tag
+
+
 def parse_ref(ref: str, *, version_required: bool = True) -> tuple[str, str | None]:
-    """NAME@VERSION (or NAME alone when version_required is False) -> (name, version)."""
+    """NAME@VERSION (or NAME alone when version_required is False) -> (name, version). VERSION may be a tag
+    (it follows the versions' rule): fabricctl resolves it to the version it names when the command runs."""
     if not isinstance(ref, str) or ref.count("@") > 1:
         raise InvalidName(f"invalid reference {ref!r}: expected NAME@VERSION", "for example `imagenet@v1`")
     name, _at, version = ref.partition("@")
