@@ -575,6 +575,8 @@ def _reusing(records: Iterable[tuple], cache: Iterator[tuple]) -> Iterator[tuple
             yield (rel, FILE, record[2], cached[2])
         else:
             yield (rel, FILE, record[2], None)
+    for _rest in cache:  # read to its end: a cache cut short fails here, before the manifest is renamed into place
+        pass
 
 
 def read_cache(path: str | bytes) -> Iterator[tuple[bytes, tuple[int, int, int, int], bytes]]:

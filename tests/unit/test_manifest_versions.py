@@ -1,0 +1,195 @@
+"""Issue 31 in fabric_core.manifest: a seal that costs the change (the stat cache, reuse of unchanged files'
+digests) and the diff of two manifests, streamed (trees built in tmp_path)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fabric_core import manifest
+from fabric_core.errors import NotFound, UserError
+from test_manifest import SCRIPT, make_tree
+
+
+@pytest.fixture
+def settled(monkeypatch):
+    """Files made by the test count as settled at once (the stat cache leaves out what changed within RACY_NS
+    of a build's start; that rule has its own test)."""
+    monkeypatch.setattr(manifest, "RACY_NS", 0)
+
+
+def tree_of(tmp_path: Path) -> Path:
+    return make_tree(tmp_path / "t", {"a.txt": b"alpha\n", "b": {"c.bin": b"c" * 3000, "d.bin": b"d" * 10},
+                                      "e": {}, "l": ("link", "a.txt"), "z.txt": b"zed"})
+
+
+def seal(root: Path, name: str, reuse: Path | None = None, **kw) -> manifest.Summary:
+    fabric = root / ".fabric"
+    return manifest.build(root, fabric / f"{name}.tsv", workers=1, cache_out=fabric / f"{name}.cache", reuse=reuse,
+                          **kw)
+
+
+def test_a_full_build_writes_the_cache_and_a_reuse_reads_nothing_unchanged(tmp_path, settled):
+    root = tree_of(tmp_path)
+    first = seal(root, "v1")
+    assert (first.hashed, first.reused, first.files) == (4, 0, 4)
+    cache = root / ".fabric" / "v1.cache"
+    assert first.cache_sha256 == hashlib.sha256(cache.read_bytes()).hexdigest()
+    assert [rel for rel, _ident, _line in manifest.read_cache(cache)] == [b"a.txt", b"b/c.bin", b"b/d.bin", b"z.txt"]
+    again = seal(root, "v2", reuse=cache)
+    assert (again.hashed, again.reused) == (0, 4)
+    assert (root / ".fabric" / "v2.tsv").read_bytes() == (root / ".fabric" / "v1.tsv").read_bytes()
+    assert again.manifest_sha256 == first.manifest_sha256
+
+
+def test_only_changed_files_are_hashed_and_the_manifest_is_a_full_ones(tmp_path, settled, monkeypatch):
+    root = tree_of(tmp_path)
+    seal(root, "v1")
+    time.sleep(0.05)  # past the file system's timestamp tick
+    with open(root / "b" / "c.bin", "r+b") as fh:  # in place, same size: only the ctime (and mtime) move
+        fh.write(b"C")
+    os.utime(root / "b" / "c.bin", ns=(0, os.stat(root / "b" / "c.bin").st_mtime_ns))
+    replacement = root / "b" / ".d.tmp"  # replaced by rename, same size and mtime: another inode
+    replacement.write_bytes(b"D" * 10)
+    st = os.stat(root / "b" / "d.bin")
+    os.utime(replacement, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.rename(replacement, root / "b" / "d.bin")
+    (root / "new.txt").write_bytes(b"new")
+    (root / "z.txt").unlink()
+    hashed = []
+    real = manifest._hash_batch
+    monkeypatch.setattr(manifest, "_hash_batch",
+                        lambda r, jobs: (hashed.extend(rel for rel, _ in jobs), real(r, jobs))[1])
+    inc = seal(root, "v2", reuse=root / ".fabric" / "v1.cache")
+    assert sorted(hashed) == [b"b/c.bin", b"b/d.bin", b"new.txt"]
+    assert (inc.hashed, inc.reused) == (3, 1)
+    full = manifest.build(root, tmp_path / "full.tsv", workers=1)
+    assert (root / ".fabric" / "v2.tsv").read_bytes() == (tmp_path / "full.tsv").read_bytes()
+    assert manifest.verify(root, root / ".fabric" / "v2.tsv", workers=1).ok
+    assert full.manifest_sha256 == inc.manifest_sha256
+
+
+def test_reuse_through_worker_processes_gives_the_same_manifest(tmp_path, settled):
+    root = make_tree(tmp_path / "t", {f"d{i}": {f"f{j}": bytes([i, j]) * 7 for j in range(200)} for i in range(4)})
+    seal(root, "v1")
+    time.sleep(0.05)
+    (root / "d2" / "f7").write_bytes(b"changed")
+    inc = manifest.build(root, root / ".fabric" / "v2.tsv", workers=2, reuse=root / ".fabric" / "v1.cache",
+                         cache_out=root / ".fabric" / "v2.cache")
+    assert (inc.hashed, inc.reused) == (1, 799)
+    manifest.build(root, tmp_path / "full.tsv", workers=2)
+    assert (root / ".fabric" / "v2.tsv").read_bytes() == (tmp_path / "full.tsv").read_bytes()
+
+
+def test_files_changed_just_before_a_build_are_left_out_of_its_cache(tmp_path):
+    root = tree_of(tmp_path)  # made now: within RACY_NS of the build's start
+    first = seal(root, "v1")
+    assert first.hashed == 4
+    assert list(manifest.read_cache(root / ".fabric" / "v1.cache")) == []  # none trusted: all hashed next time
+    assert seal(root, "v2", reuse=root / ".fabric" / "v1.cache").hashed == 4
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda b: b.replace(b"# fabric-stat-cache v1", b"# something else"), "header"),
+    (lambda b: b[:-6], "truncated"),
+    (lambda b: b.replace(b"\t", b" ", 1), "not a stat cache line"),
+    (lambda b: b"\n".join([b.split(b"\n")[0], *reversed(b.split(b"\n")[1:-2]), b.split(b"\n")[-2], b""]),
+     "out of order"),
+])
+def test_a_cache_that_is_not_intact_is_refused_naming_the_line(tmp_path, settled, damage, words):
+    root = tree_of(tmp_path)
+    seal(root, "v1")
+    cache = root / ".fabric" / "v1.cache"
+    cache.write_bytes(damage(cache.read_bytes()))
+    with pytest.raises(UserError, match=words) as err:
+        seal(root, "v2", reuse=cache)
+    assert "--full" in err.value.fix
+    assert not (root / ".fabric" / "v2.tsv").exists()  # nothing written
+
+
+def test_a_missing_cache_is_not_found(tmp_path):
+    root = tree_of(tmp_path)
+    with pytest.raises(NotFound, match="no stat cache"):
+        seal(root, "v1", reuse=tmp_path / "nope")
+
+
+# --- diff ------------------------------------------------------------------------------------------------------
+
+
+def build_pair(tmp_path: Path) -> tuple[Path, Path]:
+    old = make_tree(tmp_path / "old", {"a.txt": b"alpha", "b": {"c.bin": b"c" * 30, "gone": b"g" * 5},
+                                       "kind": b"file", "l": ("link", "a.txt"), "same": b"s"})
+    new = make_tree(tmp_path / "new", {"a.txt": b"ALPHA", "b": {"c.bin": b"c" * 31, "added": b"n" * 7},
+                                       "kind": {}, "l": ("link", "same"), "same": b"s"})
+    manifest.build(old, tmp_path / "old.tsv", workers=1)
+    manifest.build(new, tmp_path / "new.tsv", workers=1)
+    return tmp_path / "old.tsv", tmp_path / "new.tsv"
+
+
+def test_diff_names_added_removed_and_changed_with_counts_and_bytes(tmp_path):
+    old, new = build_pair(tmp_path)
+    totals: dict = {}
+    changes = list(manifest.diff(old, new, totals))
+    assert [(c.status, c.path) for c in changes] == [
+        ("changed", b"a.txt"), ("added", b"b/added"), ("changed", b"b/c.bin"), ("removed", b"b/gone"),
+        ("changed", b"kind"), ("changed", b"l")]
+    assert [c.line() for c in changes] == ["M a.txt  (content)", "+ b/added", "M b/c.bin  (30 -> 31 bytes)",
+                                           "- b/gone", "M kind/  (file -> directory)", "M l -> a.txt => same"]
+    assert {k: totals[k] for k in ("added", "removed", "changed", "unchanged", "added_bytes", "removed_bytes",
+                                   "changed_bytes_old", "changed_bytes_new")} == {
+        "added": 1, "removed": 1, "changed": 4, "unchanged": 2, "added_bytes": 7, "removed_bytes": 5,
+        "changed_bytes_old": 5 + 30 + 4, "changed_bytes_new": 5 + 31}
+    assert totals["old"]["manifest_sha256"] == hashlib.sha256(old.read_bytes()).hexdigest()
+    assert totals["new"]["files"] == 4
+    assert changes[0].to_dict() == {"status": "changed", "path": "a.txt",
+                                    "old": {"kind": "file", "size": 5, "sha256": hashlib.sha256(b"alpha").hexdigest()},
+                                    "new": {"kind": "file", "size": 5, "sha256": hashlib.sha256(b"ALPHA").hexdigest()}}
+
+
+def test_a_diff_of_a_manifest_with_itself_is_empty(tmp_path):
+    old, _new = build_pair(tmp_path)
+    totals: dict = {}
+    assert list(manifest.diff(old, old, totals)) == []
+    assert totals["unchanged"] == 7 and totals["changed"] == totals["added"] == totals["removed"] == 0
+
+
+def test_the_diff_is_streamed_and_a_damaged_manifest_still_fails(tmp_path):
+    old, new = build_pair(tmp_path)
+    new.write_bytes(new.read_bytes().replace(b"# end files=4", b"# end files=5"))
+    changes = manifest.diff(old, new, {})
+    assert next(changes).path == b"a.txt"  # found before either manifest was read whole
+    with pytest.raises(UserError, match="trailer"):
+        list(changes)
+
+
+def test_the_diff_script_prints_changes_stat_and_json(tmp_path):
+    old, new = build_pair(tmp_path)
+
+    def script(*args):
+        return subprocess.run([sys.executable, str(SCRIPT), "diff", str(old), str(new), *args], capture_output=True,
+                              text=True, check=True).stdout
+
+    text = script().splitlines()
+    assert text[0] == "M a.txt  (content)" and text[-1].startswith("1 added (7 bytes), 1 removed (5 bytes), 4 changed")
+    assert script("--stat").splitlines() == text[-1:]
+    doc = json.loads(script("--json"))
+    assert doc["totals"]["added"] == 1 and len(doc["changes"]) == 6
+    assert "changes" not in json.loads(script("--json", "--stat"))
+
+
+def test_the_build_script_writes_and_reuses_a_cache(tmp_path, settled):
+    root = tree_of(tmp_path)
+    out, cache = tmp_path / "m.tsv", tmp_path / "c.tsv"
+    env = {**os.environ}
+    first = subprocess.run([sys.executable, str(SCRIPT), "build", str(root), str(out), "--workers", "1", "--json",
+                            "--cache", str(cache)], capture_output=True, text=True, check=True, env=env)
+    assert json.loads(first.stdout)["cache_sha256"] == hashlib.sha256(cache.read_bytes()).hexdigest()
+    second = subprocess.run([sys.executable, str(SCRIPT), "build", str(root), str(tmp_path / "m2.tsv"), "--workers",
+                             "1", "--json", "--reuse", str(cache)], capture_output=True, text=True, check=True)
+    assert json.loads(second.stdout)["files"] == 4  # a script run has the default RACY_NS: a fresh tree is hashed
