@@ -21,7 +21,7 @@ LEVERS       ?=
 export ANSIBLE_VAULT_IDENTITY_LIST := lab@$(CURDIR)/inventory/lab/vault-password.txt
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers bench-native lab-panic-repro lint docs lock clean
+.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-versions bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers bench-native lab-panic-repro lint docs lock clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -81,6 +81,9 @@ bench-site: venv ## issue 10 benchmark on fresh labs: site.yml first, converged 
 
 bench-manifest: venv ## issue 4 benchmark on the host: manifest of 1,000,000 small files vs find|xargs sha256sum -> docs/benchmarks.md
 	$(PY) bench/manifest_bench.py
+
+bench-versions: venv ## issue 31 benchmark on the host: seal after 1% of 1,000,000 files changed, incremental vs full; diff of two 1M-entry manifests -> docs/benchmarks.md, bench/results/versions.json
+	$(PY) bench/versions_bench.py
 
 bench-publish: venv ## issue 4 benchmark on the running lab: fabricctl publish of 1 and 4 GiB vs rsync to gpu1+gpu2 -> docs/benchmarks.md
 	$(PY) bench/publish_bench.py
