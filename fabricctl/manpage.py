@@ -27,7 +27,7 @@ ENVIRONMENT = (
     (DEBUG_ENV, "set (to anything but empty or 0): as --debug, the traceback of an error is printed on stderr."),
 )
 FILES = (
-    ("/etc/fabricctl/config.yml", "the configuration (0600: it holds the CHAP secrets), written by the fabricctl role."),
+    ("/etc/fabricctl/config.yml", "the configuration (0600: it holds the CHAP secrets), written by the role."),
     ("/run/fabric/node.lock", "this node's lock, shared with the Ansible modules that change LIO and ZFS."),
     ("/run/fabric/locks/", "one lock per object (KIND-NAME.lock) for long work on that object."),
     ("/etc/bash_completion.d/fabricctl", "the bash completion (fabricctl completion bash), written by the role."),
