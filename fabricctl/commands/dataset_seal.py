@@ -90,10 +90,11 @@ def run(ctx, args) -> int:
     rows = datasets.history_rows(ctx, name)
     existing = {r["snapshot"] for r in rows}
     snap = f"{datasets.volume(cfg, name)}@{version}"
+    if version not in existing:
+        _tag_clash(ctx, name, version)
     if version in existing or lzc.exists(snap):
         raise AlreadyExists(f"version {name}@{version} exists already (versions are immutable)",
                             "seal under a new version, e.g. bump it to the next number")
-    _tag_clash(ctx, name, version)
     parent = history.parent_of(rows)
     fstype = vol.get("fabric:fs") or "ext4"
     with ctx.node_lock():  # mounts are node state: the node lock around them, never around the manifest's read

@@ -187,6 +187,11 @@ def _value(row: dict, prop: str):
     return None if value in (None, "-", "") else value
 
 
+def _int(value):
+    """A size as a number (the listing gives ZFS's numbers as digits; a column it does not type stays text)."""
+    return int(value) if isinstance(value, str) and value.isdigit() else value
+
+
 def entry(row: dict, tags: dict[str, str]) -> dict:
     """A version as log and show give it: provenance, sizes (bytes of its files, ZFS ``referenced`` and
     ``written``: what this version wrote since its parent, its own), tags."""
@@ -194,9 +199,10 @@ def entry(row: dict, tags: dict[str, str]) -> dict:
     return {"version": row["snapshot"], "snapshot": row["name"], "created_at": _value(row, "fabric:created-at"),
             "created_by": _value(row, "fabric:created-by"), "author": _value(row, AUTHOR_PROP),
             "message": _value(row, MESSAGE_PROP), "parent": _value(row, PARENT_PROP),
-            "sources": parse_sources(row.get(SOURCES_PROP)), "files": row.get("fabric:files"),
-            "bytes": row.get("fabric:bytes"), "referenced": row.get("referenced"), "written": row.get("written"),
-            "used": row.get("used"), "manifest_sha256": _value(row, "fabric:manifest-sha256"),
+            "sources": parse_sources(row.get(SOURCES_PROP)), "files": _int(row.get("fabric:files")),
+            "bytes": _int(row.get("fabric:bytes")), "referenced": _int(row.get("referenced")),
+            "written": _int(row.get("written")), "used": _int(row.get("used")),
+            "manifest_sha256": _value(row, "fabric:manifest-sha256"),
             "tags": by_version.get(row["snapshot"], [])}
 
 
