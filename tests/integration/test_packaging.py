@@ -45,7 +45,7 @@ def next_wheel(tmp_path_factory) -> tuple[Path, str]:
 
 
 def installed(storage) -> dict:
-    show = storage.run(f"{VENV}/bin/pip show gpu-storage-fabric")
+    show = storage.run(f"{VENV}/bin/python -m pip show gpu-storage-fabric")
     fields = dict(line.split(": ", 1) for line in show.stdout.splitlines() if ": " in line)
     return {"rc": show.rc, "version": fields.get("Version"), "requires": fields.get("Requires", ""),
             "cli": storage.run("fabricctl --version").stdout.splitlines()[:1]}
