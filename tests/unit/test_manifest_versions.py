@@ -161,11 +161,27 @@ def test_a_diff_of_a_manifest_with_itself_is_empty(tmp_path):
 
 def test_the_diff_is_streamed_and_a_damaged_manifest_still_fails(tmp_path):
     old, new = build_pair(tmp_path)
-    new.write_bytes(new.read_bytes().replace(b"# end files=4", b"# end files=5"))
+    whole = new.read_bytes()
+    new.write_bytes(whole[:whole.index(b"# end")])  # cut before its trailer
     changes = manifest.diff(old, new, {})
     assert next(changes).path == b"a.txt"  # found before either manifest was read whole
-    with pytest.raises(UserError, match="trailer"):
+    with pytest.raises(UserError, match="no trailer"):
         list(changes)
+    new.write_bytes(whole.replace(b"\t31\t", b"\tx\t"))  # a line that differs, garbled: parsed, refused
+    with pytest.raises(UserError, match=r"new.tsv line \d+: not a file"):
+        list(manifest.diff(old, new, {}))
+    old.write_bytes(b"# fabric-manifest v2\n")
+    with pytest.raises(UserError, match="header"):
+        list(manifest.diff(old, new, {}))
+
+
+def test_lines_out_of_order_where_they_differ_are_refused(tmp_path):
+    old, new = build_pair(tmp_path)
+    lines = new.read_bytes().split(b"\n")
+    lines[1], lines[2] = lines[2], lines[1]  # a.txt and b swapped
+    new.write_bytes(b"\n".join(lines))
+    with pytest.raises(UserError, match="out of order"):
+        list(manifest.diff(old, new, {}))
 
 
 def test_the_diff_script_prints_changes_stat_and_json(tmp_path):

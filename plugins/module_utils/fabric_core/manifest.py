@@ -668,6 +668,18 @@ def _bad(path: str, lineno: int, what: str) -> UserError:
                      "rebuild it with `manifest.py build`, or take it from the sealed snapshot again")
 
 
+def _entry_of(line: bytes) -> Entry:
+    """One manifest line (without its newline) as an Entry; ValueError when it is not one."""
+    fields = line.split(b"\t")
+    if fields[0] == b"D" and len(fields) == 3 and fields[1] == b"-":
+        return Entry(unescape(fields[2]), DIRECTORY)
+    if fields[0] == b"L" and len(fields) == 4 and fields[1] == b"-":
+        return Entry(unescape(fields[2]), SYMLINK, target=unescape(fields[3]))
+    if len(fields) == 3 and _HEX.match(fields[0]) and fields[1].isdigit():
+        return Entry(unescape(fields[2]), FILE, int(fields[1]), fields[0].decode())
+    raise ValueError("not a file, directory or symlink line")
+
+
 def read_entries(manifest_path: str | bytes, totals: dict | None = None) -> Iterator[Entry]:
     """Stream a manifest's entries, checking header, syntax, order and trailer.
 
@@ -702,16 +714,8 @@ def read_entries(manifest_path: str | bytes, totals: dict | None = None) -> Iter
             if line.startswith(TRAILER_PREFIX):
                 trailer = line
                 continue
-            fields = line[:-1].split(b"\t")
             try:
-                if fields[0] == b"D" and len(fields) == 3 and fields[1] == b"-":
-                    entry = Entry(unescape(fields[2]), DIRECTORY)
-                elif fields[0] == b"L" and len(fields) == 4 and fields[1] == b"-":
-                    entry = Entry(unescape(fields[2]), SYMLINK, target=unescape(fields[3]))
-                elif len(fields) == 3 and _HEX.match(fields[0]) and fields[1].isdigit():
-                    entry = Entry(unescape(fields[2]), FILE, int(fields[1]), fields[0].decode())
-                else:
-                    raise ValueError("not a file, directory or symlink line")
+                entry = _entry_of(line[:-1])
             except ValueError as err:
                 raise _bad(name, lineno, str(err)) from None
             rel = entry.path
@@ -879,42 +883,124 @@ def _file_bytes(entry: Entry | None) -> int:
     return entry.size if entry is not None and entry.kind == FILE else 0
 
 
+_TRAILER = re.compile(rb"^# end files=(\d+) bytes=(\d+) dirs=(\d+) symlinks=(\d+)$")
+
+
+def _raw_lines(path: str | bytes, totals: dict) -> Iterator[tuple[int, bytes]]:
+    """(line number, line without its newline) of a manifest's entries, read in 1 MiB blocks; the header is
+    checked first, the trailer last (its counts, with the file's SHA-256, go to ``totals``)."""
+    name = os.fsdecode(path)
+    try:
+        handle = open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        raise NotFound(f"no manifest at {name}",
+                       "seal the version first (it writes ROOT/.fabric/manifest.tsv)") from None
+    except OSError as err:
+        raise UserError(f"cannot read the manifest {name}: {err.strerror}", "check its permissions") from err
+    digest, tail, lineno, trailer = hashlib.sha256(), b"", 0, None
+    with handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+            lines = (tail + chunk).split(b"\n")
+            tail = lines.pop()
+            for line in lines:
+                lineno += 1
+                if lineno == 1:
+                    if line + b"\n" != HEADER:
+                        raise _bad(name, 1, f"the header is {line[:60]!r}, expected {HEADER!r}")
+                elif trailer is not None:
+                    raise _bad(name, lineno, "a line after the trailer")
+                elif line[:1] == b"#":
+                    trailer = _TRAILER.match(line)
+                    if trailer is None:
+                        raise _bad(name, lineno, f"{line[:60]!r} is neither an entry nor the trailer")
+                else:
+                    yield lineno, line
+    if lineno == 0:
+        raise _bad(name, 1, "the file is empty")
+    if tail:
+        raise _bad(name, lineno + 1, "the last line is cut short")
+    if trailer is None:
+        raise _bad(name, lineno, "no trailer: the manifest is truncated")
+    files, size, dirs, links = (int(g) for g in trailer.groups())
+    totals.update(files=files, bytes=size, dirs=dirs, symlinks=links, manifest_sha256=digest.hexdigest())
+
+
+class _Side:
+    """One manifest of a diff: its current line, parsed only when it differs from the other side's."""
+
+    def __init__(self, path: str | bytes, totals: dict):
+        self.name = os.fsdecode(path)
+        self.lines = _raw_lines(path, totals)
+        self.previous = b""
+        self.lineno, self.line, self.entry = 0, None, None
+        self.advance()
+
+    def advance(self) -> None:
+        self.lineno, self.line = next(self.lines, (self.lineno, None))
+        self.entry = None
+
+    def parsed(self) -> Entry:
+        if self.entry is None:
+            try:
+                self.entry = _entry_of(self.line)
+            except ValueError as err:
+                raise _bad(self.name, self.lineno, str(err)) from None
+            if self.entry.path <= self.previous:
+                raise _bad(self.name, self.lineno, f"{display(self.entry.path)!r} is out of order")
+            self.previous = self.entry.path
+        return self.entry
+
+
 def diff(old_path: str | bytes, new_path: str | bytes, totals: dict | None = None) -> Iterator[Change]:
     """The differences between two manifests, in path order, read as two streams side by side (both are
-    sorted by path: one entry of each in memory, never a whole manifest).
+    sorted by path: one entry of each in memory, never a whole manifest). A line that is the same in both is
+    one unchanged entry and is not parsed; lines that differ are parsed and merged by path (each checked in
+    order against the last one parsed on its side).
 
     ``totals`` (if given) holds, once both were read whole: ``added``, ``removed``, ``changed``, ``unchanged``
     (entries of any kind), ``added_bytes``/``removed_bytes`` (files' sizes), ``changed_bytes_old``/
     ``changed_bytes_new`` (the changed files' sizes before and after), and ``old``/``new``: each manifest's
-    files, bytes, dirs, symlinks and manifest_sha256. NotFound / UserError as read_entries (a manifest that
-    is not intact is named with its line, even after some changes were yielded).
+    files, bytes, dirs and symlinks (its trailer's) and manifest_sha256 (of the file's bytes: fabricctl checks
+    it against the one the version recorded). NotFound / UserError naming the file and line (a manifest that is
+    not intact fails even after some changes were yielded).
     """
     old_totals: dict = {}
     new_totals: dict = {}
     counts = dict.fromkeys((ADDED, REMOVED, CHANGED, "unchanged", "added_bytes", "removed_bytes",
                             "changed_bytes_old", "changed_bytes_new"), 0)
-    olds, news = read_entries(old_path, old_totals), read_entries(new_path, new_totals)
-    old, new = next(olds, None), next(news, None)
-    while old is not None or new is not None:
-        if new is None or (old is not None and old.path < new.path):
+    old, new = _Side(old_path, old_totals), _Side(new_path, new_totals)
+    same = 0
+    while old.line is not None or new.line is not None:
+        if old.line == new.line:  # the one test for the 99%: equal bytes, the same entry
+            same += 1
+            old.advance()
+            new.advance()
+            continue
+        if new.line is None or (old.line is not None and old.parsed().path < new.parsed().path):
+            entry = old.parsed()
             counts[REMOVED] += 1
-            counts["removed_bytes"] += _file_bytes(old)
-            yield Change(REMOVED, old.path, old, None)
-            old = next(olds, None)
-        elif old is None or new.path < old.path:
+            counts["removed_bytes"] += _file_bytes(entry)
+            yield Change(REMOVED, entry.path, entry, None)
+            old.advance()
+        elif old.line is None or new.parsed().path < old.parsed().path:
+            entry = new.parsed()
             counts[ADDED] += 1
-            counts["added_bytes"] += _file_bytes(new)
-            yield Change(ADDED, new.path, None, new)
-            new = next(news, None)
+            counts["added_bytes"] += _file_bytes(entry)
+            yield Change(ADDED, entry.path, None, entry)
+            new.advance()
         else:
-            if _same(old, new):
-                counts["unchanged"] += 1
+            before, after = old.parsed(), new.parsed()
+            if _same(before, after):
+                same += 1
             else:
                 counts[CHANGED] += 1
-                counts["changed_bytes_old"] += _file_bytes(old)
-                counts["changed_bytes_new"] += _file_bytes(new)
-                yield Change(CHANGED, new.path, old, new)
-            old, new = next(olds, None), next(news, None)
+                counts["changed_bytes_old"] += _file_bytes(before)
+                counts["changed_bytes_new"] += _file_bytes(after)
+                yield Change(CHANGED, after.path, before, after)
+            old.advance()
+            new.advance()
+    counts["unchanged"] = same
     if totals is not None:
         totals.update(counts, old=old_totals, new=new_totals)
 
