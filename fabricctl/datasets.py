@@ -81,14 +81,16 @@ def history_rows(ctx, name: str) -> list[dict]:
 def mounted_readonly(ctx, export):
     """A sealed version's file system mounted read-only in a directory of its own under /run, for the ``with``
     block: through a read-only loop device, since LIO opens an exported device exclusively and a loop device
-    does not. Unmounted and the loop device detached however the block ends."""
+    does not. Unmounted and the loop device detached however the block ends. XFS gets ``nouuid``: every version
+    of a dataset, and its staging file system, carry the same XFS UUID, which XFS otherwise mounts once."""
     run = ctx.local
     where = tempfile.mkdtemp(prefix=f"fabricctl-{export.name}-{export.version}-", dir="/run")
     try:
         device = readable_device(ctx, export)
         loop = run.run(["losetup", "--find", "--show", "--read-only", device]).stdout.strip()
         try:
-            run.run(["mount", "-t", export.fstype, "-o", mounts.options(export.fstype, readonly=True), loop, where])
+            options = mounts.options(export.fstype, readonly=True) + (",nouuid" if export.fstype == "xfs" else "")
+            run.run(["mount", "-t", export.fstype, "-o", options, loop, where])
             try:
                 yield where
             finally:

@@ -317,3 +317,64 @@ def test_show_prints_the_provenance_of_a_version_asked_by_tag(node, capsys, monk
     assert node("show", "imagenet@v2") == 0
     text = capsys.readouterr().out
     assert "parent:     v1" in text and "    relabelled" in text and "granted to: gpu1" in text
+
+
+@pytest.mark.parametrize("fstype, options", [("ext4", "ro,noload,nodev,nosuid,_netdev"),
+                                             ("xfs", "ro,norecovery,nodev,nosuid,_netdev,nouuid")])
+def test_a_version_is_mounted_read_only_through_a_loop_device_and_always_let_go(monkeypatch, tmp_path, fstype,
+                                                                               options):
+    from fabric_core import publish
+
+    def mkdtemp(prefix, dir):  # noqa: A002 - tempfile's own keyword
+        assert dir == "/run"
+        made = tmp_path / (prefix + "x")
+        made.mkdir()
+        return str(made)
+
+    monkeypatch.setattr(datasets.tempfile, "mkdtemp", mkdtemp)
+    runner = AnsweringRunner({("losetup", "--find"): (0, "/dev/loop7\n", "")})
+    ctx = type("Ctx", (), {"local": runner})()
+    monkeypatch.setattr(datasets, "readable_device", lambda ctx, export: export.device)
+    export = publish.dataset_export("tank/datasets", "/datasets", "imagenet", "v1", fstype)
+    with pytest.raises(RuntimeError), datasets.mounted_readonly(ctx, export) as where:
+        assert where == str(tmp_path / "fabricctl-imagenet-v1-x")
+        raise RuntimeError("the read failed")
+    assert [list(a) for a in runner.seen] == [
+        ["losetup", "--find", "--show", "--read-only", "/dev/zvol/tank/datasets/imagenet@v1"],
+        ["mount", "-t", fstype, "-o", options, "/dev/loop7", where], ["umount", where],
+        ["losetup", "-d", "/dev/loop7"]]
+    assert not (tmp_path / "fabricctl-imagenet-v1-x").exists()
+
+
+def test_diff_through_main_streams_the_changes_and_checks_each_manifest(node, capsys, monkeypatch, tmp_path):
+    import contextlib
+
+    from fabric_core import manifest
+    from test_manifest import make_tree
+
+    roots = {"v1": make_tree(tmp_path / "v1", {"a": b"1", "b": b"22", "gone": b"x"}),
+             "v2": make_tree(tmp_path / "v2", {"a": b"1", "b": b"23", "new": b"444"})}
+    for version, root in roots.items():
+        summary = manifest.build(root, root / ".fabric" / "manifest.tsv", workers=1)
+        next(r for r in node.versions if r["name"].endswith("@" + version))["fabric:manifest-sha256"] = \
+            summary.manifest_sha256
+    mounted = []
+
+    @contextlib.contextmanager
+    def mounted_readonly(ctx, export):
+        mounted.append(export.mountpoint)
+        yield str(roots[export.version])
+
+    monkeypatch.setattr(datasets, "mounted_readonly", mounted_readonly)
+    node.tags["prod"] = "v2"
+    assert node("diff", "imagenet@v1", "imagenet@prod") == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "M b  (content)", "- gone", "+ new",
+        "imagenet@v1 -> imagenet@v2: 1 added (3 bytes), 1 removed (1 bytes), 1 changed (2 -> 2 bytes), 1 unchanged"]
+    assert mounted == ["/datasets/imagenet/v1", "/datasets/imagenet/v2"]  # the versions', never the tag's
+    assert node("diff", "imagenet@v1", "imagenet@v2", "--stat", "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["old"], out["new"], out["totals"]["changed"]) == ("v1", "v2", 1) and "changes" not in out
+    node.versions[0]["fabric:manifest-sha256"] = "cd" * 32  # not what its seal recorded: a damaged version
+    assert node("diff", "imagenet@v1", "imagenet@v2", "--stat") == 1
+    assert "the manifest of imagenet@v1 is not the one its seal recorded" in capsys.readouterr().err
