@@ -152,19 +152,11 @@ STORAGE_ONLY_UNITS = ("zfs-load-module.service", "zfs-import-cache.service", "zf
                       "rtslib-fb-targetctl.service")
 
 
-# Guest kernel words for a lab under software emulation (issue 27, the suite's minutes): no speculative-execution
-# mitigations (retpolines and RSB filling turn the guest kernel's indirect branches into TCG lookups, and an
-# emulated CPU has nothing to leak through them) and no transparent huge pages (khugepaged scanned storage1's
-# memory all through a run, and each collapse copies 2 MiB through the emulated CPU). Lab guests only: the
-# roles never set kernel arguments on real nodes.
-EMULATION_KERNEL_ARGS = ("mitigations=off", "transparent_hugepage=never")
-
-
 def kernel_cmdline(vm: VM, ssh_pubkey: str) -> str:
     """Kernel command line; fabric.* words are read by fabric-lab-seed in the guest."""
     key = base64.b64encode(ssh_pubkey.strip().encode() + b"\n").decode()
     return " ".join([
-        "root=LABEL=root", "rw", "console=ttyS0", "quiet", "loglevel=4", *EMULATION_KERNEL_ARGS,
+        "root=LABEL=root", "rw", "console=ttyS0", "quiet", "loglevel=4",
         f"fabric.hostname={vm.name}", f"fabric.mac={vm.mac}", f"fabric.addr={vm.cidr}",
         f"fabric.sshkey={key}",
         *([f"systemd.mask={unit}" for unit in STORAGE_ONLY_UNITS] if vm.role == "gpu" else []),
