@@ -12,10 +12,11 @@ groups. ``retention`` is kept as the raw mapping (only its two top-level keys ar
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric_core import rules
 from fabric_core.errors import NotFound, UserError
@@ -33,8 +34,10 @@ from fabric_core.names import (
     validate_pool_name,
     validate_user_name,
 )
-from fabric_core.publish import Settings
 from fabric_core.rules import LIO, ChapError, parse_chap
+
+if TYPE_CHECKING:  # the publishing service is imported where it is used (publishing())
+    from fabric_core.publish import Settings
 
 DEFAULT_PATH = "/etc/fabricctl/config.yml"
 ENV_PATH = "FABRICCTL_CONFIG"
@@ -159,6 +162,10 @@ class Config:
 
     def publishing(self) -> Settings:
         """What the publishing service needs of this configuration (fabric_core.publish.Settings)."""
+        # imported here: fabric_core.publish brings the LIO, iSCSI, multipath and udev code, about 1 s of an
+        # emulated lab node's CPU, which the commands that never publish (list, rotate, checkpoint list) skip
+        from fabric_core.publish import Settings  # pylint: disable=import-outside-toplevel
+
         return Settings(iqn_base=self.iqn_base, backstore_prefix=self.backstore_prefix, portal_ip=self.portal.ip,
                         portal_port=self.portal.port, dataset_root=self.dataset_root, mount_root=self.mount_root,
                         checkpoint_root=self.checkpoint_root, checkpoint_mount_root=self.checkpoint_mount_root,
@@ -242,8 +249,6 @@ def default_path() -> str:
 
 def load(path: str | os.PathLike | None = None) -> Config:
     """Read and validate the configuration file (default: $FABRICCTL_CONFIG or /etc/fabricctl/config.yml)."""
-    import yaml  # PyYAML: python3-yaml on the nodes
-
     path = os.fspath(path) if path is not None else default_path()
     try:
         with open(path, encoding="utf-8") as fh:
@@ -257,6 +262,11 @@ def load(path: str | os.PathLike | None = None) -> Config:
         raise UserError(f"fabricctl configuration {path} is a directory", GET_CONFIG_FIX) from None
     except UnicodeDecodeError as exc:
         raise UserError(f"fabricctl configuration {path} is not UTF-8 text ({exc.reason})", GET_CONFIG_FIX) from None
+    raw = _json_config(text)
+    if raw is not None:
+        return from_dict(raw, source=path)
+    import yaml  # PyYAML (python3-yaml on the nodes): only for a file that is not the role's JSON
+
     try:
         raw = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass (duplicate keys refused)
     except yaml.MarkedYAMLError as exc:
@@ -270,6 +280,37 @@ def load(path: str | os.PathLike | None = None) -> Config:
     if raw is None:
         raise UserError(f"fabricctl configuration {path} is empty", GET_CONFIG_FIX)
     return from_dict(raw, source=path)
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _json_config(text: str):
+    """The configuration when the file is JSON (the role writes it so: JSON is a subset of YAML, read by the json
+    module in milliseconds where importing PyYAML alone costs about 0.5 s of an emulated lab node's CPU at every
+    command), after its leading comment lines; None for anything else (hand-written YAML, a duplicate key, broken
+    text), which PyYAML then reads, or explains with its line and column."""
+    lines = text.splitlines(keepends=True)
+    start = 0
+    while start < len(lines) and (lines[start].lstrip().startswith("#") or not lines[start].strip()):
+        start += 1
+    body = "".join(lines[start:])
+    if not body.lstrip().startswith("{"):
+        return None
+    try:
+        return json.loads(body, object_pairs_hook=_unique_keys)
+    except (ValueError, _DuplicateKey):  # json.JSONDecodeError is a ValueError
+        return None
 
 
 def _strict_loader():

@@ -542,10 +542,10 @@ def published(hosts, converged) -> str:
 
 
 EDIT_CONFIG = """
-import sys, yaml
+import json, sys, yaml
 c = yaml.safe_load(open("/etc/fabricctl/config.yml"))
 exec(sys.argv[2])
-yaml.safe_dump(c, open(sys.argv[1], "w"))
+json.dump(c, open(sys.argv[1], "w"), indent=2)  # as the role writes it (JSON, a subset of YAML)
 """
 
 

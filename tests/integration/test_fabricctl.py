@@ -87,7 +87,10 @@ def test_help_of_every_command(storage, fctl):
 
 
 def test_config_with_a_typo_key_is_refused(storage, fctl):
-    storage.check_output("sed 's/^dataset_root:/dataset_rot:/' /etc/fabricctl/config.yml > /tmp/typo.yml")
+    # the role's file is JSON; the copy is YAML as an operator would write it, so both readers are exercised
+    storage.check_output("python3 -c \"import json, sys, yaml; c = json.loads(''.join(l for l in open(sys.argv[1]) "
+                         "if not l.startswith('#'))); c['dataset_rot'] = c.pop('dataset_root'); "
+                         "yaml.safe_dump(c, open(sys.argv[2], 'w'))\" /etc/fabricctl/config.yml /tmp/typo.yml")
     res = fctl("list", env="FABRICCTL_CONFIG=/tmp/typo.yml")
     assert res.rc == 1
     assert "dataset_rot" in res.stderr and "dataset_root" in res.stderr

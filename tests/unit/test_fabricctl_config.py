@@ -4,6 +4,9 @@ errors (key, place, file, closest valid key), defaults, and host/group resolutio
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
+import sys
 
 import pytest
 import yaml
@@ -330,6 +333,31 @@ def test_fabricctl_config_overrides_the_default_path(tmp_path, monkeypatch):
     assert load().source == str(path)
     monkeypatch.delenv("FABRICCTL_CONFIG")
     assert config.default_path() == "/etc/fabricctl/config.yml"
+
+
+def test_the_roles_json_loads_as_the_same_configuration_without_pyyaml(tmp_path, monkeypatch):
+    """The role writes config.yml as JSON after its comment header (a subset of YAML): fabricctl reads it with the
+    json module, and it is the same configuration PyYAML reads from the YAML text."""
+    path = tmp_path / "config.yml"
+    path.write_text("# Ansible managed\n# fabricctl's configuration\n\n" + json.dumps(example(), indent=2) + "\n")
+    monkeypatch.setitem(sys.modules, "yaml", None)  # an import of PyYAML would fail
+    from_json = load(path)
+    monkeypatch.undo()
+    yaml_path = tmp_path / "config-yaml.yml"
+    yaml_path.write_text(EXAMPLE)
+    assert from_json == dataclasses.replace(load(yaml_path), source=str(path))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"pool": "tank", "pool": "other"}\n', "duplicate key 'pool' (first at line 1)"),  # PyYAML names the line
+    ('# header\n{"pool": "tank",\n', "is not valid YAML"),
+])
+def test_json_that_is_not_a_configuration_falls_back_to_pyyaml_and_its_message(tmp_path, text, expected):
+    path = tmp_path / "config.yml"
+    path.write_text(text)
+    with pytest.raises(UserError) as exc:
+        load(path)
+    assert expected in exc.value.problem
 
 
 @pytest.mark.parametrize("text, expected", [
