@@ -1,6 +1,6 @@
 """Mount units (fabric_core.mounts) and the fabric_mounts module, on a small simulated host: unit
 files in a dict, the mount table in another; the commands are the ones the code runs on real
-nodes (systemd-escape, cat, install, systemctl, findmnt, grep, fuser, ps). The lab tests run the
+nodes (cat, install, systemctl, findmnt, grep, fuser, ps). The lab tests run the
 same code against real systemd (tests/integration/test_iscsi_initiator.py)."""
 
 from __future__ import annotations
@@ -13,10 +13,6 @@ from support import run_module
 
 DEV = "/dev/disk/by-path/ip-10.77.0.11:3260-iscsi-iqn.2026-11.io.fabric.lab:storage1-exports-lun-{}"
 UNITS = mounts.UNIT_DIR
-
-
-def escape(path: str) -> str:
-    return path.strip("/").replace("-", "\\x2d").replace("/", "-")
 
 
 class Host(Runner):
@@ -38,9 +34,6 @@ class Host(Runner):
     def _run(self, argv, data):
         self.log.append(argv)
         cmd = argv[0]
-        if cmd == "systemd-escape":
-            suffix = argv[2].split("=")[1]
-            return 0, f"{escape(argv[3])}.{suffix}\n", ""
         if cmd == "cat":
             return (0, self.files[argv[1]], "") if argv[1] in self.files else (1, "", "No such file")
         if cmd == "install":
@@ -234,3 +227,28 @@ def test_module_reports_a_busy_removal_as_a_failure():
     host.users["/datasets/old"] = [("77", "train.py")]
     res = module({"owner": "iscsi_initiator", "mounts": [want("welcome")]}, host)
     assert res["failed"] and "77 train.py" in res["msg"] and "fix:" in res["msg"]
+
+
+# recorded from systemd-escape --path --suffix=SUFFIX PATH (systemd 252, Debian 12)
+@pytest.mark.parametrize("path, suffix, expected", [
+    ("/datasets/sample/v1", "mount", "datasets-sample-v1.mount"),
+    ("/dev/disk/by-id/dm-uuid-mpath-36001405116a2948ef9a561ab290b6913", "device",
+     "dev-disk-by\\x2did-dm\\x2duuid\\x2dmpath\\x2d36001405116a2948ef9a561ab290b6913.device"),
+    ("/dev/disk/by-path/ip-10.77.0.11:3260-iscsi-iqn.2026-11.io.fabric.lab.fabricctl:ds.sample.v1-lun-0", "mount",
+     "dev-disk-by\\x2dpath-ip\\x2d10.77.0.11:3260\\x2discsi\\x2diqn.2026\\x2d11.io.fabric.lab.fabricctl:ds.sample.v1"
+     "\\x2dlun\\x2d0.mount"),
+    ("/checkpoints/train/restore/200", "mount", "checkpoints-train-restore-200.mount"),
+    ("/datasets/a_b/.hidden/x y/ü", "mount", "datasets-a_b-.hidden-x\\x20y-\\xc3\\xbc.mount"),
+    ("/", "mount", "-.mount"),
+    ("//datasets//x/", "mount", "datasets-x.mount"),
+    ("/datasets/v1.2/-x\\y", "mount", "datasets-v1.2-\\x2dx\\x5cy.mount"),
+    ("/.snap/x", "mount", "\\x2esnap-x.mount"),
+])
+def test_unit_names_are_systemds(path, suffix, expected):
+    assert mounts.path_unit(path, suffix) == expected
+
+
+@pytest.mark.parametrize("path", ["datasets/x", "/datasets/../etc", ""])
+def test_a_relative_or_unnormalized_path_has_no_unit_name(path):
+    with pytest.raises(UserError, match="not an absolute, normalized path"):
+        mounts.path_unit(path, "mount")

@@ -234,7 +234,6 @@ def gpu(initiator: str = GPU1, link: str | None = None, extra: dict | None = Non
         ("iscsiadm", "-m", "session"): (21, "", "iscsiadm: No active sessions.\n"),
         ("iscsiadm", "-m", "discovery"): (0, offer, ""),
         ("iscsiadm", "-m", "node"): (21, "", "iscsiadm: No records found\n"),
-        ("systemd-escape",): (0, "unit\n", ""),
         ("cat",): (1, "", "No such file or directory\n"),
         ("systemctl", "is-enabled"): (1, "disabled\n", ""),
         ("findmnt",): (1, "", ""),
@@ -249,7 +248,8 @@ def test_attach_plans_the_session_the_mount_and_current(lio_state):
     out = publisher(answering({}), {"gpu1": host}).attach(V2, HOSTS[0], created={"v1": 1, "v2": 2})
     assert out["changed"] and out["current"] == "v2" and out["switched"] is True
     assert out["device"] == f"/dev/disk/by-path/ip-{PORTAL}-iscsi-{BASE}:ds.imagenet.v2-lun-0"
-    assert out["commands"][-1] == "systemctl start unit" and any("--login" in c for c in out["commands"])
+    assert out["commands"][-1] == "systemctl start datasets-imagenet-v2.mount"
+    assert any("--login" in c for c in out["commands"])
     assert any(c.startswith("write node.session.auth.password, node.session.auth.password_in into the node record")
                for c in out["commands"])
     assert ("mv", "-T", "/datasets/imagenet/current.fabric-tmp", "/datasets/imagenet/current") in host.planned
@@ -431,12 +431,11 @@ def test_paths_counts_a_maps_paths_up_and_a_plain_disks_sessions(lio_state):
     wwid = "36001405103bbe1c6d8b51d9bdbb547d3"
 
     def unit(argv):  # v1 is mounted through a map, v2 from a plain disk
-        name = argv[1].rsplit("/", 1)[1]
+        name = argv[1].rsplit("-", 1)[1].removesuffix(".mount")  # /etc/systemd/system/datasets-imagenet-v1.mount
         dev = f"/dev/disk/by-id/dm-uuid-mpath-{wwid}" if name == "v1" else "/dev/disk/by-path/x-lun-0"
         return 0, f"[Mount]\nWhat={dev}\nWhere=/datasets/imagenet/{name}\n", ""
 
     host = gpu(extra={
-        ("systemd-escape",): lambda argv: (0, argv[-1].rsplit("/", 1)[1] + "\n", ""),
         ("cat",): unit,
         ("multipathd", "show", "paths"): (0, f"{wwid} sdb active ready\n{wwid} sdc failed faulty\n", ""),
         ("iscsiadm", "-m", "session"): (0, f"tcp: [1] {PORTAL},1 {BASE}:ds.imagenet.v2 (non-flash)\n", ""),
@@ -453,7 +452,6 @@ def test_list_and_status_ask_each_host_how_many_paths_of_a_version_are_up(fabric
     for name, host in fabricctl_node.hosts.items():
         dev = f"/dev/disk/by-id/dm-uuid-mpath-{wwid}" if name == "gpu1" else "/dev/disk/by-path/x-lun-0"
         reads = {  # answered before the node's other answers
-            ("systemd-escape",): lambda argv: (0, argv[-1].strip("/").replace("/", "-") + ".mount\n", ""),
             ("cat", "/etc/systemd/system/datasets-imagenet-v1.mount"): (0, f"[Mount]\nWhat={dev}\n", ""),
             ("multipathd", "show", "paths"): (0, f"{wwid} sdb active ready\n{wwid} sdc failed faulty\n", ""),
             ("iscsiadm", "-m", "session"): (0, "".join(f"tcp: [{n}] {PORTAL},1 {BASE}:ds.imagenet.{v} (non-flash)\n"

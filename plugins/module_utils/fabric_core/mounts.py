@@ -29,8 +29,33 @@ def options(fstype: str, readonly: bool = True) -> str:
     return (READONLY_OPTIONS if readonly else WRITABLE_OPTIONS)[validate_filesystem(fstype)]
 
 
-def unit_name(runner, mountpoint: str) -> str:
-    return runner.run(["systemd-escape", "--path", "--suffix=mount", mountpoint]).stdout.strip()
+# What systemd keeps as is in a unit name made from a path (unit_name_path_escape): anything else is written \xHH
+_UNIT_NAME_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_.")
+
+
+def path_unit(path: str, suffix: str) -> str:
+    """The unit name systemd gives PATH (`systemd-escape --path --suffix=SUFFIX PATH`), computed here rather than
+    by one command on the host per name: duplicate and trailing slashes dropped, "/" becomes "-", each byte other
+    than ASCII letters, digits, ":", "_" and "." (and a leading ".") becomes \\xHH; "/" alone is "-"."""
+    parts = [p for p in path.split("/") if p and p != "."]
+    if not path.startswith("/") or ".." in parts:
+        raise UserError(f"{path!r} is not an absolute, normalized path",
+                        "name the mount point or device by its full path")
+    escaped = []
+    for i, byte in enumerate("/".join(parts).encode()):
+        char = chr(byte)
+        if char == "/":
+            escaped.append("-")
+        elif char in _UNIT_NAME_SAFE and not (i == 0 and char == "."):
+            escaped.append(char)
+        else:
+            escaped.append(f"\\x{byte:02x}")
+    return f"{''.join(escaped) or '-'}.{suffix}"
+
+
+def unit_name(mountpoint: str) -> str:
+    """The .mount unit of a mount point."""
+    return path_unit(mountpoint, "mount")
 
 
 def check_owner(owner: str) -> str:
@@ -60,7 +85,7 @@ def unit_text(*, device: str, mountpoint: str, fstype: str, readonly: bool, desc
 
 def unit_device(runner, mountpoint: str) -> str | None:
     """The device (What=) of the .mount unit of a mount point, None when there is no unit."""
-    res = runner.run(["cat", f"{UNIT_DIR}/{unit_name(runner, mountpoint)}"], check=False)
+    res = runner.run(["cat", f"{UNIT_DIR}/{unit_name(mountpoint)}"], check=False)
     if res.rc != 0:
         return None
     return next((line[len("What="):].strip() for line in res.stdout.splitlines() if line.startswith("What=")), None)
@@ -81,8 +106,8 @@ def ensure_mount(runner, *, device: str, mountpoint: str, fstype: str, readonly:
 
     ``before``/``after`` are the unit file's text (``before`` is "" when there was none).
     """
-    unit = unit_name(runner, mountpoint)
-    dev_unit = runner.run(["systemd-escape", "--path", "--suffix=device", device]).stdout.strip()
+    unit = unit_name(mountpoint)
+    dev_unit = path_unit(device, "device")
     text = unit_text(device=device, mountpoint=mountpoint, fstype=fstype, readonly=readonly,
                      description=description, device_unit=dev_unit, owner=owner)
     path = f"{UNIT_DIR}/{unit}"
@@ -216,7 +241,7 @@ def users(runner, mountpoint: str) -> list[str]:
 
 def remove_mount(runner, mountpoint: str, *, force: bool = False) -> dict:
     """Stop, disable and delete the unit; refuse while processes use it unless force."""
-    unit = unit_name(runner, mountpoint)
+    unit = unit_name(mountpoint)
     path = f"{UNIT_DIR}/{unit}"
     busy = users(runner, mountpoint)
     if busy and not force:
