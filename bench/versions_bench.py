@@ -11,7 +11,8 @@ read of the whole tree first, as issue 4's benchmark):
 1. the first seal of the tree: `manifest.py build TREE OUT --workers 2 --cache CACHE` (every file hashed, the
    stat cache written: what `fabricctl dataset seal` runs on the staging file system);
 2. 1% of the files changed, then, twice in turn (A B A B): the incremental seal
-   (`build ... --reuse CACHE --cache NEW`: only the changed files read) and a full seal of the same tree
+   (`build ... --reuse CACHE --reuse-sha256 SHA --cache NEW`: the cache's SHA-256 checked as the seal does, only the
+   changed files read) and a full seal of the same tree
    (`build ... --cache NEW`, what `dataset seal --full` runs); both manifests must be byte for byte the same.
    `seal_1pct_over_full` = the mean incremental time over the mean full time (target <= 0.05);
 3. `manifest.py diff` of the two real 1M-entry manifests (before and after the change; every change printed
@@ -86,8 +87,8 @@ def main() -> int:
 
     inc_s, full_s, inc_peak, full_peak, inc_doc = [], [], 0, 0, {}
     for rnd in range(ROUNDS):
-        seconds, peak, inc_doc = build(python, tree, WORK / "inc.tsv", "--reuse", str(cache0), "--cache",
-                                       str(WORK / "inc.cache"))
+        seconds, peak, inc_doc = build(python, tree, WORK / "inc.tsv", "--reuse", str(cache0), "--reuse-sha256",
+                                       first_doc["cache_sha256"], "--cache", str(WORK / "inc.cache"))
         inc_s.append(seconds)
         inc_peak = max(inc_peak, peak)
         print(f"round {rnd + 1}: incremental {seconds:.1f} s ({inc_doc['hashed']} hashed, {inc_doc['reused']} "

@@ -41,7 +41,8 @@ def test_a_full_build_writes_the_cache_and_a_reuse_reads_nothing_unchanged(tmp_p
     assert (first.hashed, first.reused, first.files) == (4, 0, 4)
     cache = root / ".fabric" / "v1.cache"
     assert first.cache_sha256 == hashlib.sha256(cache.read_bytes()).hexdigest()
-    assert [rel for rel, _ident, _line in manifest.read_cache(cache)] == [b"a.txt", b"b/c.bin", b"b/d.bin", b"z.txt"]
+    # one group per directory, in the manifest's order of the directories
+    assert [rel for rel, _ident, _sha in manifest.read_cache(cache)] == [b"a.txt", b"z.txt", b"b/c.bin", b"b/d.bin"]
     again = seal(root, "v2", reuse=cache)
     assert (again.hashed, again.reused) == (0, 4)
     assert (root / ".fabric" / "v2.tsv").read_bytes() == (root / ".fabric" / "v1.tsv").read_bytes()
@@ -96,11 +97,13 @@ def test_files_changed_just_before_a_build_are_left_out_of_its_cache(tmp_path):
 
 
 @pytest.mark.parametrize("damage, words", [
-    (lambda b: b.replace(b"# fabric-stat-cache v1", b"# something else"), "header"),
+    (lambda b: b.replace(b"# fabric-stat-cache v2", b"# something else"), "header"),
     (lambda b: b[:-6], "truncated"),
-    (lambda b: b.replace(b"\t", b" ", 1), "not a stat cache line"),
-    (lambda b: b"\n".join([b.split(b"\n")[0], *reversed(b.split(b"\n")[1:-2]), b.split(b"\n")[-2], b""]),
-     "out of order"),
+    (lambda b: b[:b.index(b"# end")], "truncated"),
+    (lambda b: b.replace(hashlib.sha256(b"d" * 10).hexdigest().encode(), b"X" * 64), "not stat cache lines"),
+    (lambda b: b.replace(b"P\tb\t", b"P\t\t"), "out of order"),
+    (lambda b: b.replace(b"P\tb\t", b"Q\tb\t"), "not a group's header"),
+    (lambda b: b.replace(b"dirs=2", b"dirs=3"), "counts 3 groups"),
 ])
 def test_a_cache_that_is_not_intact_is_refused_naming_the_line(tmp_path, settled, damage, words):
     root = tree_of(tmp_path)
@@ -111,6 +114,69 @@ def test_a_cache_that_is_not_intact_is_refused_naming_the_line(tmp_path, settled
         seal(root, "v2", reuse=cache)
     assert "--full" in err.value.fix
     assert not (root / ".fabric" / "v2.tsv").exists()  # nothing written
+
+
+def test_a_cache_checked_against_its_recorded_sha256_while_the_build_runs(tmp_path, settled):
+    root = tree_of(tmp_path)
+    first = seal(root, "v1")
+    cache = root / ".fabric" / "v1.cache"
+    ok = seal(root, "v2", reuse=cache, reuse_sha256=first.cache_sha256)
+    assert (ok.hashed, ok.reused) == (0, 4)
+    with pytest.raises(manifest.StaleCache, match="not the 0+ its version recorded") as err:
+        seal(root, "v3", reuse=cache, reuse_sha256="0" * 64)
+    assert "--full" in err.value.fix
+    assert not (root / ".fabric" / "v3.tsv").exists() and not (root / ".fabric" / "v3.cache").exists()
+
+
+def test_the_cache_format_is_told_by_its_first_line(tmp_path, settled):
+    root = tree_of(tmp_path)
+    seal(root, "v1")
+    assert manifest.cache_format(root / ".fabric" / "v1.cache") == "current"
+    (tmp_path / "old").write_bytes(b"# fabric-stat-cache v1\n# end\n")
+    assert manifest.cache_format(tmp_path / "old") == "older"
+    (tmp_path / "junk").write_bytes(b"hello\n")
+    assert manifest.cache_format(tmp_path / "junk") == "unknown"
+    assert manifest.cache_format(tmp_path / "nope") is None
+
+
+def test_odd_names_and_a_directory_with_many_files_to_hash_give_the_full_manifest(tmp_path, settled):
+    """Names that sort differently as bytes than as text (invalid UTF-8, non-ASCII), names that need escaping, and
+    a directory whose files to hash are more than one scan hashes itself (spread over the pool in batches)."""
+    root = tmp_path / "t"
+    big = root / "big"
+    big.mkdir(parents=True)
+    for i in range(600):
+        (big / f"f{i:04d}").write_bytes(b"%d" % i)
+    odd = root / "odd"
+    odd.mkdir()
+    for name in (b"caf\xc3\xa9", b"bad\xff", b"tab\there", b"z", b"a b", b"new\nline"):
+        (Path(os.fsdecode(bytes(odd))) / os.fsdecode(name)).write_bytes(name)
+    (odd / "sub").mkdir()
+    (odd / "sub.txt").write_bytes(b"x")
+    (odd / "sub" / "in").write_bytes(b"y")
+    os.symlink("z", odd / "link")
+    for workers in (1, 2):
+        first = manifest.build(root, tmp_path / f"v1-{workers}.tsv", workers=workers, cache_out=tmp_path / "v1.cache")
+        assert first.hashed == first.files == 608
+        time.sleep(0.05)
+        for i in range(0, 600, 2):
+            (big / f"f{i:04d}").write_bytes(b"changed %d" % i)
+        (odd / "bad\udcff").write_bytes(b"changed")
+        inc = manifest.build(root, tmp_path / f"v2-{workers}.tsv", workers=workers, reuse=tmp_path / "v1.cache",
+                             cache_out=tmp_path / "v2.cache")
+        assert (inc.hashed, inc.reused) == (301, 307)
+        full = manifest.build(root, tmp_path / f"full-{workers}.tsv", workers=workers)
+        assert (tmp_path / f"v2-{workers}.tsv").read_bytes() == (tmp_path / f"full-{workers}.tsv").read_bytes()
+        assert (full.files, full.dirs, full.symlinks) == (608, 3, 1)
+        assert manifest.verify(root, tmp_path / f"v2-{workers}.tsv", workers=workers).ok
+
+
+def test_a_special_file_met_by_a_scan_is_refused_naming_it(tmp_path):
+    root = tree_of(tmp_path)
+    os.mkfifo(root / "b" / "pipe")
+    with pytest.raises(UserError, match=r"b/pipe is a fifo"):
+        seal(root, "v1")
+    assert not (root / ".fabric" / "v1.tsv").exists()
 
 
 def test_a_missing_cache_is_not_found(tmp_path):
