@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 
 from fabric_core import manifest, mounts
 from fabric_core.errors import EXIT_USER, FabricError, NotFound, UserError
@@ -79,24 +78,11 @@ def report_text(report: dict) -> str:
 
 
 def verify_local(ctx, export, workers: int, expected_sha: str) -> dict:
-    run = ctx.local
-    where = tempfile.mkdtemp(prefix=f"fabricctl-verify-{export.name}-", dir="/run")
-    try:
-        device = datasets.readable_device(ctx, export)
-        # through a read-only loop device: LIO opens an exported device exclusively, a loop device does not
-        loop = run.run(["losetup", "--find", "--show", "--read-only", device]).stdout.strip()
-        try:
-            run.run(["mount", "-t", export.fstype, "-o", mounts.options(export.fstype, readonly=True), loop, where])
-            try:
-                path = os.path.join(where, MANIFEST)
-                got_sha = file_sha256(path)
-                report = manifest.verify(where, path, workers=workers).to_dict()
-            finally:
-                run.run(["umount", where])
-        finally:
-            run.run(["losetup", "-d", loop], check=False)
-    finally:
-        os.rmdir(where)
+    # the one read-only mount of a version (datasets.mounted_readonly: a loop device, XFS with nouuid)
+    with datasets.mounted_readonly(ctx, export) as where:
+        path = os.path.join(where, MANIFEST)
+        got_sha = file_sha256(path)
+        report = manifest.verify(where, path, workers=workers).to_dict()
     report["manifest_sha256"] = {"expected": expected_sha, "actual": got_sha, "ok": got_sha == expected_sha}
     return report
 
@@ -141,7 +127,10 @@ def run(ctx, args) -> int:
     else:
         report = verify_local(ctx, export, workers, expected)
     ok = _judge(report)
-    report.update(ref=f"{name}@{version}", where=args.on or "storage node", ok=ok)
+    ref = f"{export.name}@{export.version}"  # the version, also when a tag named it
+    report.update(ref=ref, where=args.on or "storage node", ok=ok)
+    if version != export.version:
+        report["tag"] = version
     if args.json:
         ctx.emit(report)
     else:
@@ -150,10 +139,10 @@ def run(ctx, args) -> int:
             print(f"manifest changed: sha256 {report['manifest_sha256']['actual']} but the version records "
                   f"{expected}")
     if not ok:
-        raise VerifyFailed(f"{name}@{version} on {args.on or 'the storage node'} differs from its manifest",
-                           DIFFERS_FIX)
+        raise VerifyFailed(f"{ref} on {args.on or 'the storage node'} differs from its manifest", DIFFERS_FIX)
     if not args.json:
-        print(f"{name}@{version} on {args.on or 'the storage node'}: OK")
+        print(f"{ref} on {args.on or 'the storage node'}: OK" + (f" (tag {version})" if version != export.version
+                                                                  else ""))
     return 0
 
 

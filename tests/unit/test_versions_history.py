@@ -378,3 +378,33 @@ def test_diff_through_main_streams_the_changes_and_checks_each_manifest(node, ca
     node.versions[0]["fabric:manifest-sha256"] = "cd" * 32  # not what its seal recorded: a damaged version
     assert node("diff", "imagenet@v1", "imagenet@v2", "--stat") == 1
     assert "the manifest of imagenet@v1 is not the one its seal recorded" in capsys.readouterr().err
+
+
+def test_verify_by_tag_mounts_through_the_one_helper_and_reports_the_version(node, capsys, monkeypatch, tmp_path):
+    import contextlib
+
+    from fabric_core import manifest
+    from test_manifest import make_tree
+
+    root = make_tree(tmp_path / "v2", {"a": b"1", "b": {"c": b"22"}})
+    summary = manifest.build(root, root / ".fabric" / "manifest.tsv", workers=1)
+    node.versions[1]["fabric:manifest-sha256"] = summary.manifest_sha256
+    node.versions[1]["fabric:fs"] = "xfs"
+    mounted = []
+
+    @contextlib.contextmanager
+    def mounted_readonly(ctx, export):  # the one read-only mount of a version (nouuid for XFS: its own test)
+        mounted.append((export.version, export.fstype))
+        yield str(root)
+
+    monkeypatch.setattr(datasets, "mounted_readonly", mounted_readonly)
+    node.tags["prod"] = "v2"
+    assert node("verify", "imagenet@prod", "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["ref"], out["tag"], out["ok"]) == ("imagenet@v2", "prod", True)
+    assert mounted == [("v2", "xfs")]
+    assert node("verify", "imagenet@prod") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "imagenet@v2 on the storage node: OK (tag prod)"
+    (root / "a").write_bytes(b"2")
+    assert node("verify", "imagenet@prod") == 1
+    assert "imagenet@v2 on the storage node differs from its manifest" in capsys.readouterr().err
