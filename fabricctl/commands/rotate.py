@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 import time
 
-from fabric_core import lzc, retention, versions
+from fabric_core import history, lzc, retention, versions
 from fabric_core import metrics as fabric_metrics
 
 from .. import checkpoints, datasets
@@ -46,6 +46,8 @@ def collect(ctx, now: datetime.datetime) -> tuple[retention.Plan, list[dict]]:
             path = f"{prefix}/{name}"
             policy = rules.policy_for(path)
             snaps = []
+            # a dataset version a tag names is never destroyed (fabric_core.retention: protected, with the tag)
+            named = history.tags_by_version(datasets.tags(ctx, name)) if prefix == "datasets" else {}
             # one listing per volume, the metrics included (they are plain fabric:metric.* columns)
             for row in versions.list_all_snapshots(ctx.local, vol["name"], extra_columns=metric_columns):
                 props = versions.as_property_strings(row)
@@ -53,7 +55,8 @@ def collect(ctx, now: datetime.datetime) -> tuple[retention.Plan, list[dict]]:
                     props["fabric:managed"] = "false"
                 if row["name"] in exported:
                     props["fabric:published"] = "lio"
-                snaps.append(retention.snapshot_from_properties(row["name"], props))
+                snaps.append(retention.snapshot_from_properties(
+                    row["name"], props, named_by=named.get(row["name"].partition("@")[2], ())))
             plans.append(retention.plan(snaps, policy, now))
             scopes.append({"path": path, "policy": policy.name if policy else None, "snapshots": len(snaps)})
     return retention.combine(plans), scopes

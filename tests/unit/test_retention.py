@@ -312,6 +312,20 @@ def test_protected_snapshots_are_kept_even_when_no_rule_keeps_them():
     assert [x.snapshot.snapname for x in p.destroy] == ["tagged", "old"]   # tag x is not a pin tag
 
 
+def test_a_dataset_version_a_tag_names_is_never_destroyed_and_the_explanation_names_the_tag():
+    snaps = [snap("v1", utc(2026, 1, 1), named_by=frozenset({"prod", "stable"})),
+             snap("v2", utc(2026, 1, 2)),
+             snap("v3", utc(2026, 1, 3))]
+    p = r.plan(snaps, r.Policy("p", keep_last=1), NOW)
+    d = decisions(p)
+    assert d["v1"].protected and d["v1"].keep
+    assert d["v1"].reasons == [f"tagged {t} (a dataset version a tag names: `fabricctl untag` or move the tag to let "
+                               "it go)" for t in ("prod", "stable")]
+    assert [x.snapshot.snapname for x in p.destroy] == ["v2"]
+    props = {"creation": "1767225600", "fabric:managed": "true"}
+    assert r.snapshot_from_properties(f"{DS}@v1", props, named_by=["prod"]).named_by == frozenset({"prod"})
+
+
 def test_protected_managed_snapshots_count_in_the_rules_but_unmanaged_do_not():
     snaps = [snap("a", utc(2026, 1, 1)), snap("b", utc(2026, 1, 2)),
              snap("pub", utc(2026, 1, 3), published=True), snap("manual", utc(2026, 1, 4), managed=False)]

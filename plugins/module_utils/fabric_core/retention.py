@@ -84,8 +84,9 @@ Protection
 ----------
 Never destroyed, whatever the rules say, and reported as such:
 
-- held (a ``zfs hold``, ``userrefs > 0``), published (``fabric:published`` names a host), pinned;
-  these are candidates too and count in the rules (a published version is one of the last 5);
+- held (a ``zfs hold``, ``userrefs > 0``), published (``fabric:published`` names a host), pinned, or a
+  dataset version a tag names (``fabricctl tag``: ``named_by``); these are candidates too and count in the
+  rules (a published version is one of the last 5);
 - not created by fabricctl (no ``fabric:managed=true``): kept, and not a candidate, so an
   operator's own snapshots never take a slot of ``keep_last``;
 - created after ``now`` (clock skew): kept, and not a candidate, so a snapshot from a skewed
@@ -140,6 +141,7 @@ class Snapshot:
     held: bool = False                          # zfs hold (userrefs > 0)
     published: bool = False                     # fabric:published names a host
     managed: bool = True                        # fabric:managed=true
+    named_by: frozenset[str] = frozenset()      # the tags naming a dataset version (fabric:tag:TAG on its volume)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or self.name.count("@") != 1 or self.name.startswith("@") \
@@ -417,7 +419,8 @@ def _prop(props: Mapping[str, str], key: str) -> str | None:
     return None if value in ("", "-") else value
 
 
-def snapshot_from_properties(name: str, props: Mapping[str, str], *, held: bool | None = None) -> Snapshot:
+def snapshot_from_properties(name: str, props: Mapping[str, str], *, held: bool | None = None,
+                             named_by: Iterable[str] = ()) -> Snapshot:
     """A Snapshot from ZFS properties as strings (``zfs get -Hp`` values; "-" means unset).
 
     created: ``fabric:created-at`` (ISO 8601) when set, else ``creation`` (seconds since the epoch).
@@ -464,7 +467,8 @@ def snapshot_from_properties(name: str, props: Mapping[str, str], *, held: bool 
         except ValueError:
             raise bad("userrefs", str(props.get("userrefs")), "read it with `zfs get -Hp userrefs`") from None
     return Snapshot(name=name, created=created, step=step, metrics=metrics, tags=tags, held=held,
-                    published=published, managed=(_prop(props, "fabric:managed") or "").lower() == "true")
+                    published=published, managed=(_prop(props, "fabric:managed") or "").lower() == "true",
+                    named_by=frozenset(named_by))
 
 
 # --- planning -------------------------------------------------------------------------------------
@@ -586,6 +590,8 @@ def plan(snapshots: Iterable[Snapshot], policy: Policy | None, now: datetime) ->
             p.append("published")
         for tag in sorted(s.tags & pin_tags):
             p.append(f"pinned by tag {tag}")
+        for tag in sorted(s.named_by):
+            p.append(f"tagged {tag} (a dataset version a tag names: `fabricctl untag` or move the tag to let it go)")
         if s.managed and s.created <= now:
             groups.setdefault(s.dataset, []).append(s)
     if policy is not None:
