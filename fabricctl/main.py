@@ -86,6 +86,8 @@ def _shared(parser: argparse.ArgumentParser, *, command: bool = False) -> None:
                         help=argparse.SUPPRESS if command else VERBOSE_HELP)
     parser.add_argument("--debug", action="store_true", default=default,
                         help=argparse.SUPPRESS if command else DEBUG_HELP)
+
+
 DRY_RUN_HELP = "do every read and every check, change nothing, and print the plan"
 
 

@@ -141,8 +141,8 @@ def run(ctx, args) -> int:
     if not ok:
         raise VerifyFailed(f"{ref} on {args.on or 'the storage node'} differs from its manifest", DIFFERS_FIX)
     if not args.json:
-        print(f"{ref} on {args.on or 'the storage node'}: OK" + (f" (tag {version})" if version != export.version
-                                                                  else ""))
+        tag = f" (tag {version})" if version != export.version else ""
+        print(f"{ref} on {args.on or 'the storage node'}: OK{tag}")
     return 0
 
 
