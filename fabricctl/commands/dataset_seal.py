@@ -12,8 +12,9 @@ mounted again afterwards, to prepare the next version.
 
 A seal costs the change: the previous seal left a stat cache (.fabric/stat-cache.tsv: each
 file's inode, size, mtime and ctime when it was hashed, and its digest); a file whose four are
-unchanged keeps its digest unread, every other file is hashed. The cache is used only when its
-SHA-256 is the one the parent version recorded; --full hashes every file. What this trusts: the
+unchanged keeps its digest unread, every other file is hashed; each file is still lstat'ed. The
+cache is used only when its SHA-256 is the one the parent version recorded (read beside the
+manifest's build, before anything is renamed into place); --full hashes every file. What this trusts: the
 staging file system changes a file's ctime on any change of its content (user space cannot set
 it). `fabricctl verify` still reads every byte.
 
@@ -65,20 +66,22 @@ def _tag_clash(ctx, name: str, version: str) -> None:
                             f"(`fabricctl untag {name} {version}`)")
 
 
-def _reuse(parent: dict | None, cache: str, full: bool) -> tuple[str | None, str]:
-    """The stat cache the manifest may reuse (None: hash every file) and why."""
+def _reuse(parent: dict | None, cache: str, full: bool) -> tuple[str | None, str | None, str]:
+    """The stat cache the manifest may reuse (None: hash every file), the SHA-256 it must have (checked by
+    manifest.build while it runs, in a thread: StaleCache before anything is renamed into place) and why."""
     if full:
-        return None, "--full: every file hashed"
+        return None, None, "--full: every file hashed"
     if parent is None:
-        return None, "the first version: every file hashed"
+        return None, None, "the first version: every file hashed"
     recorded = parent.get(history.CACHE_SHA_PROP)
     if not recorded or recorded == "-":
-        return None, f"{parent['snapshot']} has no stat cache (sealed by an older fabricctl): every file hashed"
-    found = manifest.file_sha256(cache)
-    if found != recorded:
-        why = "is missing" if found is None else "changed since"
-        return None, f"the stat cache of {parent['snapshot']} {why}: every file hashed"
-    return cache, f"files unchanged since {parent['snapshot']} (inode, size, mtime, ctime) reused"
+        return None, None, f"{parent['snapshot']} has no stat cache (sealed by an older fabricctl): every file hashed"
+    found = manifest.cache_format(cache)
+    if found is None:
+        return None, None, f"the stat cache of {parent['snapshot']} is missing: every file hashed"
+    if found != "current":
+        return None, None, f"the stat cache of {parent['snapshot']} is in an older format: every file hashed"
+    return cache, recorded, f"files unchanged since {parent['snapshot']} (name, inode, size, mtime, ctime) reused"
 
 
 def run(ctx, args) -> int:
@@ -100,7 +103,7 @@ def run(ctx, args) -> int:
     with ctx.node_lock():  # mounts are node state: the node lock around them, never around the manifest's read
         root = datasets.mount_staging(ctx, name, fstype)
     cache = os.path.join(root, manifest.CACHE_RELPATH)
-    reuse, how = _reuse(parent, cache, args.full)
+    reuse, reuse_sha256, how = _reuse(parent, cache, args.full)
     sources = history.read_sources(root)
     if ctx.dry_run:
         out = {"dataset": name, "version": version, "snapshot": snap, "dry_run": True, "author": author,
@@ -123,8 +126,14 @@ def run(ctx, args) -> int:
         progress_bar = ProgressBar(fs.f_files - fs.f_ffree, (fs.f_blocks - fs.f_bfree) * fs.f_frsize,
                                    label=f"manifest {name}@{version} (totals approximate)")
     try:
-        summary = manifest.build(root, out_path, workers=workers, progress=progress_bar.set if progress_bar else None,
-                                 cache_out=cache, reuse=reuse)
+        try:
+            summary = manifest.build(root, out_path, workers=workers, cache_out=cache, reuse=reuse,
+                                     reuse_sha256=reuse_sha256,
+                                     progress=progress_bar.set if progress_bar else None)
+        except manifest.StaleCache:  # changed since its seal: nothing was written; every file hashed instead
+            reuse, how = None, f"the stat cache of {parent['snapshot']} changed since: every file hashed"
+            summary = manifest.build(root, out_path, workers=workers, cache_out=cache,
+                                     progress=progress_bar.set if progress_bar else None)
     finally:
         if progress_bar:
             progress_bar.close()
