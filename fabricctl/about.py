@@ -1,7 +1,14 @@
-"""``fabricctl --version``: fabricctl's own version, then what it finds of ZFS, rtslib-fb and open-iscsi.
+"""``fabricctl --version``: fabricctl's own version, then what it finds of what it runs with on a node.
 
-Each probe returns a version string or None ("not found"); a probe never fails the command (a
-missing tool, a hung tool (timeout), a module that does not import: all are "not found").
+The tools (ZFS, open-iscsi) and the Python modules fabricctl imports: rtslib-fb, libzfs_core,
+prometheus_client, systemd's journal binding, paramiko and PyYAML. On a storage node the modules are
+Debian's packages (``REQUIREMENTS``), seen through the virtualenv's system site packages; pyproject.toml
+declares paramiko and PyYAML (pip checks them at install) and the others as extras, which the fabricctl
+role does not ask for: ``--version`` is where a node shows which of them it has.
+
+Each probe returns a version string or None ("not found", followed by the Debian package that provides
+it); a probe never fails the command (a missing tool, a hung tool (timeout), a module that does not
+import: all are reported, none raises).
 """
 
 from __future__ import annotations
@@ -9,7 +16,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 DISTRIBUTION = "gpu-storage-fabric"  # pyproject.toml's project name
 TIMEOUT = 10.0  # seconds a version command may take
@@ -58,16 +65,32 @@ def zfs_version(run: Callable[[list[str]], str | None] = _run, read: Callable[[s
     return f"zfs-kmod-{module} (kernel module)" if module else None
 
 
-def rtslib_version(metadata: Callable[[str], str] = importlib.metadata.version,
+def module_version(distribution: str, module: str,
+                   metadata: Callable[[str], str] = importlib.metadata.version,
                    import_module: Callable[[str], object] = importlib.import_module) -> str | None:
+    """The version of a Python module fabricctl imports, as this interpreter finds it: None when it is not
+    installed; its distribution's version (what pip sees, a Debian package's egg-info included), else the
+    module's ``__version__``, else "installed (version unknown)"; a module that is installed but does not
+    import (a missing shared library, a broken install) says so, with the error."""
     try:
-        return metadata("rtslib-fb")
+        imported = import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            return None  # the module itself (or its package) is not there
+        return f"installed, but does not import: {exc}"  # one of its own imports is missing
+    except Exception as exc:  # noqa: BLE001 - a broken module is reported, never raised
+        return f"installed, but does not import: {type(exc).__name__}: {exc}"
+    try:
+        return metadata(distribution)
     except importlib.metadata.PackageNotFoundError:
         pass
-    try:
-        return str(import_module("rtslib_fb").__version__)
-    except Exception:  # noqa: BLE001 - not installed, or broken: "not found" either way
-        return None
+    version = getattr(imported, "__version__", None)
+    return str(version) if version else "installed (version unknown)"
+
+
+def rtslib_version(metadata: Callable[[str], str] = importlib.metadata.version,
+                   import_module: Callable[[str], object] = importlib.import_module) -> str | None:
+    return module_version("rtslib-fb", "rtslib_fb", metadata, import_module)
 
 
 def iscsi_version(run: Callable[[list[str]], str | None] = _run) -> str | None:
@@ -75,17 +98,39 @@ def iscsi_version(run: Callable[[list[str]], str | None] = _run) -> str | None:
     return _first_line(run(["iscsiadm", "--version"]))
 
 
-PROBES: tuple[tuple[str, Probe], ...] = (("zfs", zfs_version), ("rtslib-fb", rtslib_version),
-                                         ("open-iscsi", iscsi_version))
+# The Python modules fabricctl imports: (label, distribution, module, Debian package, pyproject.toml extra, or
+# None for a declared dependency). pyproject.toml's dependencies and extras are checked against this table.
+REQUIREMENTS: tuple[tuple[str, str, str, str, str | None], ...] = (
+    ("rtslib-fb", "rtslib-fb", "rtslib_fb", "python3-rtslib-fb", "lio"),  # the LIO targets
+    ("libzfs_core", "pyzfs", "libzfs_core", "python3-pyzfs", "zfs"),  # snapshots, holds, batched destroys
+    ("prometheus-client", "prometheus-client", "prometheus_client", "python3-prometheus-client", "metrics"),
+    ("systemd journal", "systemd-python", "systemd.journal", "python3-systemd", "journal"),  # else syslog
+    ("paramiko", "paramiko", "paramiko", "python3-paramiko", None),  # SSH to the GPU nodes
+    ("PyYAML", "PyYAML", "yaml", "python3-yaml", None),  # a configuration in YAML
+)
 
 
-def version_text(probes: tuple[tuple[str, Probe], ...] | None = None, own: Callable[[], str] | None = None) -> str:
-    """``fabricctl X.Y.Z`` then one ``LABEL: VERSION`` line per probe (default PROBES), 'not found' when absent."""
+def _module_probe(distribution: str, module: str) -> Probe:
+    return lambda: module_version(distribution, module)
+
+
+# (label, probe, Debian package named when it is not found)
+PROBES: tuple[tuple[str, Probe, str], ...] = (
+    ("zfs", zfs_version, "zfsutils-linux"),
+    ("open-iscsi", iscsi_version, "open-iscsi"),
+    *((label, _module_probe(dist, module), package) for label, dist, module, package, _extra in REQUIREMENTS),
+)
+
+
+def version_text(probes: Sequence[tuple] | None = None, own: Callable[[], str] | None = None) -> str:
+    """``fabricctl X.Y.Z`` then one ``LABEL: VERSION`` line per probe (default PROBES): 'not found' when absent,
+    followed by the Debian package that provides it when the probe names one."""
     lines = [f"fabricctl {(own or fabricctl_version)()}"]
-    for label, probe in PROBES if probes is None else probes:
+    for label, probe, *package in PROBES if probes is None else probes:
         try:
             found = probe()
         except Exception:  # noqa: BLE001 - --version never fails on what it cannot find
             found = None
-        lines.append(f"{label}: {found or 'not found'}")
+        missing = f"not found (Debian package {package[0]})" if package and package[0] else "not found"
+        lines.append(f"{label}: {found or missing}")
     return "\n".join(lines)

@@ -95,8 +95,10 @@ def build_parser(only=None) -> argparse.ArgumentParser:
     """The command-line parser: the whole tree, or with ``only`` (a command module) that command alone,
     parsing its command lines exactly as the whole tree does (``main`` uses it to import one command)."""
     parser = Parser(prog="fabricctl", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action=_Version, help="show fabricctl's version and those of ZFS, rtslib-fb "
-                        "and open-iscsi found on this node, then exit")
+    parser.add_argument("--version", action=_Version, help="show fabricctl's version and those of ZFS, open-iscsi "
+                        "and the Python modules it uses (rtslib-fb, libzfs_core, prometheus-client, the systemd "
+                        "journal, paramiko, PyYAML) found on this node, each missing one with its Debian package, "
+                        "then exit")
     parser.add_argument("--config", metavar="PATH",
                         help="configuration file (default: $FABRICCTL_CONFIG or /etc/fabricctl/config.yml)")
     _shared(parser)
@@ -126,7 +128,7 @@ def build_parser(only=None) -> argparse.ArgumentParser:
 
 
 class _Version(argparse.Action):
-    """--version: probes the node's ZFS, rtslib-fb and open-iscsi only when asked (fabricctl.about)."""
+    """--version: probes the node's ZFS, open-iscsi and Python modules only when asked (fabricctl.about)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):  # noqa: A002
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)

@@ -650,13 +650,79 @@ def test_rtslib_version_from_metadata_else_the_module():
     def missing(name):
         raise importlib.metadata.PackageNotFoundError(name)
 
-    assert about.rtslib_version(lambda name: {"rtslib-fb": "2.1.75"}[name]) == "2.1.75"
-    assert about.rtslib_version(missing, lambda name: types.SimpleNamespace(__version__="2.1.74")) == "2.1.74"
+    module = types.SimpleNamespace(__version__="2.1.74")
+    assert about.rtslib_version(lambda name: {"rtslib-fb": "2.1.75"}[name], lambda name: module) == "2.1.75"
+    assert about.rtslib_version(missing, lambda name: module) == "2.1.74"
 
     def no_module(name):
-        raise ModuleNotFoundError(name)
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
-    assert about.rtslib_version(missing, no_module) is None
+    assert about.rtslib_version(lambda name: "2.1.75", no_module) is None  # metadata left behind: not importable
+
+
+def test_a_python_module_missing_broken_or_without_a_version():
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    def no_package(name):  # `import systemd.journal` without the systemd package
+        raise ModuleNotFoundError("No module named 'systemd'", name="systemd")
+
+    assert about.module_version("systemd-python", "systemd.journal", missing, no_package) is None
+
+    def no_dependency(name):  # the module is there, one of its own imports is not
+        raise ModuleNotFoundError("No module named '_cffi_backend'", name="_cffi_backend")
+
+    assert about.module_version("pyzfs", "libzfs_core", missing, no_dependency) == (
+        "installed, but does not import: No module named '_cffi_backend'")
+
+    def broken(name):
+        raise OSError("libzfs_core.so.3: cannot open shared object file")
+
+    assert about.module_version("pyzfs", "libzfs_core", missing, broken) == (
+        "installed, but does not import: OSError: libzfs_core.so.3: cannot open shared object file")
+    assert about.module_version("pyzfs", "libzfs_core", missing, lambda name: types.SimpleNamespace()) == (
+        "installed (version unknown)")
+    assert about.module_version("PyYAML", "yaml") == importlib.metadata.version("PyYAML")  # the real one
+
+
+def test_version_names_the_debian_package_of_a_missing_module(monkeypatch, capsys):
+    """The real probes of fabricctl's Python modules, one of them for a module that is not installed."""
+    monkeypatch.setattr(about, "fabricctl_version", lambda: "1.2.3")
+    requirements = (*about.REQUIREMENTS[-1:],
+                    ("libzfs_core", "fabric-test-no-such-dist", "fabric_test_no_such_module", "python3-pyzfs", "zfs"))
+    monkeypatch.setattr(about, "PROBES", tuple((label, about._module_probe(dist, module), package)
+                                               for label, dist, module, package, _extra in requirements))
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == (f"fabricctl 1.2.3\nPyYAML: {importlib.metadata.version('PyYAML')}\n"
+                                       "libzfs_core: not found (Debian package python3-pyzfs)\n")
+
+
+def test_version_probes_every_module_fabricctl_imports_and_pyproject_declares_them():
+    """Each module of about.REQUIREMENTS is probed by --version, and pyproject.toml declares its distribution: as
+    a dependency (pip checks it when the role installs the wheel) or in its extra (and in the extra `node`)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    labels = [label for label, *_rest in about.PROBES]
+    assert labels == ["zfs", "open-iscsi", *(label for label, *_rest in about.REQUIREMENTS)]
+    declared = sorted(dist for _label, dist, _module, _package, extra in about.REQUIREMENTS if extra is None)
+    assert sorted(project["dependencies"]) == declared
+    for _label, dist, _module, _package, extra in about.REQUIREMENTS:
+        if extra is not None:
+            assert [req for req in extras[extra] if req.split(">")[0].split("=")[0] == dist], (dist, extra)
+    wanted = sorted({extra for *_rest, extra in about.REQUIREMENTS if extra})
+    assert extras["node"] == [f"{project['name']}[{','.join(extras_order(wanted, extras))}]"]
+    # the Debian packages the fabricctl role installs, or its preflight's storage roles do
+    debian = {package for *_rest, package, _extra in about.REQUIREMENTS}
+    roles = "".join((REPO / "roles" / role / "defaults" / "main.yml").read_text()
+                    for role in ("fabricctl", "storage_base", "lio_target"))
+    assert all(package in roles for package in debian), debian
+
+
+def extras_order(wanted, extras):
+    """The extras in pyproject.toml's order (the `node` extra lists them so)."""
+    return [name for name in extras if name in wanted]
 
 
 def test_iscsi_version_and_a_missing_tool():

@@ -163,3 +163,47 @@ def test_lio_target_acl_without_chap_is_refused_unless_insecure(tmp_path):
     known = dict(base, __lio_target_chap={"initiators": {"iqn.2026-11.io.fabric.lab:gpu1": "gpu1"}, "chap": {}})
     assert run_asserts(tmp_path, "lio_target", check, known)[0] == [False]
     assert run_asserts(tmp_path, "lio_target", check, dict(base, fabric_insecure_no_chap=True))[0] == [False]
+
+
+# --- their documentation (ansible-doc -t test gpufabric.storage.NAME) -------------------------------
+
+def test_every_jinja_test_is_documented_by_its_sidecar_file():
+    """plugins/test/NAME.yml for each test (ansible-core's way for several tests in one file): its name, one option
+    per argument after the value, a boolean _value."""
+    import inspect
+
+    docs = {path.stem: yaml.safe_load(path.read_text()) for path in (REPO / "plugins" / "test").glob("*.yml")}
+    tests = plugin()
+    assert sorted(docs) == sorted(tests)
+    for name, fn in tests.items():
+        doc = docs[name]
+        assert doc["DOCUMENTATION"]["name"] == name and doc["DOCUMENTATION"]["short_description"]
+        assert doc["RETURN"]["_value"]["type"] == "boolean"
+        arguments = list(inspect.signature(fn).parameters)[1:]
+        assert sorted(doc["DOCUMENTATION"]["options"]) == sorted(["_input", *arguments]), name
+        yaml.safe_load(doc["EXAMPLES"])  # the examples are tasks
+
+
+def test_the_documented_examples_hold():
+    """Every example assertion on literal values (`'tank' is gpufabric.storage.fabric_pool_name`) is true."""
+    import jinja2
+    from jinja2 import meta
+
+    env = jinja2.Environment()
+    env.tests.update({f"gpufabric.storage.{name}": fn for name, fn in plugin().items()})
+    checked = 0
+    for path in (REPO / "plugins" / "test").glob("*.yml"):
+        for task in yaml.safe_load(yaml.safe_load(path.read_text())["EXAMPLES"]):
+            for expression in task["ansible.builtin.assert"]["that"]:
+                if meta.find_undeclared_variables(env.parse("{{ " + expression + " }}")):
+                    continue  # a role's variable
+                assert env.compile_expression(expression)() is True, f"{path.name}: {expression}"
+                checked += 1
+    assert checked >= 40
+
+
+def test_ansible_doc_lists_every_jinja_test_as_documented():
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-doc"), "-t", "test", "-l", "gpufabric.storage"],
+                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
+    listed = [line for line in proc.stdout.splitlines() if line.startswith("gpufabric.storage.")]
+    assert len(listed) == len(plugin()) and not [line for line in listed if "UNDOCUMENTED" in line], proc.stdout
