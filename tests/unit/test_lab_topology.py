@@ -1,5 +1,7 @@
 """The lab plan (pure): VMs, disks, addresses, QEMU command lines, ssh config, inventory."""
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -149,3 +151,25 @@ def test_lab_profile_from_the_environment_and_refusals(tmp_path, monkeypatch):
     monkeypatch.setenv("FABRIC_LAB_TCG_THREAD", "fast")
     with pytest.raises(LabError, match="TCG thread mode"):
         lab.profile()
+
+
+def test_the_generators_masked_on_guests_keep_what_the_lab_uses():
+    """systemd.mask= on the kernel command line is applied by systemd-debug-generator, root by the fstab one,
+    the NFS baseline by nfs-server/rpc-pipefs, ZFS mounts by zfs-mount-generator: none of them is masked."""
+    kept = {"systemd-debug-generator", "systemd-fstab-generator", "systemd-sysv-generator", "nfs-server-generator",
+            "rpc-pipefs-generator", "zfs-mount-generator"}
+    assert not kept & set(topology.UNNEEDED_GENERATORS)
+    script = topology.mask_generators_script()
+    assert all(f"/etc/systemd/system-generators/{g}" in script for g in topology.UNNEEDED_GENERATORS)
+    assert subprocess.run(["sh", "-n", "-c", script], check=False).returncode == 0  # valid shell
+
+
+def test_masking_generators_is_idempotent_and_reloads_only_when_it_masked_one(tmp_path):
+    root = tmp_path / "gens"
+    script = topology.mask_generators_script().replace("/etc/systemd/system-generators", str(root)).replace(
+        "systemctl daemon-reload", f"echo reloaded >> {tmp_path / 'log'}")
+    for _ in range(2):
+        subprocess.run(["sh", "-c", script], check=True)
+    assert sorted(p.name for p in root.iterdir()) == sorted(topology.UNNEEDED_GENERATORS)
+    assert all(os.readlink(p) == "/dev/null" for p in root.iterdir())
+    assert (tmp_path / "log").read_text() == "reloaded\n"  # the second run changed nothing
