@@ -137,9 +137,12 @@ def test_ingest_copies_and_is_resumable(storage, fctl, source):
     again = fctl.json("dataset", "ingest", NAME, source)
     assert again["copied"] == 0 and again["skipped"] == 301
     src = storage.check_output("cd /srv/src && find . -type f | sort | xargs sha256sum | sha256sum")
+    # .fabric/ is the fabric's own (the ingest's record of its sources, for the seal's provenance)
     dst = storage.check_output(f"cd /srv/fabricctl/staging/{NAME} && find . -type f -not -path './lost+found/*' "
-                               "| sort | xargs sha256sum | sha256sum")
+                               "-not -path './.fabric/*' | sort | xargs sha256sum | sha256sum")
     assert src == dst
+    recorded = storage.check_output(f"cat /srv/fabricctl/staging/{NAME}/.fabric/ingest-sources.json")
+    assert source.rstrip("/") in recorded, recorded
 
 
 def test_seal_records_the_version_and_its_manifest(storage, fctl, source):
