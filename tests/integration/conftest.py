@@ -115,6 +115,11 @@ def uid() -> str:
     return uuid.uuid4().hex[:6]
 
 
+# The interpreter of the virtualenv the installed fabricctl command runs in (fabric_core importable), as shell
+# words for a command line on a storage node.
+FABRICCTL_PYTHON = '"$(head -n1 "$(command -v fabricctl)" | cut -c3-)"'
+
+
 def run_python(host, script: str, *args: str):
     """Run a Python script on a lab VM (it arrives base64-encoded; args are passed as argv)."""
     b64 = base64.b64encode(script.encode()).decode()

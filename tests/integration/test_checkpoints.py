@@ -13,7 +13,7 @@ import json
 import time
 
 import pytest
-from conftest import assert_refused_and_nothing_changed, edited_config, run_python, step
+from conftest import FABRICCTL_PYTHON, assert_refused_and_nothing_changed, edited_config, run_python, step
 
 JOB = "train"
 VOL = f"tank/checkpoints/{JOB}"
@@ -198,7 +198,7 @@ def test_a_rotation_gives_up_on_a_held_node_lock_naming_its_holder(storage, fctl
     (lock.wait_seconds, 2 s here) exits 4 naming the holder; a dry run takes no lock and works."""
     env = edited_config(storage, "/tmp/rotate-lock.yml", "c['retention'] = {}; c['lock'] = {'wait_seconds': 2}")
     storage.check_output(f"echo {base64.b64encode(LOCK_HOLDER.encode()).decode()} | base64 -d > /tmp/lock-holder.py")
-    pid = storage.check_output('setsid "$(head -n1 "$(command -v fabricctl)" | cut -c3-)" /tmp/lock-holder.py '
+    pid = storage.check_output(f'setsid {FABRICCTL_PYTHON} /tmp/lock-holder.py '
                                "> /tmp/lock-holder.out 2>&1 & echo $!").strip()
     try:
         for _ in range(30):

@@ -14,7 +14,7 @@ import shlex
 import time
 
 import pytest
-from conftest import assert_refused_and_nothing_changed, edited_config, step
+from conftest import FABRICCTL_PYTHON, assert_refused_and_nothing_changed, edited_config, step
 
 NAME = "sample"
 POOL_ROOT = "tank/datasets"
@@ -80,7 +80,7 @@ def test_help_of_every_command(storage, fctl):
     script = base64.b64encode(HELP_ALL.encode()).decode()
     out = json.loads(storage.check_output(
         f"echo {script} | base64 -d > /tmp/help-all.py && "
-        f"\"$(head -n1 \"$(command -v fabricctl)\" | cut -c3-)\" /tmp/help-all.py {shlex.quote(json.dumps(argvs))}"))
+        f"{FABRICCTL_PYTHON} /tmp/help-all.py {shlex.quote(json.dumps(argvs))}"))
     for args in argvs:
         rc, text = out[" ".join(args)]
         assert rc == 0 and "usage: fabricctl" in text, (args, rc, text[-500:])

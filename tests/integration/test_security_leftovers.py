@@ -24,7 +24,7 @@ import sys
 import uuid
 
 import pytest
-from conftest import REPO, SHARED, edited_config, run_python, step, wait_for
+from conftest import FABRICCTL_PYTHON, REPO, SHARED, edited_config, run_python, step, wait_for
 
 sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 from fabric_core.freeze import BLOCKED_SCRIPT, thaw_unit  # noqa: E402
@@ -36,7 +36,6 @@ TAG = uuid.uuid4().hex[:6]
 
 
 
-PY = "$(head -1 \"$(command -v fabricctl)\" | sed 's/^#!//')"  # fabricctl's interpreter (fabric_core importable)
 
 
 def core_script(host, script: str) -> str:
@@ -44,7 +43,7 @@ def core_script(host, script: str) -> str:
     interpreter (arguments to be appended)."""
     path = f"{PRIVATE}/core-{uuid.uuid4().hex[:8]}.py"
     host.check_output(f"echo {base64.b64encode(script.encode()).decode()} | base64 -d > {path}")
-    return f"{PY} {path}"
+    return f"{FABRICCTL_PYTHON} {path}"
 
 
 def run_core(host, script: str, *args: str):
