@@ -21,7 +21,7 @@ LEVERS       ?=
 export ANSIBLE_VAULT_IDENTITY_LIST := lab@$(CURDIR)/inventory/lab/vault-password.txt
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-versions bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers bench-native lab-panic-repro lint docs lock clean
+.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-versions bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers bench-native bench-prolog lab-panic-repro lint docs lock clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -35,6 +35,9 @@ demo: venv lab-up ## boot the lab, converge site.yml, print the fabric, publish 
 	lab/demo-datasets.sh
 	@echo "== fabricctl on storage1: a job's checkpoint volume, snapshots, a rotation plan, a restore to gpu1 and gpu2 =="
 	lab/demo-checkpoints.sh
+	@echo "== Slurm (issue 29): the lab's Slurm with the fabric's SPANK plugin; a job on gpu1 and gpu2 reads a version and verifies it =="
+	$(VENV)/bin/ansible-playbook playbooks/lab-slurm.yml
+	lab/demo-slurm.sh
 	@echo "== lab is still up: 'make lab-status', 'python3 lab/labctl.py ssh gpu1', 'make lab-down' =="
 
 test: venv ## all tests: unit (seconds, no root), linters (make lint), then integration on the lab VMs (root); SHUFFLE=SEED shuffles the files, DEBIAN=12 runs them on Debian 12 guests
@@ -112,6 +115,9 @@ bench-read-levers: venv ## issue 14 benchmark on the running lab: read-path leve
 
 bench-native: venv ## issue 27 benchmark on the running lab (root): the target read by a native initiator (libiscsi's iscsi-perf on the host, as gpu1 with its CHAP) against storage1 reading the same snapshot device, seq 1 MiB and random 128 KiB at 32 in flight, A B A B; LEVERS=attrib.NAME=V,zfs.NAME=V, ROUNDS=N -> docs/benchmarks.md, bench/results/native_read.json
 	$(PY) bench/native_read_bench.py $(if $(LEVERS),--levers $(LEVERS)) $(if $(ROUNDS),--rounds $(ROUNDS))
+
+bench-prolog: venv ## issue 29 benchmark on the running lab (with its Slurm: playbooks/lab-slurm.yml): seconds a --fabric-dataset request adds to a job's start on 1 and 2 nodes (ROUNDS=N) -> docs/benchmarks.md, bench/results/attach.json
+	$(PY) bench/bench_prolog.py $(if $(ROUNDS),--rounds $(ROUNDS))
 
 bench-checkpoint: venv ## issue 5 benchmark on the running lab: rotate vs sanoid, checkpoint list vs zfs list, freeze window -> docs/benchmarks.md
 	$(PY) bench/checkpoint_bench.py
