@@ -135,7 +135,7 @@ fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 with os.fdopen(fd, "w") as fh:
     yaml.safe_dump(raw, fh, default_flow_style=False, sort_keys=False)
 from fabricctl import config
-from fabric_core import retention
+from fabric_core.services import retention
 c = config.load(dst)
 r = retention.parse_retention(c.retention, c.metrics)
 print(json.dumps({"policy_for_job": getattr(r.policy_for(f"checkpoints/{job}"), "name", None),
@@ -173,8 +173,8 @@ LOCK_HOLDER = r'''
 import sys, time
 install_dir, state, hold = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sys.path.insert(0, install_dir)
-from fabric_core.errors import LockHeld
-from fabric_core.lock import node_lock
+from fabric_core.base.errors import LockHeld
+from fabric_core.base.lock import node_lock
 try:
     with node_lock("bench/checkpoint_bench.py (keeps the scheduled fabricctl rotate off bench-ck)", wait=900):
         open(state, "w").write("locked\n")

@@ -20,7 +20,7 @@ from report import RESULTS, write_section
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
-from fabric_core import zfs as core_zfs  # noqa: E402 - the core's reader of OpenZFS 2.3 JSON
+from fabric_core.storage import zfs as core_zfs  # noqa: E402 - the core's reader of OpenZFS 2.3 JSON
 
 SSH_CONFIG = REPO / ".lab" / "ssh_config"
 TIME_MARK = "@@bench-node-seconds"
@@ -49,7 +49,7 @@ if where.returncode != 0:
 install_dir = where.stdout.strip()
 sys.path.insert(0, install_dir)
 from fabricctl import config
-from fabric_core.lock import DEFAULT_PATH as NODE_LOCK
+from fabric_core.base.lock import DEFAULT_PATH as NODE_LOCK
 try:
     c = config.load()
 except Exception as exc:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report  # noqa: E402
-from fabric_core.metrics import parse_arcstats  # noqa: E402 - the core, as make venv installs it
+from fabric_core.services.metrics import parse_arcstats  # noqa: E402 - the core, as make venv installs it
 from labbench import (  # noqa: E402
     BenchError,
     fabricctl_facts,

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fabric_core.names import snapshot_name
+from fabric_core.base.names import snapshot_name
 
 from .errors import EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_OK, EXIT_PARTIAL, EXIT_USER
 

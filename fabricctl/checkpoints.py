@@ -3,9 +3,9 @@ checkpoint snapshots JOB@step-N with their step, metrics and tags."""
 
 from __future__ import annotations
 
-from fabric_core import versions
-from fabric_core.errors import NotFound
-from fabric_core.rules import KIND_CHECKPOINT, KIND_CHECKPOINT_VOLUME
+from fabric_core.base.errors import NotFound
+from fabric_core.base.rules import KIND_CHECKPOINT, KIND_CHECKPOINT_VOLUME
+from fabric_core.storage import versions
 
 from . import zvols
 
@@ -17,7 +17,7 @@ def volume(cfg, job: str) -> str:
 
 def mountpoint(cfg, job: str) -> str:
     """Where JOB's checkpoint volume is mounted read-write on its writer (CHECKPOINT_MOUNT_ROOT/JOB): the mount
-    point of its export, by fabric_core.publish's rule (the file system does not change it)."""
+    point of its export, by fabric_core.services.publish's rule (the file system does not change it)."""
     return cfg.publishing().writable(job, "ext4").mountpoint
 
 

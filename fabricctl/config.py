@@ -4,9 +4,9 @@
 (tests, ``fabricctl config check``). Every problem is a ``UserError`` that names the key, where it is
 (``ssh.connect_timeout``), the file, and the fix; an unknown key also names the closest valid one.
 
-What is validated here: names (fabric_core.names), addresses, paths, numbers, CHAP, hosts and
+What is validated here: names (fabric_core.base.names), addresses, paths, numbers, CHAP, hosts and
 groups. ``retention`` is kept as the raw mapping (only its two top-level keys are checked):
-``fabric_core.retention.parse_policies(config.retention, config.metrics)`` validates the policies.
+``fabric_core.services.retention.parse_policies(config.retention, config.metrics)`` validates the policies.
 """
 
 from __future__ import annotations
@@ -18,13 +18,10 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fabric_core import rules
-from fabric_core.errors import NotFound, UserError
-from fabric_core.health import KEYS as HEALTH_KEYS
-from fabric_core.health import Thresholds
-from fabric_core.iscsi import normalize_portal
-from fabric_core.lock import DEFAULT_WAIT as LOCK_DEFAULT_WAIT
-from fabric_core.names import (
+from fabric_core.base import rules
+from fabric_core.base.errors import NotFound, UserError
+from fabric_core.base.lock import DEFAULT_WAIT as LOCK_DEFAULT_WAIT
+from fabric_core.base.names import (
     validate_backstore_prefix,
     validate_dataset_name,
     validate_hostname,
@@ -34,10 +31,13 @@ from fabric_core.names import (
     validate_pool_name,
     validate_user_name,
 )
-from fabric_core.rules import LIO, ChapError, parse_chap
+from fabric_core.base.rules import LIO, ChapError, parse_chap
+from fabric_core.node.iscsi import normalize_portal
+from fabric_core.services.health import KEYS as HEALTH_KEYS
+from fabric_core.services.health import Thresholds
 
 if TYPE_CHECKING:  # the publishing service is imported where it is used (publishing())
-    from fabric_core.publish import Settings
+    from fabric_core.services.publish import Settings
 
 DEFAULT_PATH = "/etc/fabricctl/config.yml"
 ENV_PATH = "FABRICCTL_CONFIG"
@@ -49,7 +49,7 @@ _HOSTNAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9
                        r"[A-Za-z0-9])?)*\.?$")
 _GROUP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # Ansible group names; no ',' (target lists)
 
-CHAP_KEYS = LIO.names  # the configuration speaks LIO's names (fabric_core.rules)
+CHAP_KEYS = LIO.names  # the configuration speaks LIO's names (fabric_core.base.rules)
 RETENTION_KEYS = ("policies", "assign")
 
 
@@ -111,7 +111,7 @@ class Rotation:
 
 @dataclass(frozen=True)
 class Lock:
-    """The node lock every change takes (fabric_core.lock; its file is fixed, shared with the Ansible modules)."""
+    """The node lock every change takes (fabric_core.base.lock; its file is fixed, shared with the Ansible modules)."""
 
     wait_seconds: float = LOCK_DEFAULT_WAIT  # how long a change waits for another one to finish
 
@@ -143,10 +143,10 @@ class Config:
     insecure_no_chap: bool = False  # exports without CHAP allowed (an isolated lab only; status warns)
     defaults: Defaults = field(default_factory=Defaults)
     metrics: list[str] = field(default_factory=list)
-    retention: dict = field(default_factory=dict)  # raw: fabric_core.retention.parse_policies validates it
+    retention: dict = field(default_factory=dict)  # raw: fabric_core.services.retention.parse_policies validates it
     rotation: Rotation = field(default_factory=Rotation)
     lock: Lock = field(default_factory=Lock)
-    health: Thresholds = field(default_factory=Thresholds)  # when `status` warns (fabric_core.health)
+    health: Thresholds = field(default_factory=Thresholds)  # when `status` warns (fabric_core.services.health)
     source: str = "<dict>"
     deprecations: list[str] = field(default_factory=list)  # warnings about obsolete keys, for the operator
 
@@ -161,10 +161,10 @@ class Config:
         return validate_dataset_name(f"{self.checkpoint_root}/{job}")
 
     def publishing(self) -> Settings:
-        """What the publishing service needs of this configuration (fabric_core.publish.Settings)."""
-        # imported here: fabric_core.publish brings the LIO, iSCSI, multipath and udev code, about 1 s of an
+        """What the publishing service needs of this configuration (fabric_core.services.publish.Settings)."""
+        # imported here: fabric_core.services.publish brings the LIO, iSCSI, multipath and udev code, about 1 s of an
         # emulated lab node's CPU, which the commands that never publish (list, rotate, checkpoint list) skip
-        from fabric_core.publish import Settings  # pylint: disable=import-outside-toplevel
+        from fabric_core.services.publish import Settings  # pylint: disable=import-outside-toplevel
 
         return Settings(iqn_base=self.iqn_base, backstore_prefix=self.backstore_prefix, portal_ip=self.portal.ip,
                         portal_port=self.portal.port, dataset_root=self.dataset_root, mount_root=self.mount_root,
@@ -505,7 +505,7 @@ def from_dict(raw: Any, source: str = "<dict>") -> Config:
 
 
 def _health(c: _Checker, raw) -> Thresholds:
-    """When `fabricctl status` turns WARNING or CRITICAL (fabric_core.health.Thresholds; its defaults where a
+    """When `fabricctl status` turns WARNING or CRITICAL (fabric_core.services.health.Thresholds; its defaults where a
     key is missing): percentages 1-100 and ages in days 1-3650, each critical threshold at least its warning."""
     raw = c.mapping(raw if raw is not None else {}, "health", HEALTH_KEYS)
     d = Thresholds()
@@ -633,7 +633,7 @@ def _groups(c: _Checker, raw, hosts: dict[str, Host]) -> dict[str, list[str]]:
 
 
 def _chap(c: _Checker, raw, where: str) -> rules.Chap | None:
-    """A host's CHAP credentials in LIO's names (fabric_core.rules.parse_chap); errors never show a secret."""
+    """A host's CHAP credentials in LIO's names (fabric_core.base.rules.parse_chap); errors never show a secret."""
     if raw in (None, {}):
         return None
     raw = c.mapping(raw, where, CHAP_KEYS, required=("userid", "password"))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from fabric_core import lock
-from fabric_core.errors import UserError
-from fabric_core.runner import LocalRunner
+from fabric_core.base import lock
+from fabric_core.base.errors import UserError
+from fabric_core.base.runner import LocalRunner
 
 from . import output
 from .audit import command_line
@@ -49,7 +49,7 @@ class Context:
             self._ssh[host.name].trace = self.tracer(host.name)
         return self._ssh[host.name]
 
-    # -- locks (fabric_core.lock: the volume's lock first, the node lock last and short) --
+    # -- locks (fabric_core.base.lock: the volume's lock first, the node lock last and short) --
     def lock_wait(self) -> float:
         """Seconds a lock is waited for: the config's lock.wait_seconds (the default when the config does not
         load: the command itself reports that, after checking its own arguments)."""
@@ -67,7 +67,7 @@ class Context:
             f"fabricctl: waiting up to {wait:g} s for this node's lock, held by {lock.describe(holder)}"))
 
     def object_lock(self, kind: str, name: str, *, shared: bool = False):
-        """One object's lock (fabric_core.lock.object_lock), for the whole command (nothing in a dry run)."""
+        """One object's lock (fabric_core.base.lock.object_lock), for the whole command (nothing in a dry run)."""
         if self.dry_run:
             return contextlib.nullcontext()
         wait = self.lock_wait()
@@ -78,11 +78,11 @@ class Context:
 
     @property
     def publisher(self):
-        """The publishing service (fabric_core.publish.Publisher) on this node and, over SSH, its hosts."""
+        """The publishing service (fabric_core.services.publish.Publisher) on this node and, over SSH, its hosts."""
         if self._publisher is None:
             # imported here: the publishing service brings LIO, iSCSI and udev code (about 1 s of a storage
             # node's emulated CPU in the lab), which the commands that never publish do not need
-            from fabric_core.publish import Publisher  # pylint: disable=import-outside-toplevel
+            from fabric_core.services.publish import Publisher  # pylint: disable=import-outside-toplevel
             cfg = self.config
             self._publisher = Publisher(cfg.publishing(), self.local, self.ssh, cfg.hosts.values())
         return self._publisher
@@ -148,7 +148,7 @@ class Context:
         return planned if self.dry_run else done
 
     def tracer(self, where: str):
-        """With -v: a runner's trace (fabric_core.runner), each command it runs as one line on stderr."""
+        """With -v: a runner's trace (fabric_core.base.runner), each command it runs as one line on stderr."""
         if not getattr(self.args, "verbose", False):
             return None
         return lambda line: self.note(f"fabricctl: [{where}] {line}")

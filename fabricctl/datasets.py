@@ -7,9 +7,11 @@ import contextlib
 import os
 import tempfile
 
-from fabric_core import history, mounts, versions, zfs
-from fabric_core.errors import NotFound, UserError
-from fabric_core.rules import KIND_DATASET
+from fabric_core.base.errors import NotFound, UserError
+from fabric_core.base.rules import KIND_DATASET
+from fabric_core.node import mounts
+from fabric_core.services import history
+from fabric_core.storage import versions, zfs
 
 from . import zvols
 
@@ -102,7 +104,7 @@ def mounted_readonly(ctx, export):
 
 
 def export_of(ctx, row: dict, vol: dict | None = None):
-    """The export (fabric_core.publish.Export) of a sealed version's row."""
+    """The export (fabric_core.services.publish.Export) of a sealed version's row."""
     fstype = row.get("fabric:fs") or (vol or {}).get("fabric:fs") or "ext4"
     return ctx.publisher.settings.dataset(row["name_short"], row["snapshot"], fstype)
 

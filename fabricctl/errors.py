@@ -1,9 +1,9 @@
 """Exit statuses of fabricctl. The numbers, their table and the error classes are the core library's
-(fabric_core.errors); fabricctl adds only what is about many hosts at once (PartialFailure)."""
+(fabric_core.base.errors); fabricctl adds only what is about many hosts at once (PartialFailure)."""
 
 from __future__ import annotations
 
-from fabric_core.errors import (
+from fabric_core.base.errors import (
     EXIT_INTERRUPTED,
     EXIT_LOCKED,
     EXIT_OK,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from fabric_core.errors import FabricError, UserError
+from fabric_core.base.errors import FabricError, UserError
 
 from .errors import PartialFailure
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-from fabric_core.errors import FabricError
+from fabric_core.base.errors import FabricError
 
 
 class InjectedFault(FabricError):

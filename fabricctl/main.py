@@ -3,14 +3,14 @@
 Every command lives in its own module under ``fabricctl/commands/`` and declares ``PATH`` (its
 words on the command line, e.g. ``("dataset", "create")``), ``HELP``, ``MUTATING`` (True when it
 changes the fabric; a --dry-run never does), ``configure(parser)`` (its own arguments) and
-``run(ctx, args) -> int``; and, for its locks (fabric_core.lock), optionally ``OBJECT_LOCKS(args)`` (the
+``run(ctx, args) -> int``; and, for its locks (fabric_core.base.lock), optionally ``OBJECT_LOCKS(args)`` (the
 objects' locks it holds for its whole run: ``[(kind, name, shared)]``, taken first, even by a command that
 changes nothing, never in a dry run) and ``NODE_LOCK`` (whether a change holds the node lock for its whole
 run: True by default; False for a long command, which takes ``ctx.node_lock()`` around its short sections
 that change shared node state). This module builds the nested parsers from those declarations, adds the
 options every command shares (``--json``; ``--dry-run`` to a change), and, in one place (``main``),
-for every command: takes its locks around it (fabric_core.lock), maps errors to exit
-statuses (fabric_core.errors.EXIT_STATUSES), reports a failure (on stderr as text; under --json also as the
+for every command: takes its locks around it (fabric_core.base.lock), maps errors to exit
+statuses (fabric_core.base.errors.EXIT_STATUSES), reports a failure (on stderr as text; under --json also as the
 command's one JSON object on stdout: the problem, the fix and the exit status, usage errors included), and
 logs one journal record when a change ends (fabricctl.audit). Commands never import this module.
 """
@@ -181,7 +181,7 @@ def holds_node_lock(module, args) -> bool:
 
 
 def _locks(ctx, args, change: bool) -> contextlib.ExitStack:
-    """The command's locks, in fabric_core.lock's order: its objects' locks, then the node lock."""
+    """The command's locks, in fabric_core.base.lock's order: its objects' locks, then the node lock."""
     stack = contextlib.ExitStack()
     try:
         for kind, name, shared in object_locks(ctx, args.command_module, args):

@@ -1,6 +1,6 @@
 """fabricctl(8), the manual page, rendered in roff from fabricctl's own parser (main.build_parser, through
 fabricctl.tree), like the CLI reference and the bash completion: every command's usage, description (its module's
-docstring) and options, the exit statuses (fabric_core.errors.EXIT_STATUSES), the environment and the files. The
+docstring) and options, the exit statuses (fabric_core.base.errors.EXIT_STATUSES), the environment and the files. The
 fabricctl role writes it to /usr/local/share/man/man8/fabricctl.8 from the installed fabricctl on every run
 (``python -m fabricctl.manpage``; with PATH it writes that file), so it is as current as the commands. No date in
 it: the same fabricctl renders the same page (the role's second run changes nothing).
@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 import sys
 
-from fabric_core import atomic
-from fabric_core.errors import EXIT_STATUSES
+from fabric_core.base import atomic
+from fabric_core.base.errors import EXIT_STATUSES
 
 from .about import fabricctl_version
 from .main import DEBUG_ENV, DESCRIPTION, build_parser

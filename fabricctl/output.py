@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any, TextIO
 
-from fabric_core.units import human_bytes
+from fabric_core.base.units import human_bytes
 
 __all__ = ["human_bytes", "human_duration", "failure", "print_json", "print_rows", "print_table", "to_jsonable",
            "with_failure", "ProgressBar"]

@@ -1,6 +1,6 @@
 """What this storage node is, read once for `fabricctl status` and `fabricctl metrics`: the pool (`zpool list`,
 `zpool status`, its creation), LIO's exports and sessions (the publishing service's ExportIndex), and the health
-checks of fabric_core.health on them. A source that cannot be read is one UNKNOWN check, never a failure; the
+checks of fabric_core.services.health on them. A source that cannot be read is one UNKNOWN check, never a failure; the
 metrics add the ARC's statistics and the checkpoint snapshots."""
 
 from __future__ import annotations
@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from fabric_core import freeze, health, holders, lio, lzc, replicate, versions, zfs, zpool
-from fabric_core.errors import FabricError
-from fabric_core.metrics import ARCSTATS
-from fabric_core.replicate import ORIGIN_PROP
-from fabric_core.rules import KIND_CHECKPOINT
+from fabric_core.base.errors import FabricError
+from fabric_core.base.rules import KIND_CHECKPOINT
+from fabric_core.node import freeze
+from fabric_core.services import health, replicate
+from fabric_core.services.metrics import ARCSTATS
+from fabric_core.services.replicate import ORIGIN_PROP
+from fabric_core.storage import holders, lio, lzc, versions, zfs, zpool
 
 from . import checkpoints, datasets
 

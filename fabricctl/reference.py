@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from fabric_core import atomic
+from fabric_core.base import atomic
 
 from .main import DESCRIPTION, build_parser
 from .tree import Node, Option, usage, walk

@@ -1,6 +1,6 @@
 """Commands on GPU nodes over SSH (paramiko), with host keys verified against fabricctl's known_hosts.
 
-``SSHRunner`` is a ``fabric_core.runner.Runner``: the same core code (iscsi.ensure_session, ...) runs
+``SSHRunner`` is a ``fabric_core.base.runner.Runner``: the same core code (iscsi.ensure_session, ...) runs
 on a GPU node through it. One SSH connection per runner, opened at the first command and kept
 until ``close()`` (or the end of a ``with`` block).
 
@@ -22,8 +22,8 @@ import threading
 import time
 from typing import Any
 
-from fabric_core.errors import EXIT_UNEXPECTED, EXIT_USER, FabricError, redact_argv
-from fabric_core.runner import OUTPUT_CAP, REMOTE_IDLE, REMOTE_TIMEOUT, Runner
+from fabric_core.base.errors import EXIT_UNEXPECTED, EXIT_USER, FabricError, redact_argv
+from fabric_core.base.runner import OUTPUT_CAP, REMOTE_IDLE, REMOTE_TIMEOUT, Runner
 
 REMOTE_ENV = ("env", "LC_ALL=C", "LANG=C", "LANGUAGE=C")
 KEEPALIVE_SECONDS = 15
@@ -127,7 +127,7 @@ def _reject_policy_class():
 class SSHRunner(Runner):
     """Run commands on one host over SSH. ``host`` has ``name`` and ``address``; ``ssh`` is a config.SSHConfig.
 
-    Every command is bounded (fabric_core.runner's bounds): ``command_timeout`` seconds without any output,
+    Every command is bounded (fabric_core.base.runner's bounds): ``command_timeout`` seconds without any output,
     ``timeout`` seconds in all, ``output_cap`` bytes per stream; past any of them the command is abandoned (its
     channel closed) and ``ConnectionLost`` raised naming the host and the bound.
     """

@@ -2,8 +2,8 @@
 and the restricted command those nodes run for it (`fabricctl replica-serve`).
 
 This node (the source) reads its volume and, over SSH, the target's (``Peer.state``), plans with
-``fabric_core.replicate.plan`` and runs each transfer: ``zfs send`` here, piped by
-``fabric_core.replicate.Pump`` into ``ssh TARGET receive ...`` (OpenSSH: the stream is the one place
+``fabric_core.services.replicate.plan`` and runs each transfer: ``zfs send`` here, piped by
+``fabric_core.services.replicate.Pump`` into ``ssh TARGET receive ...`` (OpenSSH: the stream is the one place
 where the SSH client's speed matters). The target's side is ``serve``: the fabricctl key of a storage
 node is authorized on the others with ``command="fabricctl replica-serve",restrict`` (role fabricctl),
 so that key can only ask for the state of a volume under the target's own dataset or checkpoint root,
@@ -24,10 +24,16 @@ import subprocess
 import sys
 import tempfile
 
-from fabric_core import holders, lzc, replicate
-from fabric_core.errors import CommandBounded, CommandError, FabricError, UserError
-from fabric_core.names import validate_dataset_name, validate_hostname, validate_snapshot_component, validate_version
-from fabric_core.runner import PEER_TIMEOUT, SSH_ALIVE_COUNT, SSH_ALIVE_INTERVAL, STALL_SECONDS, bounded_run
+from fabric_core.base.errors import CommandBounded, CommandError, FabricError, UserError
+from fabric_core.base.names import (
+    validate_dataset_name,
+    validate_hostname,
+    validate_snapshot_component,
+    validate_version,
+)
+from fabric_core.base.runner import PEER_TIMEOUT, SSH_ALIVE_COUNT, SSH_ALIVE_INTERVAL, STALL_SECONDS, bounded_run
+from fabric_core.services import replicate
+from fabric_core.storage import holders, lzc
 
 from . import datasets
 from .output import ProgressBar, human_bytes

@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fabric_core import blockfs, lzc, versions
-from fabric_core.errors import CommandError, NotFound, UnsafeOperation
+from fabric_core.base.errors import CommandError, NotFound, UnsafeOperation
+from fabric_core.storage import blockfs, lzc, versions
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core.names import validate_fabric_name
+from fabric_core.base.names import validate_fabric_name
 
 from .. import checkpoints
 from ..output import human_bytes, print_rows

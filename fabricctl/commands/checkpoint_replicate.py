@@ -12,8 +12,8 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core.errors import NotFound, UserError
-from fabric_core.names import snapshot_name, validate_fabric_name
+from fabric_core.base.errors import NotFound, UserError
+from fabric_core.base.names import snapshot_name, validate_fabric_name
 
 from .. import checkpoints, replication
 from .replicate import configure_common, limit_of, nodes_of, report

@@ -14,9 +14,9 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import publish
-from fabric_core.errors import NotFound
-from fabric_core.names import validate_fabric_name
+from fabric_core.base.errors import NotFound
+from fabric_core.base.names import validate_fabric_name
+from fabric_core.services import publish
 
 from .. import checkpoints
 

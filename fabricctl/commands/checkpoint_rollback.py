@@ -12,9 +12,9 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import lzc, versions
-from fabric_core.errors import Busy, NotFound, UnsafeOperation, UserError
-from fabric_core.names import validate_fabric_name
+from fabric_core.base.errors import Busy, NotFound, UnsafeOperation, UserError
+from fabric_core.base.names import validate_fabric_name
+from fabric_core.storage import lzc, versions
 
 from .. import checkpoints
 

@@ -15,11 +15,13 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import freeze, lzc, mounts, publish
-from fabric_core.errors import AlreadyExists, UserError
-from fabric_core.names import validate_fabric_name
-from fabric_core.rules import KIND_CHECKPOINT, KIND_PROP, MANAGED_PROP
-from fabric_core.versions import created_by, now_iso
+from fabric_core.base.errors import AlreadyExists, UserError
+from fabric_core.base.names import validate_fabric_name
+from fabric_core.base.rules import KIND_CHECKPOINT, KIND_PROP, MANAGED_PROP
+from fabric_core.node import freeze, mounts
+from fabric_core.services import publish
+from fabric_core.storage import lzc
+from fabric_core.storage.versions import created_by, now_iso
 
 from .. import checkpoints, faults
 

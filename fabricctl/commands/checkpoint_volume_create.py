@@ -12,11 +12,11 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import zfs
-from fabric_core.errors import UnsafeOperation, UserError
-from fabric_core.names import validate_fabric_name
-from fabric_core.rules import FILESYSTEMS, KIND_CHECKPOINT_VOLUME, KIND_PROP
-from fabric_core.versions import created_by, now_iso
+from fabric_core.base.errors import UnsafeOperation, UserError
+from fabric_core.base.names import validate_fabric_name
+from fabric_core.base.rules import FILESYSTEMS, KIND_CHECKPOINT_VOLUME, KIND_PROP
+from fabric_core.storage import zfs
+from fabric_core.storage.versions import created_by, now_iso
 
 from .. import checkpoints, zvols
 

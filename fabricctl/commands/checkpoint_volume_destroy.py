@@ -13,9 +13,9 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import versions
-from fabric_core.errors import Busy, UnsafeOperation, UserError
-from fabric_core.names import validate_fabric_name
+from fabric_core.base.errors import Busy, UnsafeOperation, UserError
+from fabric_core.base.names import validate_fabric_name
+from fabric_core.storage import versions
 
 from .. import checkpoints, zvols
 

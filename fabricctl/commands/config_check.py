@@ -17,9 +17,9 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core.errors import UserError
-from fabric_core.health import KEYS as HEALTH_KEYS
-from fabric_core.retention import parse_retention
+from fabric_core.base.errors import UserError
+from fabric_core.services.health import KEYS as HEALTH_KEYS
+from fabric_core.services.retention import parse_retention
 
 from .. import config as config_file
 from ..output import print_table

@@ -13,10 +13,9 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import blockfs, zfs
-from fabric_core.errors import AlreadyExists, UserError
-from fabric_core.names import validate_fabric_name
-from fabric_core.rules import (
+from fabric_core.base.errors import AlreadyExists, UserError
+from fabric_core.base.names import validate_fabric_name
+from fabric_core.base.rules import (
     FILESYSTEMS,
     KIND_DATASET,
     KIND_PROP,
@@ -24,7 +23,8 @@ from fabric_core.rules import (
     VOLBLOCKSIZES,
     validate_volblocksize,
 )
-from fabric_core.versions import created_by, now_iso
+from fabric_core.storage import blockfs, zfs
+from fabric_core.storage.versions import created_by, now_iso
 
 from .. import datasets, zvols
 

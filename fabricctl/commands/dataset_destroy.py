@@ -12,9 +12,10 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import history, lzc, versions
-from fabric_core.errors import Busy, UnsafeOperation, UserError
-from fabric_core.names import parse_ref
+from fabric_core.base.errors import Busy, UnsafeOperation, UserError
+from fabric_core.base.names import parse_ref
+from fabric_core.services import history
+from fabric_core.storage import lzc, versions
 
 from .. import datasets, zvols
 

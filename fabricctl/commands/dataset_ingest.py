@@ -6,7 +6,7 @@ slash copies its contents into the dataset root; without one, the directory itse
 skipped, so re-running an interrupted ingest continues where it stopped. Each file is written
 to a temporary name and renamed into place, so no half-copied file is ever taken for a good one.
 
-Only what is inside the source is copied (fabric_core.ingest): the whole source is walked first,
+Only what is inside the source is copied (fabric_core.services.ingest): the whole source is walked first,
 with directory descriptors, and the ingest is refused, before anything is copied, when it holds a
 symbolic link (every one is named: a link followed as root could copy any file of this node into
 a dataset every GPU node reads), a file with a hard link outside the sources, a special file, or
@@ -29,9 +29,9 @@ from __future__ import annotations
 import errno
 import os
 
-from fabric_core import history, ingest
-from fabric_core.errors import NotFound, UserError
-from fabric_core.names import validate_fabric_name
+from fabric_core.base.errors import NotFound, UserError
+from fabric_core.base.names import validate_fabric_name
+from fabric_core.services import history, ingest
 
 from .. import datasets, faults
 from ..output import ProgressBar, human_bytes

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import os
 
-from fabric_core import history, lzc, manifest, mounts, versions
-from fabric_core.errors import AlreadyExists, Busy
-from fabric_core.names import validate_fabric_name, validate_version
-from fabric_core.rules import KIND_DATASET_VERSION, KIND_PROP, MANAGED_PROP
+from fabric_core.base.errors import AlreadyExists, Busy
+from fabric_core.base.names import validate_fabric_name, validate_version
+from fabric_core.base.rules import KIND_DATASET_VERSION, KIND_PROP, MANAGED_PROP
+from fabric_core.node import manifest, mounts
+from fabric_core.services import history
+from fabric_core.storage import lzc, versions
 
 from .. import datasets
 from ..output import ProgressBar

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import os
 
-from fabric_core import manifest
-from fabric_core.errors import UserError
-from fabric_core.names import parse_ref
+from fabric_core.base.errors import UserError
+from fabric_core.base.names import parse_ref
+from fabric_core.node import manifest
 
 from .. import datasets
 

@@ -17,8 +17,8 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import replicate
-from fabric_core.names import validate_fabric_name
+from fabric_core.base.names import validate_fabric_name
+from fabric_core.services import replicate
 
 from .. import datasets, readings, replication
 from ..output import human_bytes, print_rows

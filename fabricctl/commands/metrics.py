@@ -21,9 +21,9 @@ import os
 import socket
 import time
 
-from fabric_core import health
-from fabric_core import metrics as fabric_metrics
-from fabric_core.errors import FabricError
+from fabric_core.base.errors import FabricError
+from fabric_core.services import health
+from fabric_core.services import metrics as fabric_metrics
 
 from .. import readings
 

@@ -1,7 +1,7 @@
 """Plan a training job's checkpoints: their size, the write bandwidth a checkpoint needs and the read
 bandwidth a restore needs, against what the fabric measured; names the bottleneck.
 
-The model (fabric_core/ckplan.py):
+The model (fabric_core/services/ckplan.py):
   size      = parameters x bytes per parameter. Default 14 bytes: mixed-precision training with Adam
               saves fp32 master weights (4) + Adam's two moments in fp32 (4 + 4) + the bf16 weights (2);
               gradients are not saved (--bytes-per-param 2 for bf16 weights only).
@@ -26,9 +26,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fabric_core import ckplan
-from fabric_core.errors import UserError
-from fabric_core.units import format_duration, parse_count, parse_duration, si_bytes
+from fabric_core.base.errors import UserError
+from fabric_core.base.units import format_duration, parse_count, parse_duration, si_bytes
+from fabric_core.services import ckplan
 
 from ..output import print_rows
 

@@ -23,9 +23,9 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import replicate
-from fabric_core.errors import UserError
-from fabric_core.names import parse_ref
+from fabric_core.base.errors import UserError
+from fabric_core.base.names import parse_ref
+from fabric_core.services import replicate
 
 from .. import datasets
 from ..replication import Peer

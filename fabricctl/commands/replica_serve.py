@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from fabric_core.errors import UserError
+from fabric_core.base.errors import UserError
 
 from .. import replication
 

@@ -29,9 +29,9 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import zfs
-from fabric_core.errors import UserError
-from fabric_core.names import parse_ref
+from fabric_core.base.errors import UserError
+from fabric_core.base.names import parse_ref
+from fabric_core.storage import zfs
 
 from .. import datasets, replication
 from ..output import human_bytes, print_rows

@@ -21,8 +21,9 @@ from __future__ import annotations
 import datetime
 import time
 
-from fabric_core import history, lzc, retention, versions
-from fabric_core import metrics as fabric_metrics
+from fabric_core.services import history, retention
+from fabric_core.services import metrics as fabric_metrics
+from fabric_core.storage import lzc, versions
 
 from .. import checkpoints, datasets
 
@@ -46,7 +47,7 @@ def collect(ctx, now: datetime.datetime) -> tuple[retention.Plan, list[dict]]:
             path = f"{prefix}/{name}"
             policy = rules.policy_for(path)
             snaps = []
-            # a dataset version a tag names is never destroyed (fabric_core.retention: protected, with the tag)
+            # a dataset version a tag names is never destroyed (fabric_core.services.retention: protected, with the tag)
             named = history.tags_by_version(datasets.tags(ctx, name)) if prefix == "datasets" else {}
             # one listing per volume, the metrics included (they are plain fabric:metric.* columns)
             for row in versions.list_all_snapshots(ctx.local, vol["name"], extra_columns=metric_columns):
@@ -64,7 +65,8 @@ def collect(ctx, now: datetime.datetime) -> tuple[retention.Plan, list[dict]]:
 
 def write_metrics(path: str | None, *, kept: int, destroyed: int, seconds: float) -> None:
     """rotation.metrics_file, as `fabricctl metrics` writes its own: rendered by prometheus_client, replaced through
-    the core's atomic writer (fabric_core.metrics.write_textfile: no predictable temporary name, no link followed)."""
+    the core's atomic writer (fabric_core.services.metrics.write_textfile: no predictable temporary name, no link
+    followed)."""
     if not path:
         return
     fabric_metrics.write_textfile(path, fabric_metrics.render(fabric_metrics.rotation_registry(

@@ -15,8 +15,8 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import history
-from fabric_core.names import parse_ref
+from fabric_core.base.names import parse_ref
+from fabric_core.services import history
 
 from .. import datasets
 from ..output import human_bytes

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import time
 
-from fabric_core import health
-from fabric_core.errors import FabricError
+from fabric_core.base.errors import FabricError
+from fabric_core.services import health
 
 from .. import readings
 from ..output import human_bytes, print_rows
@@ -45,7 +45,7 @@ def configure(p) -> None:
 
 def collect(ctx, now: float | None = None, paths: bool = False, writers: bool = False) -> tuple[dict, list]:
     """(what `status --json` prints: the overall state, the plugin's line, every check, and the pool, published
-    versions, sessions, access and access warnings; the checks as fabric_core.health.Check). ``paths`` and
+    versions, sessions, access and access warnings; the checks as fabric_core.services.health.Check). ``paths`` and
     ``writers`` add the checks that ask hosts (--paths, --writers)."""
     now = clock() if now is None else now
     reading = readings.read(ctx, now)

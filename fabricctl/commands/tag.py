@@ -14,8 +14,8 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import history
-from fabric_core.names import parse_ref, validate_tag
+from fabric_core.base.names import parse_ref, validate_tag
+from fabric_core.services import history
 
 from .. import datasets
 

@@ -17,9 +17,9 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import publish
-from fabric_core.errors import Busy
-from fabric_core.names import parse_ref
+from fabric_core.base.errors import Busy
+from fabric_core.base.names import parse_ref
+from fabric_core.services import publish
 
 from .. import datasets
 

@@ -9,8 +9,8 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core import history
-from fabric_core.names import validate_fabric_name
+from fabric_core.base.names import validate_fabric_name
+from fabric_core.services import history
 
 from .. import datasets
 

@@ -21,10 +21,10 @@ import hashlib
 import json
 import os
 
-from fabric_core import manifest, mounts
-from fabric_core.errors import EXIT_USER, FabricError, NotFound, UserError
-from fabric_core.names import parse_ref
-from fabric_core.runner import PROGRESS_SILENCE
+from fabric_core.base.errors import EXIT_USER, FabricError, NotFound, UserError
+from fabric_core.base.names import parse_ref
+from fabric_core.base.runner import PROGRESS_SILENCE
+from fabric_core.node import manifest, mounts
 
 from .. import datasets
 

@@ -10,7 +10,7 @@ held to the L2ARC's feed rate (l2arc_write_max per l2arc_feed_secs), since the L
 ARC's evictions at that rate and no faster; --arc-only skips that slower part.
 
 Nothing is changed: no lock is taken, and a published version is read while hosts use it. The page cache
-of this node keeps no second copy of what was read (see fabric_core/warm.py for how and why). The report
+of this node keeps no second copy of what was read (see fabric_core/services/warm.py for how and why). The report
 gives the bytes read, seconds, MB/s, the ARC and L2ARC before and after, and whether the read stopped early.
 
 Examples:
@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import sys
 
-from fabric_core import tunables, warm, zfs, zpool
-from fabric_core.errors import FabricError, NotFound, UserError
-from fabric_core.metrics import ARCSTATS, parse_arcstats
-from fabric_core.names import parse_ref
+from fabric_core.base.errors import FabricError, NotFound, UserError
+from fabric_core.base.names import parse_ref
+from fabric_core.services import warm
+from fabric_core.services.metrics import ARCSTATS, parse_arcstats
+from fabric_core.storage import tunables, zfs, zpool
 
 from .. import datasets, readings
 from ..output import ProgressBar, human_bytes
@@ -70,7 +71,7 @@ def feed_rate(args) -> float:
 
 
 def version(ctx, ref: str):
-    """The export (fabric_core.publish.Export) of a sealed version; NotFound says how to list the versions."""
+    """The export (fabric_core.services.publish.Export) of a sealed version; NotFound says how to list the versions."""
     name, ver = parse_ref(ref)
     try:
         row = datasets.require_version(ctx, name, ver)

@@ -1,6 +1,6 @@
 # Copyright: the gpu-storage-fabric authors. Apache-2.0.
 # gpu-storage-fabric: action plugin fabric_chap (per-host CHAP secrets, on the controller). The rules live in
-# plugins/module_utils/fabric_core/chap.py.
+# plugins/module_utils/fabric_core/base/chap.py.
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import os
 import yaml
 from ansible.parsing.vault import VaultLib, match_encrypt_secret, parse_vaulttext_envelope
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import atomic, chap
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError, UserError
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.rules import LIO
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base import atomic, chap
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.errors import FabricError, UserError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.rules import LIO
 from ansible_collections.gpufabric.storage.plugins.plugin_utils.inventory import HostVars, initiator_name
 
 # The lab's inventory in this checkout (the collection root is the repository root): its store alone may be

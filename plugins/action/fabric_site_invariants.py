@@ -1,14 +1,14 @@
 # Copyright: the gpu-storage-fabric authors. Apache-2.0.
 # gpu-storage-fabric: action plugin fabric_site_invariants (the site-wide checks, on the controller, over
-# the whole inventory). The rules live in plugins/module_utils/fabric_core/site.py.
+# the whole inventory). The rules live in plugins/module_utils/fabric_core/services/site.py.
 
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.errors import FabricError
 
 # the core library, imported as the modules (and plugins/test/fabric.py) import it
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import site
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.services import site
 from ansible_collections.gpufabric.storage.plugins.plugin_utils.inventory import (
     HostVars,
     initiator_name,

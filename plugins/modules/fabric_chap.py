@@ -13,7 +13,7 @@ description:
     Runs on the controller. For every host of O(hosts), the host's own CHAP secrets (its password, and the
     target's password for mutual CHAP): a rotation asked for in C(fabric_chap_rotate) and not done yet, else a
     rotated pair of the store, else the operator's C(vault_fabric_chap[HOST]), else a generated pair of the store,
-    else a new pair generated into the store (fabric_core.chap).
+    else a new pair generated into the store (fabric_core.base.chap).
   - The store is an Ansible-Vault-encrypted YAML file (C(fabric_chap_store), default
     C(<inventory_dir>/fabric-chap.vault.yml)), encrypted with the vault id of C(fabric_chap_vault_id), else the
     one the store was encrypted with, else the only vault id loaded; never written in plaintext, written

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: the gpu-storage-fabric authors. Apache-2.0.
 # gpu-storage-fabric: Ansible module fabric_config_keys (keys of a packaged configuration file set in
-# place). The logic lives in plugins/module_utils/fabric_core/conffile.py.
+# place). The logic lives in plugins/module_utils/fabric_core/base/conffile.py.
 
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ changes:
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import conffile
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base import conffile
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.errors import FabricError
 
 
 def main():

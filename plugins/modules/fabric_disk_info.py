@@ -95,9 +95,9 @@ disks:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.disks import discover, names_of
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.runner import ModuleRunner
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.runner import ModuleRunner
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage.disks import discover, names_of
 
 
 def main():

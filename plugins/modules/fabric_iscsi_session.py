@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # gpu-storage-fabric: Ansible module fabric_iscsi_session (open-iscsi node records and sessions).
-# The logic lives in plugins/module_utils/fabric_core/iscsi.py; this module only parses arguments.
+# The logic lives in plugins/module_utils/fabric_core/node/iscsi.py; this module only parses arguments.
 
 from __future__ import annotations
 
@@ -157,9 +157,9 @@ warnings:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.iscsi import ensure_session
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.runner import ModuleRunner
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.runner import ModuleRunner
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.node.iscsi import ensure_session
 
 
 def _diff_text(per_target: dict, portal: str) -> str:

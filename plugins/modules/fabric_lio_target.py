@@ -1,6 +1,6 @@
 #!/usr/bin/python
-# gpu-storage-fabric: Ansible module over fabric_core.lio (LIO iSCSI target through rtslib-fb).
-# The logic lives in plugins/module_utils/fabric_core/lio.py; this file parses arguments and reports.
+# gpu-storage-fabric: Ansible module over fabric_core.storage.lio (LIO iSCSI target through rtslib-fb).
+# The logic lives in plugins/module_utils/fabric_core/storage/lio.py; this file parses arguments and reports.
 
 from __future__ import annotations
 
@@ -251,10 +251,10 @@ rolled_back:
 from contextlib import nullcontext  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError  # noqa: E402
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.lio import reconcile  # noqa: E402
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.lock import node_lock  # noqa: E402
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.runner import ModuleRunner  # noqa: E402
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.errors import FabricError  # noqa: E402
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.lock import node_lock  # noqa: E402
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.runner import ModuleRunner  # noqa: E402
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage.lio import reconcile  # noqa: E402
 
 # The whole shape of a target, so that Ansible knows the CHAP secrets are secrets (no_log) before it logs the
 # module's arguments: AnsibleModule logs its invocation to the node's journal while it starts, and a value

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: the gpu-storage-fabric authors. Apache-2.0.
 # gpu-storage-fabric: Ansible module fabric_mounts (systemd .mount units of one owner).
-# The logic lives in plugins/module_utils/fabric_core/mounts.py (shared with fabricctl); this module only
+# The logic lives in plugins/module_utils/fabric_core/node/mounts.py (shared with fabricctl); this module only
 # parses arguments.
 
 from __future__ import annotations
@@ -131,9 +131,10 @@ commands:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import iscsi, mounts, rules
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.runner import ModuleRunner
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base import rules
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.runner import ModuleRunner
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.node import iscsi, mounts
 
 
 def main():

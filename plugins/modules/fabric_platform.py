@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: the gpu-storage-fabric authors. Apache-2.0.
 # gpu-storage-fabric: Ansible module fabric_platform (is this node a supported platform, and what
-# must happen to get it to OpenZFS 2.3). The logic lives in plugins/module_utils/fabric_core/platform.py.
+# must happen to get it to OpenZFS 2.3). The logic lives in plugins/module_utils/fabric_core/base/platform.py.
 
 from __future__ import annotations
 
@@ -85,9 +85,9 @@ decision:
 from dataclasses import asdict
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import platform
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.runner import ModuleRunner
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base import platform
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.runner import ModuleRunner
 
 
 def main():

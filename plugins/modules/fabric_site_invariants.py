@@ -13,7 +13,7 @@ description:
   - >-
     Runs on the controller over every host of the inventory (C(groups['all'])), whatever C(--limit) selects,
     and fails, naming the field, the value, both hosts and the fix, when an invariant does not hold
-    (fabric_core.site): initiator names valid and unique, storage addresses unique, exports naming a
+    (fabric_core.services.site): initiator names valid and unique, storage addresses unique, exports naming a
     storage node's address and one of its declared targets, ACLs naming GPU nodes of the inventory,
     target names and LUN serials unique across storage nodes, CHAP secrets distinct per host, hosts
     named by fabricctl_groups and fabricctl_hosts present.

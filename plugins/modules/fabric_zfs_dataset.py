@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # gpu-storage-fabric: a ZFS dataset or volume with declared properties (never destroyed).
-# The logic lives in plugins/module_utils/fabric_core/zfs.py (read, a pure plan, one applier); this module parses
-# arguments and reports.
+# The logic lives in plugins/module_utils/fabric_core/storage/zfs.py (read, a pure plan, one applier); this module
+# parses arguments and reports.
 
 from __future__ import annotations
 
@@ -225,11 +225,11 @@ from contextlib import nullcontext
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import blockfs
-    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError
-    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.lock import node_lock
-    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.runner import ModuleRunner
-    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.zfs import ensure_dataset
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.errors import FabricError
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.lock import node_lock
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.runner import ModuleRunner
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage import blockfs
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage.zfs import ensure_dataset
 except ImportError as exc:  # pragma: no cover - reported by main()
     IMPORT_ERROR = exc
 else:

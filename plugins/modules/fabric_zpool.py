@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # gpu-storage-fabric: a ZFS pool with a declared layout (created or completed, never destroyed).
-# The logic lives in plugins/module_utils/fabric_core/zpool.py (read, a pure plan, one applier); this module parses
-# arguments and reports.
+# The logic lives in plugins/module_utils/fabric_core/storage/zpool.py (read, a pure plan, one applier); this module
+# parses arguments and reports.
 
 from __future__ import annotations
 
@@ -256,14 +256,17 @@ from contextlib import nullcontext
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import disks as fabric_disks
-    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import FabricError, UserError
-    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.layout import plan
-    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.lock import node_lock
-    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.model import PoolLayout
-    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.names import validate_pool_name
-    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.runner import ModuleRunner
-    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.zpool import (
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.errors import (
+        FabricError,
+        UserError,
+    )
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.lock import node_lock
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.model import PoolLayout
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.names import validate_pool_name
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.runner import ModuleRunner
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage import disks as fabric_disks
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage.layout import plan
+    from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage.zpool import (
         ensure_pool,
         validate_layout,
     )

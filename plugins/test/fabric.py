@@ -14,9 +14,9 @@ modules import it.
 
 from __future__ import annotations
 
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core import names, rules
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.errors import UserError
-from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.iscsi import normalize_portal
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base import names, rules
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.errors import UserError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.node.iscsi import normalize_portal
 
 
 def _passes(rule, value) -> bool:

@@ -186,7 +186,7 @@ def test_rotation_metrics_are_never_written_through_a_planted_link(storage, fctl
 # fabricctl command belongs to), as another change would, until killed or 60 s have passed.
 LOCK_HOLDER = r'''
 import time
-from fabric_core.lock import node_lock
+from fabric_core.base.lock import node_lock
 with node_lock("integration test holder", wait=0):
     print("locked", flush=True)
     time.sleep(60)

@@ -87,7 +87,7 @@ def test_a_corrupted_member_is_named_with_its_checksum_errors_after_a_scrub(pool
 
 
 def test_the_metrics_textfile_carries_every_documented_metric(pool, fctl):
-    from fabric_core.metrics import METRICS
+    from fabric_core.services.metrics import METRICS
     from prometheus_client.parser import text_string_to_metric_families
 
     env = edited_config(pool, CONFIG, SETUP)

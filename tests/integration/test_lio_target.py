@@ -19,7 +19,7 @@ from conftest import run, step
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
-from fabric_core.lio import unit_serial  # noqa: E402
+from fabric_core.storage.lio import unit_serial  # noqa: E402
 
 ANSIBLE = str(REPO / ".venv" / "bin" / "ansible")
 CFS = "/sys/kernel/config/target"

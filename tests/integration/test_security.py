@@ -40,8 +40,8 @@ from conftest import (
 )
 
 sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
-from fabric_core.freeze import thaw_unit  # noqa: E402
-from fabric_core.iscsi import NODE_RECORD_ROOTS  # noqa: E402
+from fabric_core.node.freeze import thaw_unit  # noqa: E402
+from fabric_core.node.iscsi import NODE_RECORD_ROOTS  # noqa: E402
 
 LAB_BASE = "iqn.2026-11.io.fabric.lab"  # fabric_iqn_base of the lab inventory
 WELCOME = f"{LAB_BASE}:storage1-exports"  # the lio_target role's export of the lab

@@ -27,7 +27,7 @@ import pytest
 from conftest import FABRICCTL_PYTHON, REPO, SHARED, edited_config, run_python, step, wait_for
 
 sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
-from fabric_core.freeze import BLOCKED_SCRIPT, thaw_unit  # noqa: E402
+from fabric_core.node.freeze import BLOCKED_SCRIPT, thaw_unit  # noqa: E402
 
 PRIVATE = "/root/.fabric-leftovers"  # 0700 on storage1 and gpu1: config copies, secrets, outputs
 SPARE_ADDRESS = "10.77.0.98"  # an address of the storage network no lab VM has (a storage node that never answers)
@@ -78,7 +78,7 @@ def iqn_base(storage) -> str:
 # target (its own backstore prefix), CHAP secrets made on the node (0600 file), never on a command line
 RECONCILE = r'''
 import json, os, secrets, sys
-from fabric_core import lio
+from fabric_core.storage import lio
 p = json.loads(sys.argv[1])
 if not os.path.exists(p["secrets"]):
     fd = os.open(p["secrets"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -98,7 +98,7 @@ except lio.LioApplyError as err:
 # argv: target IQN: the scratch target and its backstore removed (and the configuration saved)
 REMOVE = r'''
 import sys
-from fabric_core import lio
+from fabric_core.storage import lio
 live = lio.read_live()
 actions = lio.plan_removal(live, iqn_base=sys.argv[1].split(":")[0], backstore_prefix="lefto_",
                            target_iqns=[sys.argv[1]], force=True)
@@ -249,8 +249,9 @@ def test_a_freeze_that_lands_after_its_timer_fired_is_thawed_when_fabricctl_is_k
 # process then SIGKILLed ("dead") or left sleeping ("live"); prints the tag first
 HOLD = r'''
 import os, signal, sys, time
-from fabric_core import holders, lzc, replicate
-from fabric_core.runner import LocalRunner
+from fabric_core.storage import holders, lzc
+from fabric_core.services import replicate
+from fabric_core.base.runner import LocalRunner
 tag = holders.tag(replicate.HOLD_SENDING)
 lzc.hold(sys.argv[1], tag, runner=LocalRunner())
 print(tag, flush=True)

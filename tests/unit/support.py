@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "collections"))
 
 from ansible.module_utils import basic  # noqa: E402
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
-from fabric_core.runner import Runner  # noqa: E402
+from fabric_core.base.runner import Runner  # noqa: E402
 
 
 def data(*parts: str) -> str:

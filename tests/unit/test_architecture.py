@@ -107,7 +107,7 @@ COMMANDS = sorted(m for m in MODULES if m.startswith("fabricctl.commands."))
 def test_commands_ask_the_publishing_service_and_never_import_main(name):
     targets = {t for t, _ in imports(name)} | {f"{t}.{n}" for t, names in imports(name) for n in names}
     assert "fabricctl.main" not in targets
-    assert not targets & {"fabric_core.lio", "fabric_core.iscsi"}  # LIO and sessions: through the service
+    assert not targets & {"fabric_core.storage.lio", "fabric_core.node.iscsi"}  # LIO and sessions: through the service
 
 
 @pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("fabric_core")))

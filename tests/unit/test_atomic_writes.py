@@ -1,4 +1,4 @@
-"""Every file fabricctl and the core write goes through one writer (fabric_core.atomic; issue 26, item 5): a link
+"""Every file fabricctl and the core write goes through one writer (fabric_core.base.atomic; issue 26, item 5): a link
 planted at a temporary name (the old predictable ones, or the writer's own) or at the final name is never followed
 nor written through; the file lands whole, with its mode; fabricctl rotate's textfile is rendered by
 prometheus_client and written like `fabricctl metrics`' (not by prometheus_client's write_to_textfile, whose
@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from fabric_core import atomic
-from fabric_core import metrics as fm
+from fabric_core.base import atomic
+from fabric_core.services import metrics as fm
 
 from fabricctl import readings
 from fabricctl.commands import rotate
@@ -135,18 +135,18 @@ def test_a_missing_textfile_directory_is_made_0755(tmp_path):
 
 # Every write of a file by fabricctl or the core, outside the one writer, is one of these (file, what, why).
 ALLOWED = {
-    ("plugins/module_utils/fabric_core/lock.py", "O_CREAT"):
+    ("plugins/module_utils/fabric_core/base/lock.py", "O_CREAT"):
         "the lock file: opened O_NOFOLLOW, never written to (flock only)",
-    ("plugins/module_utils/fabric_core/tunables.py", 'open(path, "w")'):
+    ("plugins/module_utils/fabric_core/storage/tunables.py", 'open(path, "w")'):
         "a ZFS module parameter in /sys/module/zfs/parameters (sysfs: no file to replace)",
-    ("plugins/module_utils/fabric_core/iscsi.py", "O_CREAT"):
+    ("plugins/module_utils/fabric_core/node/iscsi.py", "O_CREAT"):
         "the node-record editor sent to a GPU node as a standalone script (no package there): "
         "O_CREAT|O_EXCL|O_NOFOLLOW, in root's /etc/iscsi",
-    ("plugins/module_utils/fabric_core/iscsi.py", "os.replace("): "the same script's rename",
-    ("plugins/module_utils/fabric_core/ingest.py", "O_CREAT"):
+    ("plugins/module_utils/fabric_core/node/iscsi.py", "os.replace("): "the same script's rename",
+    ("plugins/module_utils/fabric_core/services/ingest.py", "O_CREAT"):
         "a dataset file copied in (streamed, with the source's mode and times): O_NOFOLLOW, in the version's own "
         "root-owned tree",
-    ("plugins/module_utils/fabric_core/ingest.py", "os.replace("): "the same copy's rename",
+    ("plugins/module_utils/fabric_core/services/ingest.py", "os.replace("): "the same copy's rename",
 }
 WRITES = re.compile(r"""(?<!fd)open\([^)]*["'](?:w|wb|a|ab|x|w\+|r\+)["']|write_text\(|write_bytes\(|os\.rename\(|"""
                     r"""os\.replace\(|NamedTemporaryFile|mkstemp\(|write_to_textfile\(|O_CREAT|shutil\.(?:copy|move)""")
@@ -157,7 +157,7 @@ def test_every_file_write_goes_through_the_atomic_writer():
     for base in ("fabricctl", "plugins/module_utils/fabric_core"):
         for path in sorted((REPO / base).rglob("*.py")):
             rel = str(path.relative_to(REPO))
-            if rel.endswith("fabric_core/atomic.py"):
+            if rel.endswith("fabric_core/base/atomic.py"):
                 continue
             for line in path.read_text().splitlines():
                 code = line.split("#", 1)[0]
@@ -166,4 +166,4 @@ def test_every_file_write_goes_through_the_atomic_writer():
                     key = next((k for k in ALLOWED if k[0] == rel and k[1] in code), (rel, what))
                     found.add(key)
     unexplained = sorted(k for k in found if k not in ALLOWED)
-    assert not unexplained, f"files written outside fabric_core.atomic: {unexplained}"
+    assert not unexplained, f"files written outside fabric_core.base.atomic: {unexplained}"

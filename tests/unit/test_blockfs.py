@@ -1,12 +1,12 @@
-"""fabric_core.blockfs: a blank volume gets its file system, the declared one is left alone, any
+"""fabric_core.storage.blockfs: a blank volume gets its file system, the declared one is left alone, any
 other signature is refused and nothing is written; dry runs plan the mkfs."""
 
 from __future__ import annotations
 
 import pytest
-from fabric_core import blockfs
-from fabric_core.errors import UserError
-from fabric_core.runner import Runner
+from fabric_core.base.errors import UserError
+from fabric_core.base.runner import Runner
+from fabric_core.storage import blockfs
 
 
 class Scripted(Runner):

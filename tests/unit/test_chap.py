@@ -1,4 +1,4 @@
-"""fabric_core.chap (per-host CHAP secrets: where each host's pair comes from) and the fabric_chap action
+"""fabric_core.base.chap (per-host CHAP secrets: where each host's pair comes from) and the fabric_chap action
 plugin's vault store (encrypted, 0600, atomic)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import string
 from pathlib import Path
 
 import pytest
-from fabric_core import chap
-from fabric_core.errors import UserError
-from fabric_core.rules import LIO, chap_secret_ok
+from fabric_core.base import chap
+from fabric_core.base.errors import UserError
+from fabric_core.base.rules import LIO, chap_secret_ok
 
 REPO = Path(__file__).resolve().parents[2]
 GIVEN = {"gpu1": {"password": "given-gpu1-pass", "mutual_password": "given-gpu1-mutu"}}

@@ -6,7 +6,7 @@ production vault password given as a file (`--vault-id prod@FILE`, as `prod@prom
 fabric_chap action plugin run by ansible-playbook from this checkout (its ansible.cfg): the lab's password must
 not open the store it writes, the production one must, and the header names the production id. A run that
 loads several vault ids without naming the store's, or the lab's password under another name, is refused with
-the fix and writes nothing. The rule itself (fabric_core.chap.store_vault_id) is tested as a pure function.
+the fix and writes nothing. The rule itself (fabric_core.base.chap.store_vault_id) is tested as a pure function.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fabric_core import chap
-from fabric_core.errors import UserError
+from fabric_core.base import chap
+from fabric_core.base.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

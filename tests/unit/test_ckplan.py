@@ -1,4 +1,4 @@
-"""The checkpoint planner (fabric_core.ckplan) and `fabricctl plan checkpoint`: the arithmetic (the issue's
+"""The checkpoint planner (fabric_core.services.ckplan) and `fabricctl plan checkpoint`: the arithmetic (the issue's
 175-billion-parameter example), the benchmarks' figures read from results documents, the bottleneck, bad
 input as UserErrors, and the command end to end through fabricctl's entry point with a results directory in
 tmp_path (present, absent, unreadable). The parsers of counts and durations are in test_units.py."""
@@ -11,8 +11,8 @@ import pytest
 import support  # noqa: F401  (puts module_utils on sys.path)
 
 # isort: split
-from fabric_core import ckplan
-from fabric_core.errors import EXIT_USER, UserError
+from fabric_core.base.errors import EXIT_USER, UserError
+from fabric_core.services import ckplan
 
 from fabricctl.main import main
 

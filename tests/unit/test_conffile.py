@@ -1,4 +1,4 @@
-"""fabric_core.conffile: keys of a packaged configuration file set in place, on open-iscsi's own
+"""fabric_core.base.conffile: keys of a packaged configuration file set in place, on open-iscsi's own
 iscsid.conf (Debian 13's, open-iscsi 2.1.11, recorded from the lab image)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from fabric_core import conffile
-from fabric_core.errors import UserError
+from fabric_core.base import conffile
+from fabric_core.base.errors import UserError
 
 ISCSID = (Path(__file__).parent / "data" / "conffile" / "iscsid.conf").read_text()
 FABRIC = {"node.startup": "automatic", "node.session.timeo.replacement_timeout": 120,

@@ -12,9 +12,9 @@ import pytest
 from support import DATA, ScriptedRunner, data, derive_json, disk_state_script  # (puts module_utils on sys.path)
 
 # isort: split
-from fabric_core import disks, zjson
-from fabric_core.errors import CommandError
-from fabric_core.model import DiskInfo
+from fabric_core.base.errors import CommandError
+from fabric_core.base.model import DiskInfo
+from fabric_core.storage import disks, zjson
 
 STATES = ("clean", "shared", "inuse-fs", "inuse-zpool", "exported-pool", "tank-zfs23")
 BY_ID = "/dev/disk/by-id/"

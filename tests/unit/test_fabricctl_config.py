@@ -10,8 +10,8 @@ import sys
 
 import pytest
 import yaml
-from fabric_core.errors import InvalidName, NotFound, UserError
-from fabric_core.rules import OPEN_ISCSI, Chap
+from fabric_core.base.errors import InvalidName, NotFound, UserError
+from fabric_core.base.rules import OPEN_ISCSI, Chap
 
 from fabricctl import config
 from fabricctl.config import Host, Portal, from_dict, load
@@ -99,7 +99,7 @@ def test_the_example_of_the_brief_loads_whole(tmp_path):
     assert not cfg.insecure_no_chap and not settings.insecure_no_chap
     assert cfg.defaults.parallel_hosts == 16 and cfg.defaults.fs == "ext4"
     assert cfg.metrics == ["loss", "accuracy"]
-    assert cfg.retention == example()["retention"]  # kept raw for fabric_core.retention.parse_policies
+    assert cfg.retention == example()["retention"]  # kept raw for fabric_core.services.retention.parse_policies
     assert cfg.rotation.metrics_file == "/var/lib/prometheus/node-exporter/fabricctl.prom"
     assert cfg.lock.wait_seconds == 60.0 and cfg.deprecations == []
     assert cfg.dataset("imagenet") == "tank/datasets/imagenet" and cfg.checkpoint("job7") == "tank/checkpoints/job7"

@@ -19,8 +19,8 @@ import types
 from pathlib import Path
 
 import pytest
-from fabric_core import errors as core_errors
-from fabric_core.errors import (
+from fabric_core.base import errors as core_errors
+from fabric_core.base.errors import (
     AlreadyExists,
     Busy,
     CommandError,
@@ -31,7 +31,7 @@ from fabric_core.errors import (
     UnsafeOperation,
     UserError,
 )
-from fabric_core.lock import node_lock
+from fabric_core.base.lock import node_lock
 
 from fabricctl import about, audit, commands, errors
 from fabricctl.commands import (
@@ -149,10 +149,10 @@ def all_subclasses(cls) -> set:
 
 
 def test_every_error_class_has_a_status_of_the_table():
-    import fabric_core.iscsi  # noqa: F401 - they define error classes
-    import fabric_core.lio  # noqa: F401
-    import fabric_core.lzc  # noqa: F401
-    import fabric_core.manifest  # noqa: F401
+    import fabric_core.node.iscsi  # noqa: F401 - they define error classes
+    import fabric_core.node.manifest  # noqa: F401
+    import fabric_core.storage.lio  # noqa: F401
+    import fabric_core.storage.lzc  # noqa: F401
 
     classes = all_subclasses(FabricError) | {FabricError}
     assert len(classes) > 15
@@ -372,7 +372,7 @@ def test_a_change_holds_the_node_lock_while_it_runs(fab, monkeypatch, node_lock_
     assert Path(node_lock_in_tmp).read_text() == ""  # released
 
 
-# which command takes which lock (fabric_core.lock's table): the volume's lock (shared or exclusive), a sub-lock,
+# which command takes which lock (fabric_core.base.lock's table): the volume's lock (shared or exclusive), a sub-lock,
 # and the node lock for the whole run ("whole") or only around short sections ("sections"); no lock in a dry run
 LOCK_TABLE = {
     ("dataset", "create"): ([("dataset", "x", False)], "whole"),
@@ -474,7 +474,7 @@ def test_a_long_ingest_leaves_the_node_lock_free_and_holds_only_its_datasets_loc
 def test_a_checkpoint_snapshot_goes_on_while_a_replicate_of_its_job_runs(fab, monkeypatch, node_lock_in_tmp):
     """A replicate holds its job's lock shared for hours; a snapshot of that job (shared, and the writer's lock)
     runs meanwhile, with no node lock; a rollback (exclusive) waits and gives up, naming the replicate."""
-    from fabric_core import lock as core_lock
+    from fabric_core.base import lock as core_lock
 
     ran = replace_run(monkeypatch, checkpoint_snapshot, ok)
     rollbacks = replace_run(monkeypatch, checkpoint_rollback, ok)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from fabric_core.errors import NotFound, UserError
+from fabric_core.base.errors import NotFound, UserError
 
 from fabricctl import fanout
 from fabricctl.config import Host

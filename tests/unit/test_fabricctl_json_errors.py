@@ -11,8 +11,8 @@ import json
 import sys
 
 import pytest
-from fabric_core.errors import CommandError, LockHeld, NotFound, UserError
-from fabric_core.runner import LocalRunner
+from fabric_core.base.errors import CommandError, LockHeld, NotFound, UserError
+from fabric_core.base.runner import LocalRunner
 from support import fabricctl_config
 
 from fabricctl import commands

@@ -42,7 +42,7 @@ def test_it_names_every_option_of_every_command(page):
 
 def test_exit_statuses_environment_and_files(page):
     section = page.split(".SH EXIT STATUS\n", 1)[1].split(".SH ", 1)[0]
-    from fabric_core.errors import EXIT_STATUSES
+    from fabric_core.base.errors import EXIT_STATUSES
 
     for status, meaning in EXIT_STATUSES:
         assert f".TP\n\\fB{status}\\fR\n{manpage.escape(meaning)}\n" in section

@@ -1,5 +1,5 @@
 """Messages that help (issue 32, item 6): a "did you mean" never suggests what was typed (the one suggester,
-fabric_core.rules.closest, used by every such message), a group or a list where one host is wanted is refused
+fabric_core.base.rules.closest, used by every such message), a group or a list where one host is wanted is refused
 saying so, and `verify --on` takes a group or a list like --to does, checking every host of it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import re
 from types import SimpleNamespace
 
 import pytest
-from fabric_core import rules
-from fabric_core.errors import NotFound, UserError
+from fabric_core.base import rules
+from fabric_core.base.errors import NotFound, UserError
 from support import fabricctl_config
 
 from fabricctl import config as config_file

@@ -9,8 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-from fabric_core import lio, mounts, names, publish, versions, zfs
-from fabric_core.errors import Busy, InvalidName, NotFound, UserError
+from fabric_core.base import names
+from fabric_core.base.errors import Busy, InvalidName, NotFound, UserError
+from fabric_core.node import mounts
+from fabric_core.services import publish
+from fabric_core.storage import lio, versions, zfs
 from support import AnsweringRunner, snapshot_listing
 
 DATA = Path(__file__).parent / "data"

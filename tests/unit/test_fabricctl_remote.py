@@ -19,7 +19,7 @@ import paramiko
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from fabric_core.errors import CommandError
+from fabric_core.base.errors import CommandError
 from support import ends
 
 from fabricctl.config import Host, SSHConfig
@@ -403,7 +403,7 @@ def test_a_long_command_reporting_progress_on_stderr_is_not_cut(server, tmp_path
 
 
 def test_the_default_bounds_are_the_runners_named_ones(server, tmp_path, client_key_file):
-    from fabric_core import runner as core_runner
+    from fabric_core.base import runner as core_runner
 
     r = _runner(server, tmp_path, client_key_file[0])
     assert (r.command_timeout, r.timeout, r.output_cap) == (core_runner.REMOTE_IDLE, core_runner.REMOTE_TIMEOUT,

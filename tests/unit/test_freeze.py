@@ -1,4 +1,4 @@
-"""fabric_core.freeze: the writer of a checkpoint is frozen only under a safety timer on its own host, thawed
+"""fabric_core.node.freeze: the writer of a checkpoint is frozen only under a safety timer on its own host, thawed
 whatever happens, and a snapshot that took as long as the timer is discarded."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import subprocess
 import time
 
 import pytest
-from fabric_core import freeze
-from fabric_core.errors import CommandError, UserError
+from fabric_core.base.errors import CommandError, UserError
+from fabric_core.node import freeze
 from support import AnsweringRunner
 
 MP = "/checkpoints/demo-job"

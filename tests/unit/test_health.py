@@ -1,7 +1,7 @@
-"""fabric_core.health (the checks, pure, on a fixed clock) on recorded OpenZFS 2.3.9 `zpool status -j --json-int -P`
-and `zpool list -j --json-int` outputs (tests/unit/data/zfs23/, zfs23b/), and `fabricctl status` as a health check:
-its exit status (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN), its JSON and its lines, through fabricctl's main with
-the node's commands answered from the same recordings, LIO's state given and the clock set.
+"""fabric_core.services.health (the checks, pure, on a fixed clock) on recorded OpenZFS 2.3.9 `zpool status -j
+--json-int -P` and `zpool list -j --json-int` outputs (tests/unit/data/zfs23/, zfs23b/), and `fabricctl status` as a
+health check: its exit status (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN), its JSON and its lines, through fabricctl's
+main with the node's commands answered from the same recordings, LIO's state given and the clock set.
 
 The lab recorded a healthy pool, a degraded one (a device offlined), a spare standing in, a finished scrub and
 resilver and a scrub in progress. What it did not record is derived from those by a minimal edit
@@ -29,9 +29,10 @@ from support import (
 )
 
 # isort: split
-from fabric_core import health, holders, lio, lzc, zpool
-from fabric_core.errors import UserError
-from fabric_core.health import CRITICAL, OK, UNKNOWN, WARNING, Thresholds
+from fabric_core.base.errors import UserError
+from fabric_core.services import health
+from fabric_core.services.health import CRITICAL, OK, UNKNOWN, WARNING, Thresholds
+from fabric_core.storage import holders, lio, lzc, zpool
 
 from fabricctl import config, context, main, readings
 from fabricctl.commands import status

@@ -1,4 +1,4 @@
-"""fabric_core.holders (issue 26, item 7): a hold names its holder (boot, pid, start time), so the next run
+"""fabric_core.storage.holders (issue 26, item 7): a hold names its holder (boot, pid, start time), so the next run
 releases the hold of a process that is gone (a SIGKILLed replicate) and leaves a live one's; status lists them."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from fabric_core import holders, lzc
+from fabric_core.storage import holders, lzc
 from support import AnsweringRunner
 
 BOOT = "3f1c2a9e-6d0b-4c1e-9a7e-0d7c1f2b8a11"

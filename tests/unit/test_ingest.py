@@ -1,4 +1,4 @@
-"""fabric_core.ingest: only what is inside the source tree is copied, or nothing; every refusal names the path.
+"""fabric_core.services.ingest: only what is inside the source tree is copied, or nothing; every refusal names the path.
 Real files in tmp_path (the walk and the copy are system calls on descriptors)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from fabric_core import ingest
+from fabric_core.services import ingest
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""fabric_core.iscsi: parsers on recorded iscsiadm output, ensure_session command sequences."""
+"""fabric_core.node.iscsi: parsers on recorded iscsiadm output, ensure_session command sequences."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 # isort: off
 from support import ScriptedRunner, data  # first: it puts module_utils on sys.path
-from fabric_core.errors import Busy, CommandError, InvalidName, UserError
-from fabric_core.iscsi import (
+from fabric_core.base.errors import Busy, CommandError, InvalidName, UserError
+from fabric_core.node.iscsi import (
     AuthorizationFailed,
     DeviceTimeout,
     PortalUnreachable,
@@ -384,7 +384,7 @@ def test_device_that_never_appears_times_out():
         step(["udevadm", "settle", "--timeout=2"]),
         *[step(["readlink", "-e", by_path(PORTAL, EXT4)], rc=1) for _ in range(3)],
     ])
-    from fabric_core.iscsi import wait_for_device
+    from fabric_core.node.iscsi import wait_for_device
     with pytest.raises(DeviceTimeout, match="did not appear"):
         wait_for_device(runner, by_path(PORTAL, EXT4), timeout=2, sleep=lambda s: None, clock=lambda: next(clock))
     runner.assert_done()

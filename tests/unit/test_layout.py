@@ -9,9 +9,9 @@ import pytest
 from support import DATA  # (support puts module_utils on sys.path)
 
 # isort: split
-from fabric_core import layout
-from fabric_core.errors import Busy, NotFound, UnsafeOperation, UserError
-from fabric_core.model import DiskInfo, PoolLayout
+from fabric_core.base.errors import Busy, NotFound, UnsafeOperation, UserError
+from fabric_core.base.model import DiskInfo, PoolLayout
+from fabric_core.storage import layout
 
 BY_ID = "/dev/disk/by-id/"
 HDD = [f"{BY_ID}ata-LAB_HDD_8TB_7200_HDD100{i}" for i in range(6)]

@@ -1,5 +1,5 @@
 # ruff: noqa: I001  (support must be imported first: it puts module_utils on the import path)
-"""fabric_core.lio: validation, the pure planner on recorded rtslib dumps, simulation, apply rollback.
+"""fabric_core.storage.lio: validation, the pure planner on recorded rtslib dumps, simulation, apply rollback.
 
 Recorded data: tests/unit/data/lio/ (see its README.md for the exact commands on storage1).
 """
@@ -14,8 +14,8 @@ import json
 import pytest
 from support import DATA  # also puts module_utils on sys.path
 
-from fabric_core import lio  # noqa: E402
-from fabric_core.errors import Busy, InvalidName, UnsafeOperation, UserError  # noqa: E402
+from fabric_core.storage import lio  # noqa: E402
+from fabric_core.base.errors import Busy, InvalidName, UnsafeOperation, UserError  # noqa: E402
 
 REC = json.loads((DATA / "lio" / "rec_dump_with_session.json").read_text())
 GPU1 = "iqn.2004-10.com.debian:cfea9e9490c1"

@@ -1,7 +1,7 @@
-"""fabric_core.lioacls: ACLs per target from configfs directory names, in read_live()'s shape."""
+"""fabric_core.storage.lioacls: ACLs per target from configfs directory names, in read_live()'s shape."""
 
-from fabric_core import lioacls
-from fabric_core.publish import ExportIndex, Settings
+from fabric_core.services.publish import ExportIndex, Settings
+from fabric_core.storage import lioacls
 
 
 def make_tree(root, layout):

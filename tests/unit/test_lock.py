@@ -1,5 +1,5 @@
 # ruff: noqa: I001  (support must be imported first: it puts module_utils on the import path)
-"""fabric_core.lock: the one per-node lock of every change. Two holders (a second open file in this
+"""fabric_core.base.lock: the one per-node lock of every change. Two holders (a second open file in this
 process, another thread, another process), the bounded wait on an injected clock, the timeout naming
 the holder, no wait when free, the file modes, release on an exception; and the Ansible modules that
 change LIO and ZFS take it outside check mode (conftest.py puts the lock file in tmp_path)."""
@@ -21,13 +21,13 @@ import pytest
 import yaml
 from support import DATA, REPO, run_case, run_module
 
-import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.disks as fabric_disks
-# the modules' copy of fabric_core.lock
-import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.lock as module_lock
-from fabric_core import lock
-from fabric_core.errors import EXIT_LOCKED, FabricError, LockHeld, UserError
-from fabric_core.lock import node_lock
-from fabric_core.model import DiskInfo
+import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage.disks as fabric_disks
+# the modules' copy of fabric_core.base.lock
+import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.lock as module_lock
+from fabric_core.base import lock
+from fabric_core.base.errors import EXIT_LOCKED, FabricError, LockHeld, UserError
+from fabric_core.base.lock import node_lock
+from fabric_core.base.model import DiskInfo
 
 
 class FakeClock:
@@ -153,7 +153,7 @@ def test_a_waiting_thread_gets_the_lock_when_the_holder_lets_go(tmp_path):
 HOLDER = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
-    from fabric_core.lock import node_lock
+    from fabric_core.base.lock import node_lock
     with node_lock(sys.argv[3], sys.argv[2], wait=0):
         print("locked", flush=True)
         sys.stdin.read()  # until the test closes our stdin
@@ -263,7 +263,7 @@ def test_check_mode_takes_no_lock(module, monkeypatch, node_lock_in_tmp):
 HOLD_IN_CHILD = textwrap.dedent("""\
     import sys, time
     sys.path.insert(0, {module_utils!r})
-    from fabric_core import lock
+    from fabric_core.base import lock
     kind, name, shared = sys.argv[1], sys.argv[2], sys.argv[3] == "shared"
     with lock.object_lock(kind, name, "fabricctl dataset ingest " + name, shared=shared, wait=0,
                           node_path={node!r}):

@@ -1,4 +1,4 @@
-"""fabric_core.manifest: build and verify a dataset manifest (trees built in tmp_path)."""
+"""fabric_core.node.manifest: build and verify a dataset manifest (trees built in tmp_path)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from fabric_core import manifest
-from fabric_core.errors import NotFound, UserError
+from fabric_core.base.errors import NotFound, UserError
+from fabric_core.node import manifest
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "plugins" / "module_utils" / "fabric_core" / "manifest.py"
+SCRIPT = REPO / "plugins" / "module_utils" / "fabric_core" / "node" / "manifest.py"
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 
@@ -440,11 +440,11 @@ def test_the_standalone_file_imports_nothing_outside_the_stdlib():
     imports = {line.split()[1].split(".")[0] for line in source.splitlines()
                if line.startswith(("import ", "from ")) and not line.startswith("from .")}
     assert imports <= set(sys.stdlib_module_names) | {"__future__"}
-    assert "from .errors import" in source  # only the guarded relative import
+    assert "from ..base.errors import" in source  # only the guarded relative import
 
 
 def test_errors_are_fabric_core_errors_when_imported_as_the_package(tmp_path):
-    from fabric_core import errors
+    from fabric_core.base import errors
 
     assert manifest.UserError is errors.UserError
     with pytest.raises(errors.FabricError) as err:

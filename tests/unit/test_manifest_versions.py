@@ -1,4 +1,4 @@
-"""Issue 31 in fabric_core.manifest: a seal that costs the change (the stat cache, reuse of unchanged files'
+"""Issue 31 in fabric_core.node.manifest: a seal that costs the change (the stat cache, reuse of unchanged files'
 digests) and the diff of two manifests, streamed (trees built in tmp_path)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from fabric_core import manifest
-from fabric_core.errors import NotFound, UserError
+from fabric_core.base.errors import NotFound, UserError
+from fabric_core.node import manifest
 from test_manifest import SCRIPT, make_tree
 
 

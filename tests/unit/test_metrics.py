@@ -1,6 +1,6 @@
-"""fabric_core.metrics (pure: what was read -> a prometheus_client registry) on the recorded OpenZFS 2.3.9 outputs of
-tests/unit/data/zfs23b (tank's `zpool list` and `zpool status`, derived by a stated minimal edit where the lab
-recorded no such state) and an arcstats sample (tests/unit/data/arcstats: constructed, not recorded; its README
+"""fabric_core.services.metrics (pure: what was read -> a prometheus_client registry) on the recorded OpenZFS 2.3.9
+outputs of tests/unit/data/zfs23b (tank's `zpool list` and `zpool status`, derived by a stated minimal edit where the
+lab recorded no such state) and an arcstats sample (tests/unit/data/arcstats: constructed, not recorded; its README
 says how), and `fabricctl metrics` through fabricctl's main with the node's commands answered from the same
 recordings: the textfile parses with prometheus_client's own parser and carries every documented metric, written
 atomically with mode 0644 where the configuration says.
@@ -35,9 +35,10 @@ from support import (
 )
 
 # isort: split
-from fabric_core import health, lio, lzc, zpool
-from fabric_core import metrics as fm
-from fabric_core.errors import UserError
+from fabric_core.base.errors import UserError
+from fabric_core.services import health
+from fabric_core.services import metrics as fm
+from fabric_core.storage import lio, lzc, zpool
 from prometheus_client.parser import text_string_to_metric_families
 
 from fabricctl import context, main

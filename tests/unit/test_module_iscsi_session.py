@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from support import DATA, data, run_module  # isort: skip
-from fabric_core.iscsi import record_writer_argv  # isort: skip
+from fabric_core.node.iscsi import record_writer_argv  # isort: skip
 
 CASES = yaml.safe_load((DATA / "iscsi" / "module_cases.yml").read_text())
 

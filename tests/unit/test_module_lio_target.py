@@ -18,8 +18,8 @@ from unittest import mock
 import pytest
 from support import DATA, run_module
 
-# the module's copy of fabric_core.lio
-import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.lio as mlio
+# the module's copy of fabric_core.storage.lio
+import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage.lio as mlio
 
 REC = json.loads((DATA / "lio" / "rec_dump_with_session.json").read_text())
 GPU1 = "iqn.2004-10.com.debian:cfea9e9490c1"
@@ -69,7 +69,7 @@ def empty():
 
 class Kernel:
     """LIO's kernel side of a node, under a tmp directory: configfs's mount point, its target/ tree (there once
-    target_core_mod is loaded) and /sys/module/iscsi_target_mod. The module's copy of fabric_core.lio looks at
+    target_core_mod is loaded) and /sys/module/iscsi_target_mod. The module's copy of fabric_core.storage.lio looks at
     these paths; whether the mount point is mounted is answered from `mounted`."""
 
     def __init__(self, root, monkeypatch):

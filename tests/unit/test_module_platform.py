@@ -1,6 +1,6 @@
 """plugins/modules/fabric_platform.py as data: cases in tests/unit/data/module_platform.yaml.
 
-The node's /etc/os-release and /sys/module/zfs/version are files, not commands: fabric_core.platform.read
+The node's /etc/os-release and /sys/module/zfs/version are files, not commands: fabric_core.base.platform.read
 takes their paths as parameters (os_release, module_version), and the module calls it with the defaults. The
 test points them at a recorded os-release (tests/unit/data/platform/) and at a version file in tmp_path (or at
 a path that does not exist: the module is not loaded), by giving the module's copy of platform.read those two
@@ -18,8 +18,8 @@ import yaml
 from support import DATA, REPO, load_module, run_case  # (support puts module_utils on sys.path)
 
 # isort: split
-# the module's copy of fabric_core.platform
-import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.platform as mplatform
+# the module's copy of fabric_core.base.platform
+import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.platform as mplatform
 
 SPEC = yaml.safe_load((DATA / "module_platform.yaml").read_text())
 

@@ -13,8 +13,8 @@ import yaml
 from support import DATA, ScriptedRunner, load_module, run_case  # (support puts module_utils on sys.path)
 
 # isort: split
-# the module's copy of fabric_core.blockfs
-import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.blockfs as mblockfs
+# the module's copy of fabric_core.storage.blockfs
+import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage.blockfs as mblockfs
 
 SPEC = yaml.safe_load((DATA / "module_zfs_dataset.yaml").read_text())
 DIFF_KEYS = {"before", "after", "before_header", "after_header"}

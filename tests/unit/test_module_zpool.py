@@ -14,8 +14,8 @@ import yaml
 from support import DATA, run_case  # (support puts module_utils on sys.path)
 
 # isort: split
-import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.disks as fabric_disks
-from fabric_core.model import DiskInfo
+import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage.disks as fabric_disks
+from fabric_core.base.model import DiskInfo
 
 SPEC = yaml.safe_load((DATA / "module_zpool.yaml").read_text())
 

@@ -1,4 +1,4 @@
-"""Mount units (fabric_core.mounts) and the fabric_mounts module, on a small simulated host: unit
+"""Mount units (fabric_core.node.mounts) and the fabric_mounts module, on a small simulated host: unit
 files in a dict, the mount table in another; the commands are the ones the code runs on real
 nodes (cat, install, systemctl, findmnt, grep, fuser, ps). The lab tests run the
 same code against real systemd (tests/integration/test_iscsi_initiator.py)."""
@@ -6,9 +6,9 @@ same code against real systemd (tests/integration/test_iscsi_initiator.py)."""
 from __future__ import annotations
 
 import pytest
-from fabric_core import mounts
-from fabric_core.errors import Busy, UserError
-from fabric_core.runner import Runner
+from fabric_core.base.errors import Busy, UserError
+from fabric_core.base.runner import Runner
+from fabric_core.node import mounts
 from support import run_module
 
 DEV = "/dev/disk/by-path/ip-10.77.0.11:3260-iscsi-iqn.2026-11.io.fabric.lab:storage1-exports-lun-{}"

@@ -1,11 +1,11 @@
-"""fabric_core.multipath: the maps of read-only versions served by several storage nodes (recorded outputs
+"""fabric_core.node.multipath: the maps of read-only versions served by several storage nodes (recorded outputs
 of multipathd 0.11 and scsi_id on the lab's Debian 13 GPU nodes), and how publish's host side uses them."""
 
 from __future__ import annotations
 
 import pytest
-from fabric_core import iscsi, multipath
-from fabric_core.errors import Busy, FabricError
+from fabric_core.base.errors import Busy, FabricError
+from fabric_core.node import iscsi, multipath
 from support import AnsweringRunner
 
 WWID = "36001405103bbe1c6d8b51d9bdbb547d3"

@@ -1,4 +1,4 @@
-"""Naming rules of fabric_core.names: pools, datasets, snapshots, IQNs, host names."""
+"""Naming rules of fabric_core.base.names: pools, datasets, snapshots, IQNs, host names."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import support  # noqa: F401  (puts module_utils on sys.path)
 
 # isort: split
-from fabric_core import names
-from fabric_core.errors import InvalidName, UserError
+from fabric_core.base import names
+from fabric_core.base.errors import InvalidName, UserError
 
 
 def refused(func, value) -> str:

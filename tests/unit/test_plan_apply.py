@@ -11,10 +11,11 @@ import json
 import pytest
 from support import DATA, ScriptedRunner
 
-from fabric_core import iscsi, lio, lzc
-from fabric_core.errors import Busy
-from fabric_core.iscsi import SessionLive, plan_session, session_spec
-from fabric_core.runner import Runner
+from fabric_core.node import iscsi
+from fabric_core.storage import lio, lzc
+from fabric_core.base.errors import Busy
+from fabric_core.node.iscsi import SessionLive, plan_session, session_spec
+from fabric_core.base.runner import Runner
 
 PORTAL = "10.77.0.11:3260"
 IQN = "iqn.2026-11.io.fabric.lab:hd-xfs"

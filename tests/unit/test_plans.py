@@ -14,9 +14,9 @@ import pytest
 from support import DATA, data, derive_json  # (support puts module_utils on sys.path)
 
 # isort: split
-from fabric_core import disks, zfs, zpool
-from fabric_core.errors import FabricError, UnsafeOperation, UserError
-from fabric_core.model import DiskInfo, PoolLayout, Step, Vdev
+from fabric_core.base.errors import FabricError, UnsafeOperation, UserError
+from fabric_core.base.model import DiskInfo, PoolLayout, Step, Vdev
+from fabric_core.storage import disks, zfs, zpool
 
 POOL = "z23_rec"
 T = "/var/tmp/z23_"

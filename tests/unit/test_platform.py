@@ -1,4 +1,4 @@
-"""fabric_core.platform: the supported releases and the OpenZFS 2.3 decision, from recorded os-release
+"""fabric_core.base.platform: the supported releases and the OpenZFS 2.3 decision, from recorded os-release
 files and fixed package/module versions (every branch, no node)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fabric_core import platform
-from fabric_core.platform import Facts, UnsupportedPlatform
+from fabric_core.base import platform
+from fabric_core.base.platform import Facts, UnsupportedPlatform
 
 DATA = Path(__file__).parent / "data" / "platform"
 

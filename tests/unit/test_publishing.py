@@ -1,4 +1,4 @@
-"""fabric_core.publish: the export index (who has a version, which snapshots are exported, which restores
+"""fabric_core.services.publish: the export index (who has a version, which snapshots are exported, which restores
 exist, who is logged in) and the publishing service's storage and host sides, in dry runs against a live
 LIO state and scripted hosts: every change the service would make is planned, libzfs_core's and rtslib's
 included, and nothing runs."""
@@ -9,10 +9,11 @@ import copy
 import json
 
 import pytest
-from fabric_core import lio, lzc, publish, zfs
-from fabric_core.errors import UserError
-from fabric_core.rules import Chap
-from fabric_core.runner import Runner
+from fabric_core.base.errors import UserError
+from fabric_core.base.rules import Chap
+from fabric_core.base.runner import Runner
+from fabric_core.services import publish
+from fabric_core.storage import lio, lzc, zfs
 from support import (
     DATA,
     FCTL_IQN_BASE,

@@ -53,7 +53,7 @@ def test_hit_ratios_from_two_arcstats_readings():
 def test_the_checkpoint_benchmark_states_the_writers_bandwidth_for_the_planner():
     """bench/results/checkpoint.json carries the writer-alone MB/s that `fabricctl plan checkpoint` reads."""
     checkpoint_bench = _load("checkpoint_bench")
-    from fabric_core import ckplan
+    from fabric_core.services import ckplan
     run = {"freeze": [{"step": None, "mb_s": 13.6}, {"step": 11000, "mb_s": 14.5}], "list_ours": [16.5, 16.8, 20.2],
            "list_base": [7.4, 8.25, 8.65], "ours_s": 98.2, "base_s": 473.0, "ours_plan_s": 25.4, "base_plan_s": 218.3}
     doc = checkpoint_bench.results(run)

@@ -1,4 +1,4 @@
-"""The replication planner (fabric_core.replicate.plan), its commands, the stream pump, the restricted
+"""The replication planner (fabric_core.services.replicate.plan), its commands, the stream pump, the restricted
 replica-serve request parser (fabricctl.replication.parse_request) and the configuration of peers."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import os
 import threading
 
 import pytest
-from fabric_core import replicate
-from fabric_core.errors import NotFound, UnsafeOperation, UserError
-from fabric_core.replicate import Point, Side, Transfer
+from fabric_core.base.errors import NotFound, UnsafeOperation, UserError
+from fabric_core.services import replicate
+from fabric_core.services.replicate import Point, Side, Transfer
 
 DS = "tank/datasets/imagenet"
 
@@ -425,7 +425,7 @@ def test_the_recorded_replica_and_source_plan_a_resume_then_nothing_more():
 
 
 def test_a_versions_lun_serial_is_the_same_on_every_node_and_differs_between_versions():
-    from fabric_core import lio
+    from fabric_core.storage import lio
 
     a = lio.snapshot_serial("15899846609521066419")
     assert a == lio.snapshot_serial("15899846609521066419") and a != lio.snapshot_serial("1364973519")
@@ -437,8 +437,8 @@ def test_a_versions_lun_serial_is_the_same_on_every_node_and_differs_between_ver
 
 
 def test_publishing_gives_a_new_export_the_guid_serial_and_keeps_a_live_luns_serial():
-    from fabric_core import lio
-    from fabric_core.publish import ExportIndex, Publisher, Settings
+    from fabric_core.services.publish import ExportIndex, Publisher, Settings
+    from fabric_core.storage import lio
     from support import AnsweringRunner
 
     settings = Settings(iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fctl_", portal_ip="10.77.0.11",

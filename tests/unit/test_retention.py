@@ -1,4 +1,4 @@
-"""Retention planner of fabric_core.retention: rules, calendar buckets (leap days, DST, year end),
+"""Retention planner of fabric_core.services.retention: rules, calendar buckets (leap days, DST, year end),
 ties and missing metrics, protection, configuration errors. Fixed clocks and snapshot lists only."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 import support  # noqa: F401  (puts module_utils on sys.path)
 
 # isort: split
-from fabric_core import retention as r
-from fabric_core.errors import UserError
+from fabric_core.base.errors import UserError
+from fabric_core.services import retention as r
 
 DS = "tank/checkpoints/job1"
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

@@ -1,15 +1,15 @@
-"""fabric_core.rules and the rules added to fabric_core.names: each rule once, for every caller (the
+"""fabric_core.base.rules and the rules added to fabric_core.base.names: each rule once, for every caller (the
 configuration, LIO, open-iscsi, the modules and the roles' test plugins)."""
 
 from __future__ import annotations
 
 import pytest
-from fabric_core import names, rules
-from fabric_core.disks import index_of, names_of
-from fabric_core.errors import InvalidName, UserError
-from fabric_core.model import DiskInfo
-from fabric_core.rules import LIO, OPEN_ISCSI, Chap, ChapError, parse_chap
-from fabric_core.units import human_bytes
+from fabric_core.base import names, rules
+from fabric_core.base.errors import InvalidName, UserError
+from fabric_core.base.model import DiskInfo
+from fabric_core.base.rules import LIO, OPEN_ISCSI, Chap, ChapError, parse_chap
+from fabric_core.base.units import human_bytes
+from fabric_core.storage.disks import index_of, names_of
 
 SECRET, OTHER = "s3cret-s3cret", "other-s3cret"
 

@@ -1,5 +1,5 @@
 # ruff: noqa: I001  (support must be imported first: it puts module_utils on the import path)
-"""fabric_core.runner's bounds on a local command, with real processes (no mocks): a command that runs too
+"""fabric_core.base.runner's bounds on a local command, with real processes (no mocks): a command that runs too
 long (sleep, and one whose child keeps running) or floods a stream (yes) is killed with its process group and
 fails with CommandBounded naming the bound, whatever ``check`` says; the next command runs normally."""
 
@@ -12,9 +12,9 @@ import pytest
 import support  # noqa: F401
 from support import ends
 
-from fabric_core import runner as core_runner
-from fabric_core.errors import CommandBounded, CommandError
-from fabric_core.runner import LocalRunner, bounded_run
+from fabric_core.base import runner as core_runner
+from fabric_core.base.errors import CommandBounded, CommandError
+from fabric_core.base.runner import LocalRunner, bounded_run
 
 
 
@@ -78,7 +78,7 @@ def test_the_bounds_are_named_once_and_are_the_runners_defaults():
 
 
 def test_a_stream_whose_sender_goes_silent_stalls_with_what_moved_before():
-    from fabric_core.replicate import Pump, Stalled
+    from fabric_core.services.replicate import Pump, Stalled
 
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
@@ -94,7 +94,7 @@ def test_a_stream_whose_sender_goes_silent_stalls_with_what_moved_before():
 
 
 def test_a_stream_whose_receiver_stops_reading_stalls():
-    from fabric_core.replicate import Pump, Stalled
+    from fabric_core.services.replicate import Pump, Stalled
 
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()  # nobody reads r2: it fills, then the pump cannot move a byte
@@ -118,7 +118,7 @@ def test_a_stream_whose_receiver_stops_reading_stalls():
 
 def test_a_stream_that_keeps_moving_is_never_cut_however_long_it_takes():
     """A slow but steady sender (a byte every 0.2 s for longer than the stall bound) completes."""
-    from fabric_core.replicate import Pump
+    from fabric_core.services.replicate import Pump
 
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()

@@ -1,10 +1,10 @@
-"""fabric_core.site: the site-wide invariants, on inventories shaped like the lab's."""
+"""fabric_core.services.site: the site-wide invariants, on inventories shaped like the lab's."""
 
 from __future__ import annotations
 
 import pytest
-from fabric_core import site
-from fabric_core.site import Export, HostView, SiteInvariantError, Target
+from fabric_core.services import site
+from fabric_core.services.site import Export, HostView, SiteInvariantError, Target
 
 BASE = "iqn.2026-11.io.fabric.lab"
 

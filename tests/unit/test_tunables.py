@@ -2,8 +2,8 @@
 
 import pytest
 import support  # noqa: F401  (puts module_utils on sys.path)
-from fabric_core import tunables
-from fabric_core.errors import NotFound, UserError
+from fabric_core.base.errors import NotFound, UserError
+from fabric_core.storage import tunables
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""fabric_core.units: the parsers of counts (175B parameters) and durations (1h30m), decimal byte units and
+"""fabric_core.base.units: the parsers of counts (175B parameters) and durations (1h30m), decimal byte units and
 the duration formatter (human_bytes is tested in test_rules.py)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import support  # noqa: F401  (puts module_utils on sys.path)
 
 # isort: split
-from fabric_core.errors import UserError
-from fabric_core.units import format_duration, parse_count, parse_duration, si_bytes
+from fabric_core.base.errors import UserError
+from fabric_core.base.units import format_duration, parse_count, parse_duration, si_bytes
 
 
 @pytest.mark.parametrize("text, value", [

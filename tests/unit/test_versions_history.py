@@ -1,5 +1,5 @@
-"""Issue 31: dataset versions as an ML team expects them. The pure parts (fabric_core.history, the tag rule of
-fabric_core.names) and the commands through fabricctl's main on a storage node whose zfs is answered (a dataset
+"""Issue 31: dataset versions as an ML team expects them. The pure parts (fabric_core.services.history, the tag rule of
+fabric_core.base.names) and the commands through fabricctl's main on a storage node whose zfs is answered (a dataset
 imagenet with versions v1 and v2, tags kept in a dict that `zfs set`/`zfs inherit` change): tag, untag, log,
 show's provenance, seal's refusals, destroy of a tagged version, diff across datasets, and a tag resolved where a
 version is named (datasets.require_version)."""
@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from fabric_core import history, names
-from fabric_core.errors import AlreadyExists, InvalidName, NotFound, UserError
+from fabric_core.base import names
+from fabric_core.base.errors import AlreadyExists, InvalidName, NotFound, UserError
+from fabric_core.services import history
 from support import AnsweringRunner, fabricctl_config, snapshot_listing
 
 from fabricctl import context, datasets, main
@@ -302,7 +303,7 @@ def test_show_prints_the_provenance_of_a_version_asked_by_tag(node, capsys, monk
             return f"iqn.x:ds.{export.name}.{export.version}"
 
         def dataset(self, name, version, fstype):
-            from fabric_core import publish
+            from fabric_core.services import publish
             return publish.dataset_export("tank/datasets", "/datasets", name, version, fstype)
 
     publisher = type("P", (), {"index": lambda s: Index(), "settings": Settings()})()
@@ -323,7 +324,7 @@ def test_show_prints_the_provenance_of_a_version_asked_by_tag(node, capsys, monk
                                              ("xfs", "ro,norecovery,nodev,nosuid,_netdev,nouuid")])
 def test_a_version_is_mounted_read_only_through_a_loop_device_and_always_let_go(monkeypatch, tmp_path, fstype,
                                                                                options):
-    from fabric_core import publish
+    from fabric_core.services import publish
 
     def mkdtemp(prefix, dir):  # noqa: A002 - tempfile's own keyword
         assert dir == "/run"
@@ -349,7 +350,7 @@ def test_a_version_is_mounted_read_only_through_a_loop_device_and_always_let_go(
 def test_diff_through_main_streams_the_changes_and_checks_each_manifest(node, capsys, monkeypatch, tmp_path):
     import contextlib
 
-    from fabric_core import manifest
+    from fabric_core.node import manifest
     from test_manifest import make_tree
 
     roots = {"v1": make_tree(tmp_path / "v1", {"a": b"1", "b": b"22", "gone": b"x"}),
@@ -383,7 +384,7 @@ def test_diff_through_main_streams_the_changes_and_checks_each_manifest(node, ca
 def test_verify_by_tag_mounts_through_the_one_helper_and_reports_the_version(node, capsys, monkeypatch, tmp_path):
     import contextlib
 
-    from fabric_core import manifest
+    from fabric_core.node import manifest
     from test_manifest import make_tree
 
     root = make_tree(tmp_path / "v2", {"a": b"1", "b": {"c": b"22"}})

@@ -1,5 +1,5 @@
-"""fabricctl warm and fabric_core.warm: the planner (a version that fits the cache, one larger than it, no L2ARC,
-an L2ARC that keeps none of the version, --arc-only, nothing to read, a version the ARC keeps no data of), the
+"""fabricctl warm and fabric_core.services.warm: the planner (a version that fits the cache, one larger than it,
+no L2ARC, an L2ARC that keeps none of the version, --arc-only, nothing to read, a version the ARC keeps no data of), the
 L2ARC's feed rate from the module's parameters, the pool's cache devices from the recorded `zpool status -j`
 (tests/unit/data/zfs23b), the reading loop on a temporary file standing in for the snapshot's device (all of it,
 a device shorter than asked, the pace past the ARC's share on a fake clock), and the command through fabricctl's
@@ -12,8 +12,9 @@ import json
 import os
 
 import pytest
-from fabric_core import warm, zpool
-from fabric_core.errors import UserError
+from fabric_core.base.errors import UserError
+from fabric_core.services import warm
+from fabric_core.storage import zpool
 from support import AnsweringRunner, data, derive_json, fabricctl_config, snapshot_listing
 
 from fabricctl import context, datasets, main

@@ -1,4 +1,4 @@
-"""fabric_core.zfs on recorded OpenZFS 2.3.9 output (tests/unit/data/zfs23b/, commands in its commands.tsv and
+"""fabric_core.storage.zfs on recorded OpenZFS 2.3.9 output (tests/unit/data/zfs23b/, commands in its commands.tsv and
 commands-more.tsv).
 
 z23_rec/datasets/imagenet, the volume z23_rec/vol1 and the pool's root z23_rec were recorded with
@@ -17,8 +17,8 @@ import pytest
 from support import ScriptedRunner, data, derive_json, derive_text  # (support puts module_utils on sys.path)
 
 # isort: split
-from fabric_core import versions, zfs, zjson
-from fabric_core.errors import CommandError, FabricError, InvalidName, UnsafeOperation, UserError
+from fabric_core.base.errors import CommandError, FabricError, InvalidName, UnsafeOperation, UserError
+from fabric_core.storage import versions, zfs, zjson
 
 J = ["-j", "--json-int"]  # zpool's reads
 ZJ = ["-j", "-p"]  # zfs get/list: without --json-int

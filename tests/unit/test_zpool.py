@@ -1,4 +1,4 @@
-"""fabric_core.zpool on recorded OpenZFS 2.3.9 output (tests/unit/data/zfs23/, commands in its commands.tsv; the
+"""fabric_core.storage.zpool on recorded OpenZFS 2.3.9 output (tests/unit/data/zfs23/, commands in its commands.tsv; the
 runs that also read the root dataset with `zfs get -j -p` use the second session, zfs23b/, whose *_s.json files
 are that read without --json-int, with the pool reads of the same session).
 
@@ -17,9 +17,9 @@ import pytest
 from support import DATA, ScriptedRunner, data, derive_json  # (support puts module_utils on sys.path)
 
 # isort: split
-from fabric_core import disks, zjson, zpool
-from fabric_core.errors import CommandError, FabricError, InvalidName, NotFound, UnsafeOperation, UserError
-from fabric_core.model import DiskInfo, PoolLayout, Step, Vdev, apply_steps
+from fabric_core.base.errors import CommandError, FabricError, InvalidName, NotFound, UnsafeOperation, UserError
+from fabric_core.base.model import DiskInfo, PoolLayout, Step, Vdev, apply_steps
+from fabric_core.storage import disks, zjson, zpool
 
 J = ["-j", "--json-int"]
 POOL = "z23_rec"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import types
 
 import pytest
-from fabric_core import lzc
-from fabric_core.errors import UnsafeOperation
+from fabric_core.base.errors import UnsafeOperation
+from fabric_core.storage import lzc
 from support import AnsweringRunner
 
 from fabricctl import zvols

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, "/tmp")
 
-from fabric_core import disks  # noqa: E402
-from fabric_core.runner import LocalRunner  # noqa: E402
+from fabric_core.base.runner import LocalRunner  # noqa: E402
+from fabric_core.storage import disks  # noqa: E402
 
 
 class RecordingRunner(LocalRunner):

@@ -1,0 +1,664 @@
+"""The publishing service: immutable versions exported read-only to many hosts, and taken back.
+
+The same machinery serves dataset versions (``ds``: ``POOL/ROOT/NAME@VERSION`` mounted at
+``MOUNT_ROOT/NAME/VERSION``), checkpoint restores (``ck``, read-only at
+``CHECKPOINT_MOUNT_ROOT/JOB/restore/STEP``) and a job's writable checkpoint volume (one writer).
+``Publisher`` owns both sides of an export; fabricctl's commands (publish, unpublish, checkpoint
+restore, volume create/destroy, rollback) only choose what to export to whom.
+
+The storage side (``Publisher.export`` / ``withdraw``), on this node:
+
+1. the snapshot's block device is made visible (``snapdev=visible`` on its zvol);
+2. the snapshot is held (``fabric:published``, libzfs_core) so nobody can destroy it while exported;
+3. the LIO target is reconciled: one read-only LUN, one ACL per host (``lio.reconcile``); withdrawn,
+   the ACLs go, and with no host left the target, its backstore (``lio.plan_removal``) and the hold.
+
+The host side (``Publisher.attach`` / ``detach``), on each host through its runner (SSH): the host's
+initiator name is checked, then the iSCSI session (``iscsi.ensure_session``), a read-only systemd
+mount unit (``mounts.ensure_mount``) and, for a dataset, the atomic switch of the ``current`` link
+to the newest version the host has. Every step converges, so an interrupted publish is finished by
+running it again; unpublish runs it backwards (hosts first, refused while a process uses the mount).
+
+On a host that runs multipathd (role iscsi_initiator), a read-only export is mounted through its
+multipath map (``multipath.claim``), named by WWID: the same version published from another storage
+node (same GUID, same LUN serial) adds a path to the same map, and unpublishing from one node logs
+out its path only while another node's path remains; the mount goes with the last path.
+
+``ExportIndex`` is what the live LIO state says about exports: who has a version, which snapshots
+are exported, which restores exist, which sessions are logged in. Commands ask it; none reads an
+LIO dump.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from ..base.errors import UserError
+from ..base.names import snapshot_name, validate_fabric_name, validate_version
+from ..base.rules import OPEN_ISCSI, Chap
+from ..base.runner import Runner
+from ..node import iscsi, mounts, multipath
+from ..storage import blockfs, lio, lioacls, lzc, zfs
+
+KINDS = {"ds": "dataset version", "ck": "checkpoint"}
+# seconds a lost path of a multipath map waits for its storage node before its I/O fails over to the other
+# paths (open-iscsi's node.session.timeo.replacement_timeout; single-path sessions keep iscsid.conf's 120)
+MULTIPATH_REPLACEMENT_TIMEOUT = 5
+WRITABLE_VERSION = "rw"  # the "version" of a job's writable checkpoint volume
+
+
+@dataclass(frozen=True)
+class Export:
+    """One published object: its ZFS snapshot (or volume), LIO names and where hosts mount it."""
+
+    kind: str  # "ds" | "ck"
+    name: str  # dataset or job name
+    version: str  # version, "s<STEP>" for a checkpoint restore, "rw" for a checkpoint volume
+    snapshot: str  # POOL/.../NAME@VERSION (a checkpoint volume: POOL/.../JOB)
+    mountpoint: str  # on the hosts
+    fstype: str
+    writable: bool = False  # only a checkpoint volume, exported to exactly one writer
+    serial: str = ""  # the LUN's T10 unit serial ("": lio's rule from target and LUN name; see Publisher.identify)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @property
+    def target_name(self) -> str:
+        return f"{self.kind}.{self.name}.{self.version}"
+
+    @property
+    def lun_name(self) -> str:
+        return f"{self.name}.{self.version}"
+
+    @property
+    def device(self) -> str:
+        return "/dev/zvol/" + self.snapshot  # a volume's device, or a snapshot's (snapdev=visible)
+
+    @property
+    def is_snapshot(self) -> bool:
+        """A snapshot (published read-only, and held while it is); else a writable volume."""
+        return "@" in self.snapshot
+
+    @property
+    def current_link(self) -> str | None:
+        """MOUNT_ROOT/NAME/current of a dataset version (None for checkpoints)."""
+        return posixpath.join(posixpath.dirname(self.mountpoint), "current") if self.kind == "ds" else None
+
+    def target_iqn(self, iqn_base: str) -> str:
+        return f"{iqn_base}:{self.target_name}"
+
+
+def checkpoint_volume_export(checkpoint_root: str, mount_root: str, job: str, fstype: str) -> Export:
+    """The writable checkpoint volume of a job, exported to its one writer."""
+    validate_fabric_name(job, "job")
+    return Export("ck", job, WRITABLE_VERSION, f"{checkpoint_root}/{job}", f"{mount_root}/{job}", fstype,
+                  writable=True)
+
+
+def checkpoint_restore_export(checkpoint_root: str, mount_root: str, job: str, step: int, fstype: str) -> Export:
+    """A checkpoint snapshot, exported read-only to many hosts at MOUNT_ROOT/JOB/restore/STEP."""
+    validate_fabric_name(job, "job")
+    return Export("ck", job, f"s{step}", f"{checkpoint_root}/{job}@{snapshot_name(step)}",
+                  f"{mount_root}/{job}/restore/{step}", fstype)
+
+
+def dataset_export(dataset_root: str, mount_root: str, name: str, version: str, fstype: str) -> Export:
+    validate_fabric_name(name)
+    validate_version(version)
+    return Export("ds", name, version, f"{dataset_root}/{name}@{version}", f"{mount_root}/{name}/{version}", fstype)
+
+
+def desired_state(export: Export, *, iqn_base: str, backstore_prefix: str, portal_ip: str, portal_port: int,
+                  chaps: Mapping[str, dict | None], require_chap: bool = True) -> dict:
+    """The LIO desired state of one export (a dict for ``lio.reconcile``; other targets are left alone): one
+    ACL per initiator of ``chaps`` (initiator -> its own CHAP credentials in LIO's field names: userid,
+    password, mutual_userid, mutual_password; None: none, refused unless ``require_chap`` is False)."""
+    return {
+        "base_iqn": iqn_base,
+        "backstore_prefix": backstore_prefix,
+        "require_chap": require_chap,
+        "targets": [{
+            "name": export.target_name,
+            "portals": [{"ip": portal_ip, "port": portal_port}],
+            "writable": export.writable,
+            "luns": [{"name": export.lun_name, "device": export.device, "readonly": not export.writable, "lun": 0,
+                      **({"wwn": export.serial} if export.serial else {})}],
+            "acls": [{"initiator": i, "chap": dict(chaps[i]) if chaps[i] else None} for i in sorted(chaps)],
+        }],
+    }
+
+
+def acl_initiators(live: dict, target_iqn: str) -> list[str]:
+    """Initiators with an ACL on the target, from ``lio.read_live()``."""
+    for t in live["dump"].get("targets", []):
+        if t["wwn"] == target_iqn:
+            return sorted(a["node_wwn"] for tpg in t.get("tpgs", []) for a in tpg.get("node_acls", []))
+    return []
+
+
+def read_link(runner, link: str) -> str | None:
+    res = runner.run(["readlink", link], check=False)
+    return res.stdout.strip() if res.rc == 0 and res.stdout.strip() else None
+
+
+def switch_link(runner, link: str, target: str | None) -> bool:
+    """Point ``link`` at ``target`` atomically (rename over it), or remove it when target is None."""
+    if read_link(runner, link) == target:
+        return False
+    if target is None:
+        runner.run(["rm", "-f", link], mutating=True)
+        return True
+    tmp = f"{link}.fabric-tmp"
+    runner.run(["ln", "-sfn", target, tmp], mutating=True)
+    runner.run(["mv", "-T", tmp, link], mutating=True)
+    return True
+
+
+def staying(initiators: Iterable[str], hosts: Iterable, detached: Iterable[str], *, force: bool) -> list[str]:
+    """The initiators whose ACLs stay on an export after ``hosts`` were detached from it: a host that detached
+    (``detached``: host names) loses its ACL, so it cannot log in again; one that could not be reached keeps it
+    (its session may still be there), unless ``force``: then it is cut off too."""
+    detached = set(detached)
+    withdrawn = {h.initiator for h in hosts if force or h.name in detached}
+    return [i for i in initiators if i not in withdrawn]
+
+
+# --------------------------------------------------------------------------------------------
+# What the service needs of a storage node's configuration
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where exports live and how they are exported (fabricctl's configuration gives them)."""
+
+    iqn_base: str
+    backstore_prefix: str
+    portal_ip: str
+    portal_port: int
+    dataset_root: str
+    mount_root: str
+    checkpoint_root: str
+    checkpoint_mount_root: str
+    chap: Mapping[str, Chap] = field(default_factory=dict)  # initiator -> its host's own CHAP credentials
+    insecure_no_chap: bool = False  # exports without CHAP allowed (an isolated lab only)
+
+    @property
+    def portal(self) -> str:
+        """``IP:PORT`` (``[IP]:PORT`` for IPv6), as iscsiadm and the by-path device names write it."""
+        ip = f"[{self.portal_ip}]" if ":" in self.portal_ip else self.portal_ip
+        return iscsi.normalize_portal(f"{ip}:{self.portal_port}")
+
+    def target_iqn(self, export: Export) -> str:
+        return export.target_iqn(self.iqn_base)
+
+    def target_prefix(self, kind: str, name: str) -> str:
+        """The common start of the IQNs of every version of dataset (``ds``) or job (``ck``) NAME."""
+        return f"{self.iqn_base}:{kind}.{name}."
+
+    def dataset(self, name: str, version: str, fstype: str) -> Export:
+        return dataset_export(self.dataset_root, self.mount_root, name, version, fstype)
+
+    def restore(self, job: str, step: int, fstype: str) -> Export:
+        return checkpoint_restore_export(self.checkpoint_root, self.checkpoint_mount_root, job, step, fstype)
+
+    def writable(self, job: str, fstype: str) -> Export:
+        return checkpoint_volume_export(self.checkpoint_root, self.checkpoint_mount_root, job, fstype)
+
+    def chap_of(self, initiator: str) -> Chap | None:
+        """The CHAP credentials of the host with this initiator name; refused when it has none (unless exports
+        without CHAP are allowed)."""
+        chap = self.chap.get(initiator)
+        if chap is None and not self.insecure_no_chap:
+            raise UserError(f"no CHAP credentials for initiator {initiator}: an export without CHAP lets any host "
+                            "that sets this initiator name log in",
+                            "give the host its own CHAP secret (the fabricctl role writes every GPU node's into "
+                            "hosts.NAME.chap of the configuration); only on an isolated lab, set "
+                            "insecure_no_chap: true")
+        return chap
+
+    def desired(self, export: Export, initiators: Iterable[str]) -> dict:
+        """The export's LIO desired state, with an ACL for each initiator (with its own CHAP credentials)."""
+        chaps = {}
+        for initiator in sorted(set(initiators)):
+            chap = self.chap_of(initiator)
+            chaps[initiator] = chap.fields() if chap else None
+        return desired_state(export, iqn_base=self.iqn_base, backstore_prefix=self.backstore_prefix,
+                             portal_ip=self.portal_ip, portal_port=self.portal_port, chaps=chaps,
+                             require_chap=not self.insecure_no_chap)
+
+    def access(self, initiators: Iterable[str]) -> dict[str, Chap | None]:
+        """Initiator -> its CHAP credentials, for ``lio.plan_access`` (which removes every other ACL)."""
+        return {initiator: self.chap_of(initiator) for initiator in initiators}
+
+
+# --------------------------------------------------------------------------------------------
+# The export index: the live LIO state, as answers about exports
+
+
+class ExportIndex:
+    """What LIO has exported, read once (``Publisher.index``). ``hosts`` (objects with ``name`` and
+    ``initiator``) name the initiators; one no host has is named by its IQN."""
+
+    def __init__(self, live: dict, settings: Settings, hosts: Iterable = ()):
+        self.live = live
+        self.settings = settings
+        self.hosts = {h.initiator: h for h in hosts}
+        self._ownership = lio.DesiredState(base_iqn=settings.iqn_base, backstore_prefix=settings.backstore_prefix)
+
+    def _targets(self) -> list[str]:
+        return [t["wwn"] for t in self.live["dump"].get("targets", [])]
+
+    def targets(self) -> list[str]:
+        """The IQNs of the fabric's targets (under the IQN base), sorted."""
+        return sorted(t for t in self._targets() if self._ownership.owns_target(t))
+
+    def target_initiators(self, target_iqn: str) -> list[str]:
+        """The initiators with an ACL on a target."""
+        return acl_initiators(self.live, target_iqn)
+
+    def name_of(self, initiator: str) -> str:
+        """The host name of an initiator (its IQN when no known host has it)."""
+        return self._name(initiator)
+
+    def discovery_closed(self) -> bool:
+        """Whether SendTargets discovery is closed on this node (``lio.discovery_closed``)."""
+        return lio.discovery_closed(self.live)
+
+    def unknown_initiators(self, export: Export) -> list[str]:
+        """Initiators with an ACL on the export that no host of the configuration has (a host taken out of it)."""
+        return [i for i in self.initiators(export) if i not in self.hosts]
+
+    def _name(self, initiator: str) -> str:
+        host = self.hosts.get(initiator)
+        return host.name if host is not None else initiator
+
+    def exists(self, export: Export) -> bool:
+        """Whether LIO has the export's target."""
+        return self.settings.target_iqn(export) in self._targets()
+
+    def initiators(self, export: Export) -> list[str]:
+        """The initiators with an ACL on the export (who has this version)."""
+        return acl_initiators(self.live, self.settings.target_iqn(export))
+
+    def published_to(self, export: Export) -> list[str]:
+        """Host names (IQNs for initiators no host has) the export is published to."""
+        return [self._name(i) for i in self.initiators(export)]
+
+    def hosts_of(self, export: Export) -> tuple[list, list[str]]:
+        """(the known hosts with an ACL on the export, the initiators of no known host)."""
+        inits = self.initiators(export)
+        return [self.hosts[i] for i in inits if i in self.hosts], [i for i in inits if i not in self.hosts]
+
+    def versions(self, kind: str, name: str) -> list[str]:
+        """The versions of dataset (``ds``) or job (``ck``) NAME that have a target, sorted."""
+        prefix = self.settings.target_prefix(kind, name)
+        return sorted(t[len(prefix):] for t in self._targets() if t.startswith(prefix))
+
+    def versions_on(self, export: Export, initiator: str) -> list[str]:
+        """The other versions of the export's dataset or job published to an initiator."""
+        return [v for v in self.versions(export.kind, export.name)
+                if v != export.version and initiator in self.initiators(replace(export, version=v))]
+
+    def restores(self, job: str) -> list[str]:
+        """The restores of a job's checkpoints that exist (versions ``s<STEP>``; not its writable volume)."""
+        return [v for v in self.versions("ck", job) if v != WRITABLE_VERSION]
+
+    def backstore(self, name: str) -> dict | None:
+        """LIO's storage object of that name (its ``dev``, ``wwn``, ...), or None."""
+        return next((so for so in self.live["dump"].get("storage_objects", []) if so.get("name") == name), None)
+
+    def published_snapshots(self) -> set[str]:
+        """Snapshots the fabric's backstores export (``POOL/.../NAME@VERSION``)."""
+        out = set()
+        for so in self.live["dump"].get("storage_objects", []):
+            dev = so.get("dev") or ""
+            if self._ownership.owns_backstore(so.get("name", "")) and dev.startswith("/dev/zvol/") and "@" in dev:
+                out.add(dev[len("/dev/zvol/"):])
+        return out
+
+    def sessions(self) -> dict[str, list[str]]:
+        """Host (or initiator) -> the targets it is logged in to, in LIO's order."""
+        out: dict[str, list[str]] = {}
+        for s in self.live["sessions"]:
+            out.setdefault(self._name(s["initiator"]), []).append(s["target"])
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# The service
+
+
+def _quiet(_text: str) -> None:
+    """A host step's progress, when nobody shows it."""
+
+
+class Publisher:
+    """Exports on this node (``local``: its runner) and their hosts (``connect(host)``: a runner on it).
+
+    ``hosts``: the hosts the configuration knows (to name initiators). A dry run is the runners'."""
+
+    def __init__(self, settings: Settings, local: Runner, connect: Callable[[object], Runner], hosts: Iterable = ()):
+        self.settings = settings
+        self.local = local
+        self.connect = connect
+        self.hosts = list(hosts)
+
+    @property
+    def dry_run(self) -> bool:
+        return self.local.dry_run
+
+    def index(self) -> ExportIndex:
+        """The export index of LIO as it is now."""
+        return ExportIndex(lio.read_live(), self.settings, self.hosts)
+
+    def acl_index(self, kind: str, name: str) -> ExportIndex:
+        """An index of the ACLs alone of every version of dataset (``ds``) or job (``ck``) NAME, read from
+        configfs directory names (``lioacls``) instead of rtslib's full read: for listings that only ask who
+        has which version (no backstores, sessions or device facts in it)."""
+        prefix = self.settings.target_prefix(kind, name)
+        return ExportIndex(lioacls.as_live(lioacls.acl_map(prefix)), self.settings, self.hosts)
+
+    # ---- the storage side
+
+    def export(self, export: Export, hosts: Iterable, *, hold: bool = True) -> dict:
+        """Snapshot device visible, the hold, the LIO target with ACLs for (existing + new) hosts."""
+        changed_snapdev = False
+        if export.is_snapshot:
+            volume = export.snapshot.split("@")[0]
+            snapdev = zfs.get_props(self.local, volume, ["snapdev"]).get(volume, {}).get("snapdev", ("hidden",))[0]
+            if snapdev != "visible":
+                self.local.run(["zfs", "set", "snapdev=visible", volume], mutating=True)
+                changed_snapdev = True
+        held = lzc.hold(export.snapshot, runner=self.local) if hold else False
+        try:
+            if not self.dry_run:
+                blockfs.require(export.device, runner=self.local)
+            index = self.index()
+            export = self.identify(export, index)
+            # hosts taken out of the configuration lose their access first (they are no longer trusted)
+            revoke = self.revoke_unknown(export, index)
+            initiators = (set(index.initiators(export)) - set(revoke["revoked_initiators"])
+                          | {h.initiator for h in hosts})
+            result = self._lio(lio.reconcile(self.settings.desired(export, initiators), dry_run=self.dry_run,
+                                             predicted=revoke.get("predicted")))
+        except Exception:
+            if held:  # this run's hold guards nothing when the export was not made
+                self._release_unexported(export)
+            raise
+        return {"held": held, "snapdev": changed_snapdev, "lio_changed": result["changed"] or bool(revoke["revoked"]),
+                "lio_actions": revoke["lio_actions"] + result["actions"], "revoked": revoke["revoked"],
+                "warnings": result.get("warnings", [])}
+
+    def identify(self, export: Export, index: ExportIndex) -> Export:
+        """The export with its LUN's serial: a snapshot's comes from its GUID (``lio.snapshot_serial``: the same
+        on every storage node holding the version, so dm-multipath groups their paths); a LUN exported already
+        keeps the serial it has (initiators know the disk by it; changing it would re-create a LUN in use)."""
+        if export.serial or not export.is_snapshot:
+            return export
+        live = index.backstore(self.settings.backstore_prefix + export.lun_name)
+        if live is not None and live.get("wwn"):
+            return replace(export, serial=str(live["wwn"]).lower())
+        guid = zfs.get_props(self.local, export.snapshot, ["guid"]).get(export.snapshot, {}).get("guid", ("",))[0]
+        return replace(export, serial=lio.snapshot_serial(guid)) if str(guid).isdigit() else export
+
+    def revoke_unknown(self, export: Export, index: ExportIndex) -> dict:
+        """Remove the ACLs of the export's initiators that no configured host has (cut off if logged in: a host
+        taken out of the configuration is no longer trusted). Returns {revoked, revoked_initiators,
+        lio_actions}."""
+        unknown = self.unknown(export, index)
+        if not unknown:
+            return {"revoked": [], "revoked_initiators": [], "lio_actions": []}
+        keep = [i for i in index.initiators(export) if i not in unknown]
+        return self._access(export, keep, index, force=False)
+
+    def unknown(self, export: Export, index: ExportIndex) -> frozenset:
+        """The export's initiators no configured host has (none when this publisher knows no hosts: it cannot
+        tell)."""
+        return frozenset(index.unknown_initiators(export)) if self.hosts else frozenset()
+
+    def _access(self, export: Export, keep: list[str], index: ExportIndex, *, force: bool,
+                detached: frozenset = frozenset()) -> dict:
+        """One target's ACLs brought to ``keep`` (``lio.plan_access``): the others are removed; those of hosts
+        no longer configured are cut off even while logged in."""
+        target = self.settings.target_iqn(export)
+        actions = lio.plan_access(index.live, target_iqn=target, keep=self.settings.access(keep), force=force,
+                                  planned_logouts=detached if self.dry_run else frozenset(),
+                                  cut_off=self.unknown(export, index))
+        gone = lio.revoked(actions)
+        result = self._lio(lio.converge(self._state(), index.live, actions, dry_run=self.dry_run))
+        # a dry run's next plan starts from LIO as these changes would leave it
+        return {"revoked": [index.name_of(i) for i in gone], "revoked_initiators": gone,
+                "lio_actions": result["actions"],
+                "predicted": lio.simulate(index.live, actions) if self.dry_run else None}
+
+    def _state(self) -> lio.DesiredState:
+        return lio.DesiredState(base_iqn=self.settings.iqn_base, backstore_prefix=self.settings.backstore_prefix,
+                                require_chap=not self.settings.insecure_no_chap)
+
+    def withdraw(self, export: Export, remaining: list[str], *, force: bool, index: ExportIndex | None = None,
+                 detached: frozenset = frozenset()) -> dict:
+        """After hosts detached: only the ACLs of ``remaining`` stay (every other ACL and its mapped LUNs go, so a
+        withdrawn host can no longer log in); with none left, the target, its backstore and the hold go.
+        ``detached``: the initiators the caller detached in this run; in a dry run their logouts were only
+        planned, so their sessions do not make the plan refuse. ``index``: LIO as read after the detaches (read
+        now when not given). Returns {revoked (host names), lio_actions, released}."""
+        index = index or self.index()
+        unknown = self.unknown(export, index)
+        remaining = [i for i in remaining if i not in unknown]  # hosts no longer configured keep nothing
+        if remaining:
+            out = self._access(export, remaining, index, force=force, detached=detached)
+            return {"revoked": out["revoked"], "lio_actions": out["lio_actions"], "released": False}
+        actions = lio.plan_removal(index.live, iqn_base=self.settings.iqn_base,
+                                   backstore_prefix=self.settings.backstore_prefix,
+                                   target_iqns=[self.settings.target_iqn(export)], force=force,
+                                   planned_logouts=(detached if self.dry_run else frozenset()) | unknown)
+        try:
+            result = self._lio(lio.converge(self._state(), index.live, actions, dry_run=self.dry_run))
+        except lio.LioApplyError:
+            self._release_unexported(export)  # a later step failed: the hold goes if its backstore went
+            raise
+        gone = index.initiators(export) if any(a.op == "delete_target" for a in actions) else []
+        return {"revoked": [index.name_of(i) for i in gone], "lio_actions": result["actions"],
+                "released": lzc.release(export.snapshot, runner=self.local) if export.is_snapshot else False}
+
+    def _release_unexported(self, export: Export) -> bool:
+        """After a failed export or withdraw: the publish hold of the export's snapshot is released when no
+        backstore of the fabric exports that snapshot any more (what it guarded is gone); kept otherwise. Never
+        raises (the caller is already raising the failure's own error)."""
+        if not export.is_snapshot or self.dry_run:
+            return False
+        try:
+            if export.snapshot in self.index().published_snapshots():
+                return False
+            return lzc.release(export.snapshot, runner=self.local)
+        except Exception:  # noqa: BLE001 - the original error is the one to report
+            return False
+
+    def sync_access(self, force: bool = True) -> dict:
+        """Every target of the fabric brought in line with the configuration: the ACLs of initiators no configured
+        host has are removed (cut off: a host taken out of the configuration is no longer trusted; ``force``
+        False refuses instead while it is logged in), and every other ACL gets its host's current CHAP
+        credentials (a rotated secret; sessions stay). Returns {target IQN: {revoked, lio_actions}} of the
+        targets that changed, and the hosts with sessions to the fabric's targets ({host name: [IQN]})."""
+        index = self.index()
+        known = {h.initiator for h in self.hosts}
+        changed: dict = {}
+        for target in index.targets():
+            keep = [i for i in index.target_initiators(target) if i in known]
+            actions = lio.plan_access(index.live, target_iqn=target, keep=self.settings.access(keep), force=force)
+            if not lio.changes(actions):
+                continue
+            gone = lio.revoked(actions)
+            result = self._lio(lio.converge(self._state(), index.live, actions, dry_run=self.dry_run))
+            changed[target] = {"revoked": [index.name_of(i) for i in gone], "lio_actions": result["actions"]}
+        sessions = {h.name: [t for t in index.sessions().get(h.name, []) if t in index.targets()]
+                    for h in self.hosts}
+        return {"targets": changed, "sessions": {h: t for h, t in sessions.items() if t}}
+
+    def _lio(self, result: dict) -> dict:
+        """Record LIO's changes (planned, or made) with this node's commands."""
+        for action in result["actions"]:
+            self.local.record(("rtslib", action))
+        return result
+
+    # ---- the host side
+
+    def attach(self, export: Export, host, step: Callable[[str], None] = _quiet, *,
+               created: Mapping[str, int] | None = None, portals: Iterable[str] = ()) -> dict:
+        """On a host: its initiator name checked, the session, the mount unit; with ``created`` (a dataset's
+        versions -> creation time), ``current`` moves to this version when it is the newest the host has.
+        A read-only export on a host with multipathd is mounted through its multipath map (``_device``);
+        ``portals``: other storage nodes' portals exporting the same version (``publish --from-nodes``), each
+        logged in too, as further paths of the map (refused on a host without multipathd).
+        Returns {changed, device, mountpoint, commands, multipath[, current, switched]}."""
+        runner = self.connect(host)
+        step("check initiator")
+        actual = iscsi.read_initiator_name(runner)
+        if actual != host.initiator:
+            raise UserError(f"{host.name} has initiator name {actual!r}, the config says {host.initiator!r}",
+                            "run playbooks/site.yml (it sets both from the inventory) or fix hosts in the fabricctl "
+                            "config")
+        paths = not export.writable and multipath.active(runner)
+        others = [iscsi.normalize_portal(p) for p in portals if iscsi.normalize_portal(p) != self.settings.portal]
+        if others and not paths:
+            raise UserError(f"{host.name} does not run multipathd: a version read from several storage nodes "
+                            "needs it (one disk, several paths)", "converge the host with the iscsi_initiator "
+                            "role (iscsi_initiator_multipath: true), or publish from one storage node")
+        step("login")
+        session = self.login(runner, host, self.settings.target_iqn(export), map_path=paths)
+        device, claimed = self._device(runner, export, session, paths, step)
+        commands = session["commands"] + claimed["commands"]
+        for portal in others:
+            step(f"login {portal}")
+            commands += self.login(runner, host, self.settings.target_iqn(export), map_path=True,
+                                   portal=portal)["commands"]
+        step("mount")
+        mount = mounts.ensure_mount(runner, device=device, mountpoint=export.mountpoint,
+                                    fstype=export.fstype, readonly=not export.writable,
+                                    description=f"fabric {KINDS[export.kind]} {export.name}@{export.version}")
+        commands += mount["commands"]
+        res = {"changed": bool(commands), "device": device, "mountpoint": export.mountpoint, "commands": commands,
+               "multipath": claimed.get("wwid")}
+        if created is not None and export.current_link:
+            step("current")
+            now = read_link(runner, export.current_link)
+            newer = now not in created or created[now] <= created[export.version]
+            switched = switch_link(runner, export.current_link, export.version) if newer else False
+            res.update(current=export.version if newer else now, switched=switched)
+            res["changed"] = res["changed"] or switched
+        return res
+
+    @staticmethod
+    def _device(runner: Runner, export: Export, session: dict, paths: bool, step) -> tuple[str, dict]:
+        """The device to mount: the session's disk, or with ``paths`` its multipath map. A version mounted
+        from the plain disk already (published before multipathd ran) stays so: claiming a disk in use fails,
+        and the readers must not lose their mount."""
+        none = {"changed": False, "commands": []}
+        if not paths:
+            return session["device"], none
+        current = mounts.current_mount(runner, export.mountpoint)
+        unit_device = mounts.unit_device(runner, export.mountpoint)
+        if current is not None and multipath.wwid_of_device(unit_device or "") is None:
+            return session["device"], none
+        if runner.dry_run and session["session"] is None:  # no disk yet: its WWID is read after the login
+            return multipath.device_of("WWID"), {"changed": True,
+                                                 "commands": [f"multipath -a (the WWID of {session['device']})"]}
+        step("multipath")
+        claimed = multipath.claim(runner, session["device"])
+        return claimed["device"], claimed
+
+    def login(self, runner: Runner, host, target_iqn: str, *, map_path: bool = False, portal: str = "") -> dict:
+        """The host's session to a target, with its own CHAP credentials written to the node record (never on a
+        command line); a session already there stays, its record gets the current secrets
+        (``iscsi.ensure_session``). With ``map_path`` (a path of a multipath map) it gives up on a lost connection
+        after MULTIPATH_REPLACEMENT_TIMEOUT seconds (its I/O then goes on over the other paths); ``portal``:
+        another storage node's (default: this node's)."""
+        chap = self.settings.chap_of(host.initiator)
+        settings = {"node.session.timeo.replacement_timeout": MULTIPATH_REPLACEMENT_TIMEOUT} if map_path else None
+        return iscsi.ensure_session(runner, portal=portal or self.settings.portal, target_iqn=target_iqn,
+                                    chap=chap.fields(OPEN_ISCSI, compact=True) if chap else None, startup="automatic",
+                                    settings=settings)
+
+    def refresh(self, host, targets: Iterable[str], step: Callable[[str], None] = _quiet) -> dict:
+        """On a host: the node records of its sessions to ``targets`` get its current CHAP credentials (a rotated
+        secret counts at the next login; no session is dropped). Returns {changed, commands}."""
+        runner = self.connect(host)
+        out: dict = {"changed": False, "commands": []}
+        for target in targets:
+            step(f"record {target.rsplit(':', 1)[-1]}")
+            res = self.login(runner, host, target)
+            out["changed"] = out["changed"] or res["changed"]
+            out["commands"] += res["commands"]
+        return out
+
+    def in_use(self, export: Export, host, step: Callable[[str], None] = _quiet) -> list[str]:
+        """The processes using the export's mount on a host ("PID COMMAND"); none while another storage node's
+        path keeps the mount (``detach`` leaves it)."""
+        step("in use?")
+        runner = self.connect(host)
+        if self._other_paths(runner, export)[1]:
+            return []
+        return mounts.users(runner, export.mountpoint)
+
+    def paths(self, exports: Iterable[Export], host, step: Callable[[str], None] = _quiet) -> dict:
+        """On a host: how many paths each export has, and how many carry I/O. {ref: {multipath (the map's
+        WWID, None for a plain disk), up, paths}}: a map's paths as multipathd sees them (active and ready
+        count as up); a plain disk's sessions to the target."""
+        runner = self.connect(host)
+        step("paths")
+        maps = multipath.read_paths(runner)
+        sessions = iscsi.read_sessions(runner)
+        out = {}
+        for export in exports:
+            ident = multipath.wwid_of_device(mounts.unit_device(runner, export.mountpoint) or "")
+            if ident:
+                found = maps.get(ident, [])
+                out[export.ref] = {"multipath": ident, "up": multipath.paths_up(found), "paths": len(found)}
+            else:
+                n = sum(1 for s in sessions if s["target"] == self.settings.target_iqn(export))
+                out[export.ref] = {"multipath": None, "up": n, "paths": n}
+        return out
+
+    def _other_paths(self, runner: Runner, export: Export) -> tuple[str | None, list[dict]]:
+        """(WWID, sessions): the multipath map the export is mounted through (None: a plain disk) and the host's
+        sessions to the same target at other storage nodes' portals (none for a plain disk)."""
+        target = self.settings.target_iqn(export)
+        ident = multipath.wwid_of_device(mounts.unit_device(runner, export.mountpoint) or "")
+        others = [s for s in (iscsi.read_sessions(runner) if ident else [])
+                  if s["target"] == target and iscsi.normalize_portal(s["portal"]) != self.settings.portal]
+        return ident, others
+
+    def detach(self, export: Export, host, step: Callable[[str], None] = _quiet, *, force: bool = False,
+               index: ExportIndex | None = None, created: Mapping[str, int] | None = None) -> dict:
+        """On a host: the mount unit removed (refused while in use unless ``force``), then the logout; with
+        ``index`` and ``created``, a ``current`` link pointing at this version moves to the newest other
+        version published to the host (or goes). A multipath map with another storage node's path left keeps
+        its mount: only this node's path is logged out. Returns {changed, commands, paths_left[, current]}."""
+        runner = self.connect(host)
+        target = self.settings.target_iqn(export)
+        ident, others = self._other_paths(runner, export)
+        commands: list[str] = []
+        if others:
+            step("other paths stay")
+        else:
+            step("unmount")
+            commands += mounts.remove_mount(runner, export.mountpoint, force=force)["commands"]
+            if ident:
+                commands += multipath.release(runner, ident)["commands"]
+        step("logout")
+        session = iscsi.ensure_session(runner, portal=self.settings.portal, target_iqn=target, state="logged_out",
+                                       unmounting=(export.mountpoint,) if commands else (), paths_left=bool(others))
+        commands += session["commands"]
+        res = {"changed": bool(commands), "commands": commands, "paths_left": len(others)}
+        if others:
+            return res  # the version stays mounted on the host: its current link stays too
+        if index is not None and created is not None and export.current_link:
+            if read_link(runner, export.current_link) == export.version:
+                others = sorted((created[v], v) for v in index.versions_on(export, host.initiator) if v in created)
+                res["current"] = others[-1][1] if others else None
+                switch_link(runner, export.current_link, res["current"])
+        return res
