@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # gpu-storage-fabric: Ansible module over fabric_core.storage.lio (LIO iSCSI target through rtslib-fb).
-# The logic lives in plugins/module_utils/fabric_core/storage/lio.py; this file parses arguments and reports.
+# The logic lives in plugins/module_utils/fabric_core/storage/lio/; this file parses arguments and reports.
 
 from __future__ import annotations
 

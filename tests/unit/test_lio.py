@@ -206,7 +206,7 @@ def test_derived_wwn_is_stable_and_in_rtslib_unit_serial_form():
     a = lio.parse_desired(desired(luns=luns, acls=[])).targets[0].luns[0].wwn
     b = lio.parse_desired(desired(luns=luns, acls=[])).targets[0].luns[0].wwn
     assert a == b == lio.unit_serial(IQN, "rec_a")
-    assert lio._UNIT_SERIAL.match(a)
+    assert lio.spec._UNIT_SERIAL.match(a)
     other = {"base_iqn": "iqn.2026-11.io.fabric.lab", "targets": [
         {"name": "other", "portals": [{"ip": "10.77.0.12"}], "luns": luns}]}
     assert lio.parse_desired(other).targets[0].luns[0].wwn != a  # same LUN name on another target: another disk
@@ -448,7 +448,7 @@ def test_check_mode_assumes_a_missing_device_is_created_earlier_in_the_run():
     """A site run in check mode plans the export of a zvol whose creation was only simulated."""
     state = empty()
     state["devices"] = {d: {"exists": False, "block": False, "realpath": ""} for d in DEVICES}
-    with mock.patch.object(lio, "read_live", lambda desired, rts=None: copy.deepcopy(state)):
+    with mock.patch.object(lio.kernel, "read_live", lambda desired, rts=None: copy.deepcopy(state)):
         out = lio.reconcile(desired(), dry_run=True, rts=object())
         assert out["changed"] and any("create_backstore" in a or "backstore" in a for a in out["actions"])
         assert any("/dev/zvol/hc_pool/rec_a does not exist yet" in w for w in out["warnings"])
@@ -471,11 +471,11 @@ class _Recording:
 def test_check_mode_on_a_node_without_lio_loads_nothing_and_plans_from_empty(tmp_path, monkeypatch):
     """Issue 18: check mode on a fresh storage node loaded iscsi_target_mod (rtslib's read creates
     configfs directories). Now it says what it would load and plans the whole export from empty."""
-    monkeypatch.setattr(lio, "CONFIGFS_ROOT", str(tmp_path / "config"))
-    monkeypatch.setattr(lio, "CONFIGFS", str(tmp_path / "config" / "target"))
-    monkeypatch.setattr(lio, "ISCSI_TARGET_MODULE", str(tmp_path / "module"))
+    monkeypatch.setattr(lio.kernel, "CONFIGFS_ROOT", str(tmp_path / "config"))
+    monkeypatch.setattr(lio.kernel, "CONFIGFS", str(tmp_path / "config" / "target"))
+    monkeypatch.setattr(lio.kernel, "ISCSI_TARGET_MODULE", str(tmp_path / "module"))
     runner = _Recording(dry_run=True)
-    with mock.patch.object(lio, "_rtslib", side_effect=AssertionError("rtslib must not be touched")):
+    with mock.patch.object(lio.kernel, "_rtslib", side_effect=AssertionError("rtslib must not be touched")):
         out = lio.reconcile(desired(), dry_run=True, runner=runner)
     assert out["changed"] is True
     assert out["actions"][:2] == [f"mount configfs at {tmp_path / 'config'}",
@@ -488,8 +488,8 @@ def test_check_mode_on_a_node_without_lio_loads_nothing_and_plans_from_empty(tmp
 
 
 def test_kernel_ready_needs_both_configfs_tree_and_module(tmp_path, monkeypatch):
-    monkeypatch.setattr(lio, "CONFIGFS", str(tmp_path / "t"))
-    monkeypatch.setattr(lio, "ISCSI_TARGET_MODULE", str(tmp_path / "m"))
+    monkeypatch.setattr(lio.kernel, "CONFIGFS", str(tmp_path / "t"))
+    monkeypatch.setattr(lio.kernel, "ISCSI_TARGET_MODULE", str(tmp_path / "m"))
     assert not lio.kernel_ready()
     (tmp_path / "t").mkdir()
     assert not lio.kernel_ready()
@@ -598,7 +598,7 @@ class SimulatedKernel:
 
     def __init__(self, live: dict, fail_at: int):
         self.dump = copy.deepcopy(live["dump"])
-        self.model = lio._Dump(self.dump)
+        self.model = lio.operations.DumpModel(self.dump)
         self.fail_at, self.steps = fail_at, 0
         kernel = self
         self.RTSRoot = lambda: type("Root", (), {"dump": lambda _s: copy.deepcopy(kernel.dump)})()

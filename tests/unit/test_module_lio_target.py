@@ -18,8 +18,8 @@ from unittest import mock
 import pytest
 from support import DATA, run_module
 
-# the module's copy of fabric_core.storage.lio
-import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage.lio as mlio
+# the module's copy of fabric_core.storage.lio: its kernel module, what reconcile calls (what the tests replace)
+import ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage.lio.kernel as mlio
 
 REC = json.loads((DATA / "lio" / "rec_dump_with_session.json").read_text())
 GPU1 = "iqn.2004-10.com.debian:cfea9e9490c1"

@@ -9,7 +9,7 @@ import copy
 import json
 
 import pytest
-from fabric_core.base.errors import UserError
+from fabric_core.base.errors import Busy, UserError
 from fabric_core.base.rules import Chap
 from fabric_core.base.runner import Runner
 from fabric_core.services import publish
@@ -130,9 +130,10 @@ def lio_state(monkeypatch):
             "/dev/zvol/tank/datasets/imagenet@v3", "/dev/zvol/tank/checkpoints/llama")}
         return out
 
-    monkeypatch.setattr(lio, "read_live", read_live)
-    monkeypatch.setattr(lio, "_rtslib", lambda: object())  # read_live (patched) is given it
-    monkeypatch.setattr(lio, "apply", lambda *a, **k: pytest.fail("a dry run applied LIO changes"))
+    for where in (lio, lio.kernel):  # the service reads LIO itself, and through lio.reconcile
+        monkeypatch.setattr(where, "read_live", read_live)
+    monkeypatch.setattr(lio.kernel, "_rtslib", lambda: object())  # read_live (patched) is given it
+    monkeypatch.setattr(lio.kernel, "apply", lambda *a, **k: pytest.fail("a dry run applied LIO changes"))
     monkeypatch.setattr(lzc, "holds", lambda name: state["holds"].get(name, []))
     monkeypatch.setattr(zfs, "get_props", lambda runner, name, props=None: {name: {"snapdev": ("hidden", "local")}})
     return state
@@ -196,7 +197,7 @@ def test_withdrawing_the_last_host_plans_the_target_backstore_and_hold(lio_state
     assert out["released"] is True
     assert [a.split(" ")[0] for a in out["lio_actions"]] == ["delete_target", "delete_backstore"]
     assert ("lzc_release", "tank/datasets/imagenet@v2", "fabric:published") in node.planned
-    with pytest.raises(lio.Busy):  # without it, the session refuses
+    with pytest.raises(Busy):  # without it, the session refuses
         publisher(answering({})).withdraw(V2, [], force=False)
 
 
@@ -214,7 +215,7 @@ def test_withdrawing_some_hosts_revokes_their_acls(lio_state):
                        f"delete_acl {BASE}:ds.imagenet.v1 initiator={GPU9}"]
     assert not any(a.startswith(("create_", "delete_target")) for a in out["lio_actions"])
     assert ("lzc_release", "tank/datasets/imagenet@v1", "fabric:published") not in node.planned
-    with pytest.raises(lio.Busy, match=GPU2):  # gpu2 still logged in (not detached in this run): refused
+    with pytest.raises(Busy, match=GPU2):  # gpu2 still logged in (not detached in this run): refused
         publisher(answering({})).withdraw(V1, [GPU1], force=False)
     forced = publisher(answering({})).withdraw(V1, [GPU1], force=True)  # --force cuts it off
     assert forced["revoked"] == ["gpu2", GPU9]

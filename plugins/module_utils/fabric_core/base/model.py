@@ -4,7 +4,7 @@ with the one function that runs them.
 Every type converts to and from plain dicts (``to_dict``/``from_dict``) because that is how it
 travels through Ansible variables and fabricctl's ``--json`` output.
 
-Pools and datasets converge in three parts, as the LIO target does (lio.py): a read of the live state,
+Pools and datasets converge in three parts, as the LIO target does (storage/lio/): a read of the live state,
 a pure planner (declared state + live state -> a plan: ordered ``Step``s, refusals raised before any
 step, warnings, the predicted after-state) and ``apply_steps``, which runs a plan's steps through the
 Runner and records every one, so that a dry run (check mode, fabricctl --dry-run) shows them all.

@@ -1,0 +1,63 @@
+"""The LIO iSCSI target as desired state: validation, a pure planner over rtslib dumps, an applier.
+
+Three steps, each testable on its own, one module each:
+
+* ``spec``: ``parse_desired(dict) -> DesiredState`` validates everything (IQNs, CHAP, LUN names, the
+  one-writer rule) and raises ``UserError`` before anything is read or changed; LUN serials.
+* ``planner``: ``plan(desired, live, purge=, force=) -> list[Action]``, a pure function. ``live`` is what
+  ``read_live()`` returns: ``{"dump": RTSRoot().dump(), "sessions": [...], "devices": {...}}`` (unit tests
+  feed it recorded dumps from the lab). Actions with ``op == "keep"`` are reports (foreign or unpurged
+  objects left alone); every other action is a change. ``plan_removal`` and ``plan_access`` likewise.
+* ``kernel``: ``read_live()``, and ``apply(actions)``, which runs the changes through rtslib-fb in the
+  planned order and, when one fails, deletes what this run created (reverse order) before raising
+  ``LioApplyError``; ``converge`` is the one applier of a plan (``reconcile``'s, and ``plan_removal``'s for
+  the publishing service): it applies it, or in a dry run simulates it, and reports before and after.
+
+``operations.OPERATIONS`` is the one table of action kinds: their order in a plan (``RANK``), their
+simulation on a dump (a dry run's predicted after-state, ``simulate``) and their execution through rtslib.
+``persist`` writes the configuration the boot-time restore reads.
+
+Ownership: targets whose IQN starts with ``BASE_IQN:`` and block backstores whose name starts
+with the backstore prefix (``fabric_``) are the project's; nothing else is ever changed.
+rtslib-fb is imported lazily (``kernel``) so that the package imports (and plans) without it.
+
+What callers use is imported here (``lio.plan``, ``lio.reconcile``, ...); a test that replaces a function
+that another one of the package calls replaces it in the module that calls it (``lio.kernel.read_live``).
+"""
+
+from .kernel import (
+    CONFIGFS,
+    LioApplyError,
+    apply,
+    converge,
+    device_facts,
+    empty_live,
+    ensure_kernel,
+    kernel_ready,
+    read_live,
+    read_reservations,
+    reconcile,
+    save_config,
+)
+from .operations import OPERATIONS, RANK, Action, changes, discovery_closed, simulate, summarize
+from .persist import RESTORE_UNIT, SAVE_FILE, save
+from .planner import plan, plan_access, plan_removal, revoked
+from .spec import (
+    DEFAULT_BACKSTORE_PREFIX,
+    DISCOVERY_CREDENTIALS,
+    REDACTED,
+    TPG_TAG,
+    DesiredState,
+    emulate_pr,
+    parse_desired,
+    snapshot_serial,
+    unit_serial,
+)
+
+__all__ = [
+    "CONFIGFS", "DEFAULT_BACKSTORE_PREFIX", "DISCOVERY_CREDENTIALS", "OPERATIONS", "RANK", "REDACTED", "RESTORE_UNIT",
+    "SAVE_FILE", "TPG_TAG", "Action", "DesiredState", "LioApplyError", "apply", "changes", "converge", "device_facts",
+    "discovery_closed", "empty_live", "emulate_pr", "ensure_kernel", "kernel_ready", "parse_desired", "plan",
+    "plan_access", "plan_removal", "read_live", "read_reservations", "reconcile", "revoked", "save", "save_config",
+    "simulate", "snapshot_serial", "summarize", "unit_serial",
+]
