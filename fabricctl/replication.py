@@ -33,6 +33,7 @@ from fabric_core.base.names import (
 )
 from fabric_core.base.runner import PEER_TIMEOUT, SSH_ALIVE_COUNT, SSH_ALIVE_INTERVAL, STALL_SECONDS, bounded_run
 from fabric_core.services import replicate
+from fabric_core.services.grants import Grants
 from fabric_core.storage import holders, lzc
 
 from . import datasets
@@ -94,6 +95,12 @@ class Peer:
         """Ask the node to export DATASET@VERSION (which must have this GUID there) read-only to hosts of its
         configuration (``serve``); returns its answer: {node, portal, target, storage}."""
         return self._ask(f"export {dataset.rpartition('/')[2]}@{version}", "export", dataset, version, guid, *hosts)
+
+    def revoke(self, dataset: str, version: str, hosts: list[str], *, force: bool = False) -> dict:
+        """Ask the node to take DATASET@VERSION's grant back from hosts of its configuration (``serve``; refused
+        there while one is logged in, unless ``force``); returns its answer: {node, target, storage}."""
+        return self._ask(f"revoke {dataset.rpartition('/')[2]}@{version}", "revoke", dataset, version,
+                         *(["--force"] if force else []), *hosts)
 
     def error(self, what: str, rc: int, stderr: str) -> PeerError:
         detail = " ".join(stderr.split())[:500] or "no message"
@@ -245,14 +252,16 @@ def parse_request(words: list[str], roots: tuple[str, ...], peer: str) -> dict:
     if not words:
         raise UserError("replica-serve: no request", "this key only serves replication (fabricctl replicate)")
     verb, *rest = words
-    shapes = {"state": (1, 1), "receive": (3, 4 + 4 * replicate.MAX_PROPS), "export": (4, 3 + MAX_EXPORT_HOSTS)}
+    shapes = {"state": (1, 1), "receive": (3, 4 + 4 * replicate.MAX_PROPS), "export": (4, 3 + MAX_EXPORT_HOSTS),
+              "revoke": (3, 3 + MAX_EXPORT_HOSTS)}
     if verb not in shapes or not shapes[verb][0] <= len(rest) <= shapes[verb][1]:
         raise UserError(f"replica-serve: refused request {shlex.join(words)[:200]!r}",
                         "this key only serves `state DATASET`, `receive DATASET BASE ORIGIN [--force] [--prop K=V]... "
-                        "[--snapshot-prop K=V]...` and `export DATASET VERSION GUID HOST...`")
+                        "[--snapshot-prop K=V]...`, `export DATASET VERSION GUID HOST...` and `revoke DATASET "
+                        "VERSION [--force] HOST...`")
     dataset = validate_dataset_name(rest[0])
     parent, _slash, name = dataset.rpartition("/")
-    allowed = roots[:1] if verb == "export" else roots
+    allowed = roots[:1] if verb in ("export", "revoke") else roots
     if parent not in allowed or not name:
         raise UserError(f"replica-serve: {dataset} is not a volume under {' or '.join(allowed)}",
                         "replication reaches only fabricctl's datasets and checkpoint jobs; exports only datasets")
@@ -262,6 +271,14 @@ def parse_request(words: list[str], roots: tuple[str, ...], peer: str) -> dict:
         if not guid.isdigit():
             raise UserError(f"replica-serve: {guid!r} is not a snapshot GUID", "a GUID is a decimal number")
         out.update(version=validate_version(version), guid=guid, hosts=[validate_hostname(h) for h in hosts])
+        return out
+    if verb == "revoke":
+        version, *hosts = rest[1:]
+        force = hosts[:1] == ["--force"]
+        hosts = hosts[1:] if force else hosts
+        if not hosts:
+            raise UserError("replica-serve: revoke names no host", "revoke DATASET VERSION [--force] HOST...")
+        out.update(version=validate_version(version), force=force, hosts=[validate_hostname(h) for h in hosts])
         return out
     if verb == "receive":
         base, origin, *options = rest[1:]
@@ -294,7 +311,8 @@ def describe_request(words: list[str] | None, peer: str) -> dict[str, str]:
     refused or not; each field one line of at most 200 printable characters (the words come from another node)."""
     words = words or []
     verb, rest = (words[0], words[1:]) if words else ("-", [])
-    names = {"receive": ("dataset", "base", "origin"), "state": ("dataset",), "export": ("dataset", "version", "guid")}
+    names = {"receive": ("dataset", "base", "origin"), "state": ("dataset",), "export": ("dataset", "version", "guid"),
+             "revoke": ("dataset", "version")}
     out = {"peer": peer or "-", "verb": verb}
     positional = [w for w in rest if not w.startswith("--")]
     for field_name, value in zip(names.get(verb, ()), positional, strict=False):
@@ -305,6 +323,9 @@ def describe_request(words: list[str] | None, peer: str) -> dict[str, str]:
                                 if k in ("--prop", "--snapshot-prop"))
     elif verb == "export":
         out["hosts"] = ",".join(rest[3:])
+    elif verb == "revoke":
+        out["force"] = "yes" if "--force" in rest else "no"
+        out["hosts"] = ",".join(w for w in rest[2:] if w != "--force")
     elif verb not in names:
         out["words"] = shlex.join(words)
     return {k: "".join(c if c.isprintable() else "?" for c in v)[:200] for k, v in out.items()}
@@ -344,9 +365,21 @@ def _serve_export(ctx, request: dict) -> int:
                         "that made it (fabricctl replicate --force), then publish")
     hosts = [ctx.config.host(h) for h in request["hosts"]]
     export = datasets.export_of(ctx, row, datasets.require(ctx, name))
-    storage = ctx.publisher.export(export, hosts)
+    storage = Grants(ctx.publisher).grant(export, hosts)  # no read of the whole of LIO per request
     ctx.emit({"node": ctx.config.node, "portal": ctx.publisher.settings.portal,
               "target": ctx.publisher.settings.target_iqn(export), "storage": storage})
+    return 0
+
+
+def _serve_revoke(ctx, request: dict) -> int:
+    """Take a version's grant back from hosts of this node's configuration (the storage side of the asking node's
+    `revoke`; refused while one is logged in here, unless --force)."""
+    dataset, version = request["dataset"], request["version"]
+    name = dataset.rpartition("/")[2]
+    row = datasets.require_version(ctx, name, version)
+    hosts = [ctx.config.host(h) for h in request["hosts"]]
+    storage = Grants(ctx.publisher).revoke(datasets.export_of(ctx, row), hosts, force=request["force"])
+    ctx.emit({"node": ctx.config.node, "target": storage["target"], "storage": storage})
     return 0
 
 
@@ -355,6 +388,8 @@ def serve(ctx, request: dict) -> int:
     dataset = request["dataset"]
     if request["verb"] == "export":
         return _serve_export(ctx, request)
+    if request["verb"] == "revoke":
+        return _serve_revoke(ctx, request)
     if request["verb"] == "state":
         side = replicate.read_side(ctx.local, dataset)
         # the space a receive may take: the parent's (its quota and the pool's), never more than the volume's

@@ -11,11 +11,11 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 
-NAMES = ("dataset_create", "dataset_ingest", "dataset_seal", "dataset_destroy", "publish", "unpublish", "replicate",
-         "list_versions", "show", "log", "diff", "tag", "untag", "status", "metrics", "verify", "warm",
-         "checkpoint_volume_create", "checkpoint_volume_destroy", "checkpoint_snapshot", "checkpoint_list",
-         "checkpoint_restore", "checkpoint_rollback", "checkpoint_replicate", "rotate", "access_sync",
-         "plan_checkpoint", "replica_serve", "config_check", "completion")
+NAMES = ("dataset_create", "dataset_ingest", "dataset_seal", "dataset_destroy", "publish", "unpublish", "grant",
+         "revoke", "replicate", "list_versions", "show", "log", "diff", "tag", "untag", "status", "metrics",
+         "verify", "warm", "checkpoint_volume_create", "checkpoint_volume_destroy", "checkpoint_snapshot",
+         "checkpoint_list", "checkpoint_restore", "checkpoint_rollback", "checkpoint_replicate", "rotate",
+         "access_sync", "plan_checkpoint", "replica_serve", "config_check", "completion")
 
 
 def load(name: str):

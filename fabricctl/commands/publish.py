@@ -23,12 +23,9 @@ Examples:
 
 from __future__ import annotations
 
-from fabric_core.base.errors import UserError
 from fabric_core.base.names import parse_ref
-from fabric_core.services import replicate
 
-from .. import datasets
-from ..replication import Peer
+from .. import datasets, serving
 
 PATH = ("publish",)
 HELP = "export a sealed version read-only and mount it on GPU nodes"
@@ -50,7 +47,7 @@ def run(ctx, args) -> int:
     export = datasets.export_of(ctx, row, datasets.require(ctx, name))
     created = {r["snapshot"]: r["creation"] for r in datasets.sealed(ctx, name)}
     pub = ctx.publisher
-    peers = _peers(ctx, args.from_nodes, name, version) if args.from_nodes else []
+    peers = serving.named_peers(ctx, args.from_nodes, name, version) if args.from_nodes else []
     storage = pub.export(export, hosts)
     nodes, portals = {}, []
     for peer, guid in peers:
@@ -77,26 +74,3 @@ def run(ctx, args) -> int:
     fan.raise_for_partial(f"publish {name}@{version}")
     return 0
 
-
-def _peers(ctx, spec: str, name: str, version: str) -> list:
-    """The other storage nodes of --from-nodes with the GUID each must hold, checked before anything changes:
-    this node among them, each known, each holding NAME@VERSION as the same snapshot (GUID) as here."""
-    cfg = ctx.config
-    wanted = list(dict.fromkeys(n.strip() for n in spec.split(",") if n.strip()))
-    if cfg.node not in wanted:
-        raise UserError(f"--from-nodes {spec} does not name this node ({cfg.node or 'unnamed'})",
-                        "run the command on one of the nodes that serve the version, naming it too")
-    volume = datasets.volume(cfg, name)
-    guid = replicate.read_side(ctx.local, volume).guids[version]
-    out = []
-    for node in [n for n in wanted if n != cfg.node]:
-        peer = Peer(cfg.storage_node(node), cfg.ssh)
-        there = peer.state(volume).guids.get(version)
-        if there is None:
-            raise UserError(f"{node} does not hold {name}@{version}",
-                            f"replicate it there first: `fabricctl replicate {name}@{version} --to {node}`")
-        if there != guid:
-            raise UserError(f"{name}@{version} on {node} is another snapshot (GUID {there}, here {guid})",
-                            f"replicate it again: `fabricctl replicate {name}@{version} --to {node} --force`")
-        out.append((peer, guid))
-    return out

@@ -8,8 +8,10 @@ bookmarks with GUIDs, an interrupted receive's resume token, space left; JSON), 
 [--force] [--prop K=V]... [--snapshot-prop K=V]...` (a resumable `zfs receive` of the stream on stdin, never
 mounted, read-only, marked fabric:origin=ORIGIN, its base held while it runs, under its volume's lock:
 /run/fabric/locks/dataset-NAME.lock or checkpoint-JOB.lock) and, for a dataset version only, `export DATASET
-VERSION GUID HOST...` (the storage side of `fabricctl publish --from-nodes`: the version, if it has that GUID
-here, exported read-only to those hosts of this node's configuration, under this node's lock).
+VERSION GUID HOST...` (the storage side of `fabricctl publish --from-nodes` and `grant`: the version, if it has
+that GUID here, granted read-only to those hosts of this node's configuration, under this node's lock) and
+`revoke DATASET VERSION [--force] HOST...` (the storage side of `fabricctl revoke`: their grants taken back,
+refused while one is logged in unless --force).
 
 A receive is checked here, whatever the sending node planned: ORIGIN must be NODE (a key speaks for its own
 node only); the volume must be new or NODE's own replica (never one this node made, one fabricctl does not
@@ -54,7 +56,7 @@ def MUTATING(args) -> bool:  # noqa: N802 - the command modules' declaration, he
 
 
 def NODE_LOCK(args) -> bool:  # noqa: N802 - an export changes LIO (the node lock); a receive only its volume
-    return request(args)[:1] == ["export"]
+    return request(args)[:1] in (["export"], ["revoke"])
 
 
 def OBJECT_LOCKS(ctx, args):  # noqa: N802 - a receive holds its volume's lock, exclusive, for its whole run

@@ -73,7 +73,8 @@ EXPECTED_TABLE = {0: "success", 1: "refused", 2: "usage", 3: "partial", 4: "lock
 MUTATING = {("dataset", "create"), ("dataset", "ingest"), ("dataset", "seal"), ("dataset", "destroy"), ("publish",),
             ("unpublish",), ("checkpoint", "volume", "create"), ("checkpoint", "volume", "destroy"),
             ("checkpoint", "snapshot"), ("checkpoint", "restore"), ("checkpoint", "rollback"), ("rotate",),
-            ("access", "sync"), ("replicate",), ("checkpoint", "replicate"), ("tag",), ("untag",)}
+            ("access", "sync"), ("replicate",), ("checkpoint", "replicate"), ("tag",), ("untag",), ("grant",),
+            ("revoke",)}
 # replica-serve changes the fabric for one request only (receive), so its MUTATING is a function of the request
 BY_REQUEST = {("replica-serve",)}
 
@@ -381,6 +382,8 @@ LOCK_TABLE = {
     ("dataset", "seal"): ([("dataset", "x", True), ("staging", "x", False)], "sections"),
     ("publish",): ([], "whole"),
     ("unpublish",): ([], "whole"),
+    ("grant",): ([], "whole"),
+    ("revoke",): ([], "whole"),
     ("access", "sync"): ([], "whole"),
     ("rotate",): ([], "whole"),
     ("replicate",): ([("dataset", "x", True)], "sections"),
@@ -396,6 +399,7 @@ LOCK_TABLE = {
     ("untag",): ([("dataset", "x", True)], "whole"),
 }
 LOCK_ARGV = {("dataset", "destroy"): ["x"], ("publish",): ["x@v1", "--to", "gpu1"], ("unpublish",): ["x@v1"],
+             ("grant",): ["x@v1", "--to", "gpu1"], ("revoke",): ["x@v1", "--from", "gpu1"],
              ("replicate",): ["x@v1", "--to", "storage2"], ("checkpoint", "replicate"): ["x", "--to", "storage2"],
              ("checkpoint", "snapshot"): ["x", "--step", "1"],
              ("checkpoint", "volume", "create"): ["x", "--size", "1G", "--writer", "gpu1"],

@@ -263,3 +263,82 @@ def remove_mount(runner, mountpoint: str, *, force: bool = False) -> dict:
     if runner.run(["test", "-d", mountpoint], check=False).rc == 0:
         runner.run(["rmdir", mountpoint], mutating=True, check=False)
     return {"changed": bool(commands), "unit": unit, "commands": commands, "users": busy}
+
+
+# --------------------------------------------------------------------------------------------
+# runtime mounts: gone at reboot (a job's attachment)
+
+SYSTEMD_MOUNT = "systemd-mount"
+# the mount is stopped (unmounted) before the iSCSI services at shutdown, as a persistent unit's After= says
+RUNTIME_AFTER = "After=iscsid.service open-iscsi.service multipathd.service"
+
+
+def runtime_mount_argv(*, device: str, mountpoint: str, fstype: str, description: str) -> list[str]:
+    """`systemd-mount` of a read-only version as a transient mount unit: systemd's own unit for the mount
+    point (``unit_name``), made without a unit file and without a daemon-reload (3-6 s on the lab's GPU nodes,
+    issue 29's prolog budget is 3 s), and gone at reboot (/run). No fsck (a read-only export must never be
+    written), the fabric's read-only options, ordered after the iSCSI services (stopped before them at
+    shutdown), unloaded once stopped or failed (--collect)."""
+    return [SYSTEMD_MOUNT, "--quiet", "--no-ask-password", "--fsck=no", "--collect", f"--type={fstype}",
+            f"--options={options(fstype, True)}", f"--description={description}", f"--property={RUNTIME_AFTER}",
+            device, mountpoint]
+
+
+def ensure_runtime_mount(runner, *, device: str, mountpoint: str, fstype: str, description: str) -> dict:
+    """Mount a read-only version until the next boot (``runtime_mount_argv``); a mount there already stays (it
+    must be read-only). Returns {changed, unit, commands}."""
+    unit = unit_name(mountpoint)
+    now = current_mount(runner, mountpoint)
+    if now is not None:
+        if "ro" not in now["options"]:
+            raise UserError(f"{mountpoint} is mounted, and not read-only ({now['source']})",
+                            f"find out who mounted it there (`systemctl status {unit}`) and unmount it")
+        return {"changed": False, "unit": unit, "commands": []}
+    argv = runtime_mount_argv(device=device, mountpoint=mountpoint, fstype=fstype, description=description)
+    runner.run(argv, mutating=True)
+    commands = [f"systemd-mount {device} {mountpoint} (read-only, until reboot)"]
+    if not runner.dry_run:
+        now = current_mount(runner, mountpoint)
+        if not now or "ro" not in now["options"]:
+            raise UserError(f"{mountpoint} is not mounted read-only after systemd-mount",
+                            f"see `journalctl -u {unit}` on the host")
+    return {"changed": True, "unit": unit, "commands": commands}
+
+
+def persist_mount(runner, *, device: str, mountpoint: str, fstype: str, description: str, owner: str) -> dict:
+    """Keep a version mounted now (a runtime mount) across reboots too: its unit file written to UNIT_DIR and
+    wanted by remote-fs.target, without touching the mount. `systemctl enable` refuses while a transient unit
+    of the name is loaded (its file in /run/systemd/transient comes first), so the wants link is made here,
+    as enable makes it for ``WantedBy=remote-fs.target``. Returns {changed, commands}."""
+    unit = unit_name(mountpoint)
+    path = f"{UNIT_DIR}/{unit}"
+    text = unit_text(device=device, mountpoint=mountpoint, fstype=fstype, readonly=True, description=description,
+                     device_unit=path_unit(device, "device"), owner=owner)
+    old = runner.run(["cat", path], check=False)
+    if old.rc == 0 and OWNER_MARK in old.stdout and f"{OWNER_MARK}{owner}\n" not in old.stdout:
+        raise UserError(f"{mountpoint} has a mount unit {path} of another tool", "remove it with that tool first")
+    commands = []
+    if old.rc != 0 or old.stdout != text:
+        runner.run(["install", "-D", "-m", "0644", "/dev/stdin", path], data=text, mutating=True)
+        commands.append(f"write {path}")
+    wants = f"{UNIT_DIR}/remote-fs.target.wants/{unit}"
+    if runner.run(["readlink", wants], check=False).stdout.strip() != path:
+        runner.run(["mkdir", "-p", f"{UNIT_DIR}/remote-fs.target.wants"], mutating=True)
+        runner.run(["ln", "-sfn", path, wants], mutating=True)
+        commands.append(f"link {wants}")
+    if commands:
+        runner.run(["systemctl", "daemon-reload"], mutating=True)
+    return {"changed": bool(commands), "commands": commands}
+
+
+def unpersist_mount(runner, mountpoint: str) -> dict:
+    """A version mounted now stops coming back at boot: its unit file (and wants link) removed, the mount left
+    as it is (systemd keeps a unit for every mount). Returns {changed, commands}."""
+    unit = unit_name(mountpoint)
+    path = f"{UNIT_DIR}/{unit}"
+    if runner.run(["test", "-e", path], check=False).rc != 0:
+        return {"changed": False, "commands": []}
+    runner.run(["systemctl", "disable", "--no-reload", unit], mutating=True, check=False)
+    runner.run(["rm", "-f", path], mutating=True)
+    runner.run(["systemctl", "daemon-reload"], mutating=True)
+    return {"changed": True, "commands": [f"remove {path} (stays mounted until it is detached)"]}

@@ -31,85 +31,24 @@ LIO dump.
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from ..base.errors import UserError
-from ..base.names import snapshot_name, validate_fabric_name, validate_version
-from ..base.rules import OPEN_ISCSI, Chap
+from ..base.exports import (  # noqa: F401 - the service's names of exports (one rule, base.exports)
+    KINDS,
+    WRITABLE_VERSION,
+    Export,
+    checkpoint_restore_export,
+    checkpoint_volume_export,
+    dataset_export,
+)
+from ..base.rules import Chap
 from ..base.runner import Runner
+from ..node import attach as hostside
 from ..node import iscsi, mounts, multipath
+from ..node.attach import MULTIPATH_REPLACEMENT_TIMEOUT, read_link, switch_link  # noqa: F401 - re-exported
 from ..storage import blockfs, lio, lioacls, lzc, zfs
-
-KINDS = {"ds": "dataset version", "ck": "checkpoint"}
-# seconds a lost path of a multipath map waits for its storage node before its I/O fails over to the other
-# paths (open-iscsi's node.session.timeo.replacement_timeout; single-path sessions keep iscsid.conf's 120)
-MULTIPATH_REPLACEMENT_TIMEOUT = 5
-WRITABLE_VERSION = "rw"  # the "version" of a job's writable checkpoint volume
-
-
-@dataclass(frozen=True)
-class Export:
-    """One published object: its ZFS snapshot (or volume), LIO names and where hosts mount it."""
-
-    kind: str  # "ds" | "ck"
-    name: str  # dataset or job name
-    version: str  # version, "s<STEP>" for a checkpoint restore, "rw" for a checkpoint volume
-    snapshot: str  # POOL/.../NAME@VERSION (a checkpoint volume: POOL/.../JOB)
-    mountpoint: str  # on the hosts
-    fstype: str
-    writable: bool = False  # only a checkpoint volume, exported to exactly one writer
-    serial: str = ""  # the LUN's T10 unit serial ("": lio's rule from target and LUN name; see Publisher.identify)
-
-    @property
-    def ref(self) -> str:
-        return f"{self.name}@{self.version}"
-
-    @property
-    def target_name(self) -> str:
-        return f"{self.kind}.{self.name}.{self.version}"
-
-    @property
-    def lun_name(self) -> str:
-        return f"{self.name}.{self.version}"
-
-    @property
-    def device(self) -> str:
-        return "/dev/zvol/" + self.snapshot  # a volume's device, or a snapshot's (snapdev=visible)
-
-    @property
-    def is_snapshot(self) -> bool:
-        """A snapshot (published read-only, and held while it is); else a writable volume."""
-        return "@" in self.snapshot
-
-    @property
-    def current_link(self) -> str | None:
-        """MOUNT_ROOT/NAME/current of a dataset version (None for checkpoints)."""
-        return posixpath.join(posixpath.dirname(self.mountpoint), "current") if self.kind == "ds" else None
-
-    def target_iqn(self, iqn_base: str) -> str:
-        return f"{iqn_base}:{self.target_name}"
-
-
-def checkpoint_volume_export(checkpoint_root: str, mount_root: str, job: str, fstype: str) -> Export:
-    """The writable checkpoint volume of a job, exported to its one writer."""
-    validate_fabric_name(job, "job")
-    return Export("ck", job, WRITABLE_VERSION, f"{checkpoint_root}/{job}", f"{mount_root}/{job}", fstype,
-                  writable=True)
-
-
-def checkpoint_restore_export(checkpoint_root: str, mount_root: str, job: str, step: int, fstype: str) -> Export:
-    """A checkpoint snapshot, exported read-only to many hosts at MOUNT_ROOT/JOB/restore/STEP."""
-    validate_fabric_name(job, "job")
-    return Export("ck", job, f"s{step}", f"{checkpoint_root}/{job}@{snapshot_name(step)}",
-                  f"{mount_root}/{job}/restore/{step}", fstype)
-
-
-def dataset_export(dataset_root: str, mount_root: str, name: str, version: str, fstype: str) -> Export:
-    validate_fabric_name(name)
-    validate_version(version)
-    return Export("ds", name, version, f"{dataset_root}/{name}@{version}", f"{mount_root}/{name}/{version}", fstype)
 
 
 def desired_state(export: Export, *, iqn_base: str, backstore_prefix: str, portal_ip: str, portal_port: int,
@@ -138,24 +77,6 @@ def acl_initiators(live: dict, target_iqn: str) -> list[str]:
         if t["wwn"] == target_iqn:
             return sorted(a["node_wwn"] for tpg in t.get("tpgs", []) for a in tpg.get("node_acls", []))
     return []
-
-
-def read_link(runner, link: str) -> str | None:
-    res = runner.run(["readlink", link], check=False)
-    return res.stdout.strip() if res.rc == 0 and res.stdout.strip() else None
-
-
-def switch_link(runner, link: str, target: str | None) -> bool:
-    """Point ``link`` at ``target`` atomically (rename over it), or remove it when target is None."""
-    if read_link(runner, link) == target:
-        return False
-    if target is None:
-        runner.run(["rm", "-f", link], mutating=True)
-        return True
-    tmp = f"{link}.fabric-tmp"
-    runner.run(["ln", "-sfn", target, tmp], mutating=True)
-    runner.run(["mv", "-T", tmp, link], mutating=True)
-    return True
 
 
 def staying(initiators: Iterable[str], hosts: Iterable, detached: Iterable[str], *, force: bool) -> list[str]:
@@ -505,13 +426,13 @@ class Publisher:
             self.local.record(("rtslib", action))
         return result
 
-    # ---- the host side
+    # ---- the host side (node.attach, the GPU-node agent's own code, run over the host's runner)
 
     def attach(self, export: Export, host, step: Callable[[str], None] = _quiet, *,
                created: Mapping[str, int] | None = None, portals: Iterable[str] = ()) -> dict:
         """On a host: its initiator name checked, the session, the mount unit; with ``created`` (a dataset's
         versions -> creation time), ``current`` moves to this version when it is the newest the host has.
-        A read-only export on a host with multipathd is mounted through its multipath map (``_device``);
+        A read-only export on a host with multipathd is mounted through its multipath map (``node.attach.device``);
         ``portals``: other storage nodes' portals exporting the same version (``publish --from-nodes``), each
         logged in too, as further paths of the map (refused on a host without multipathd).
         Returns {changed, device, mountpoint, commands, multipath[, current, switched]}."""
@@ -530,7 +451,7 @@ class Publisher:
                             "role (iscsi_initiator_multipath: true), or publish from one storage node")
         step("login")
         session = self.login(runner, host, self.settings.target_iqn(export), map_path=paths)
-        device, claimed = self._device(runner, export, session, paths, step)
+        device, claimed = hostside.device(runner, export.mountpoint, session, paths, step)
         commands = session["commands"] + claimed["commands"]
         for portal in others:
             step(f"login {portal}")
@@ -552,36 +473,14 @@ class Publisher:
             res["changed"] = res["changed"] or switched
         return res
 
-    @staticmethod
-    def _device(runner: Runner, export: Export, session: dict, paths: bool, step) -> tuple[str, dict]:
-        """The device to mount: the session's disk, or with ``paths`` its multipath map. A version mounted
-        from the plain disk already (published before multipathd ran) stays so: claiming a disk in use fails,
-        and the readers must not lose their mount."""
-        none = {"changed": False, "commands": []}
-        if not paths:
-            return session["device"], none
-        current = mounts.current_mount(runner, export.mountpoint)
-        unit_device = mounts.unit_device(runner, export.mountpoint)
-        if current is not None and multipath.wwid_of_device(unit_device or "") is None:
-            return session["device"], none
-        if runner.dry_run and session["session"] is None:  # no disk yet: its WWID is read after the login
-            return multipath.device_of("WWID"), {"changed": True,
-                                                 "commands": [f"multipath -a (the WWID of {session['device']})"]}
-        step("multipath")
-        claimed = multipath.claim(runner, session["device"])
-        return claimed["device"], claimed
-
     def login(self, runner: Runner, host, target_iqn: str, *, map_path: bool = False, portal: str = "") -> dict:
         """The host's session to a target, with its own CHAP credentials written to the node record (never on a
         command line); a session already there stays, its record gets the current secrets
         (``iscsi.ensure_session``). With ``map_path`` (a path of a multipath map) it gives up on a lost connection
         after MULTIPATH_REPLACEMENT_TIMEOUT seconds (its I/O then goes on over the other paths); ``portal``:
         another storage node's (default: this node's)."""
-        chap = self.settings.chap_of(host.initiator)
-        settings = {"node.session.timeo.replacement_timeout": MULTIPATH_REPLACEMENT_TIMEOUT} if map_path else None
-        return iscsi.ensure_session(runner, portal=portal or self.settings.portal, target_iqn=target_iqn,
-                                    chap=chap.fields(OPEN_ISCSI, compact=True) if chap else None, startup="automatic",
-                                    settings=settings)
+        return hostside.login(runner, portal=portal or self.settings.portal, target_iqn=target_iqn,
+                              chap=self.settings.chap_of(host.initiator), startup="automatic", map_path=map_path)
 
     def refresh(self, host, targets: Iterable[str], step: Callable[[str], None] = _quiet) -> dict:
         """On a host: the node records of its sessions to ``targets`` get its current CHAP credentials (a rotated
@@ -599,38 +498,14 @@ class Publisher:
         """The processes using the export's mount on a host ("PID COMMAND"); none while another storage node's
         path keeps the mount (``detach`` leaves it)."""
         step("in use?")
-        runner = self.connect(host)
-        if self._other_paths(runner, export)[1]:
-            return []
-        return mounts.users(runner, export.mountpoint)
+        return hostside.in_use(self.connect(host), export.mountpoint, self.settings.target_iqn(export),
+                               self.settings.portal)
 
     def paths(self, exports: Iterable[Export], host, step: Callable[[str], None] = _quiet) -> dict:
-        """On a host: how many paths each export has, and how many carry I/O. {ref: {multipath (the map's
-        WWID, None for a plain disk), up, paths}}: a map's paths as multipathd sees them (active and ready
-        count as up); a plain disk's sessions to the target."""
-        runner = self.connect(host)
-        step("paths")
-        maps = multipath.read_paths(runner)
-        sessions = iscsi.read_sessions(runner)
-        out = {}
-        for export in exports:
-            ident = multipath.wwid_of_device(mounts.unit_device(runner, export.mountpoint) or "")
-            if ident:
-                found = maps.get(ident, [])
-                out[export.ref] = {"multipath": ident, "up": multipath.paths_up(found), "paths": len(found)}
-            else:
-                n = sum(1 for s in sessions if s["target"] == self.settings.target_iqn(export))
-                out[export.ref] = {"multipath": None, "up": n, "paths": n}
-        return out
-
-    def _other_paths(self, runner: Runner, export: Export) -> tuple[str | None, list[dict]]:
-        """(WWID, sessions): the multipath map the export is mounted through (None: a plain disk) and the host's
-        sessions to the same target at other storage nodes' portals (none for a plain disk)."""
-        target = self.settings.target_iqn(export)
-        ident = multipath.wwid_of_device(mounts.unit_device(runner, export.mountpoint) or "")
-        others = [s for s in (iscsi.read_sessions(runner) if ident else [])
-                  if s["target"] == target and iscsi.normalize_portal(s["portal"]) != self.settings.portal]
-        return ident, others
+        """On a host: how many paths each export has, and how many carry I/O (``node.attach.paths``): {ref:
+        {multipath (the map's WWID, None for a plain disk), up, paths}}."""
+        return hostside.paths(self.connect(host), [(e.ref, e.mountpoint, self.settings.target_iqn(e))
+                                                   for e in exports], step)
 
     def detach(self, export: Export, host, step: Callable[[str], None] = _quiet, *, force: bool = False,
                index: ExportIndex | None = None, created: Mapping[str, int] | None = None) -> dict:
@@ -639,22 +514,9 @@ class Publisher:
         version published to the host (or goes). A multipath map with another storage node's path left keeps
         its mount: only this node's path is logged out. Returns {changed, commands, paths_left[, current]}."""
         runner = self.connect(host)
-        target = self.settings.target_iqn(export)
-        ident, others = self._other_paths(runner, export)
-        commands: list[str] = []
-        if others:
-            step("other paths stay")
-        else:
-            step("unmount")
-            commands += mounts.remove_mount(runner, export.mountpoint, force=force)["commands"]
-            if ident:
-                commands += multipath.release(runner, ident)["commands"]
-        step("logout")
-        session = iscsi.ensure_session(runner, portal=self.settings.portal, target_iqn=target, state="logged_out",
-                                       unmounting=(export.mountpoint,) if commands else (), paths_left=bool(others))
-        commands += session["commands"]
-        res = {"changed": bool(commands), "commands": commands, "paths_left": len(others)}
-        if others:
+        res = hostside.detach(runner, target_iqn=self.settings.target_iqn(export), mountpoint=export.mountpoint,
+                              portal=self.settings.portal, force=force, step=step)
+        if res["paths_left"]:
             return res  # the version stays mounted on the host: its current link stays too
         if index is not None and created is not None and export.current_link:
             if read_link(runner, export.current_link) == export.version:

@@ -46,3 +46,56 @@ def as_live(acls: dict[str, list[str]]) -> dict:
                 "tpgs": [{"tag": 1, "node_acls": [{"node_wwn": i} for i in inits]}]}
                for t, inits in sorted(acls.items())]
     return {"dump": {"targets": targets, "storage_objects": []}, "sessions": [], "devices": {}, "partial": True}
+
+
+# --------------------------------------------------------------------------------------------
+# One target, read from configfs files alone: what a grant or a revoke needs, without rtslib's read of the whole
+# of LIO (issue 29: a 501st host must not cost a read proportional to the 500 before it)
+
+NO_SESSION = "No active iSCSI Session for Initiator Endpoint"  # an ACL's info, with nobody logged in (the kernel's)
+# LIO's CHAP fields of an ACL (rtslib's names, rules.LIO) -> their files in the ACL's auth/ directory
+AUTH_FILES = {"userid": "userid", "password": "password", "mutual_userid": "userid_mutual",
+              "mutual_password": "password_mutual"}
+TPG = "tpgt_1"
+
+
+def target_facts(target: str, root: str = CONFIGFS_ISCSI) -> dict | None:
+    """A target's TPG 1 as configfs names it: {acls: [initiators], luns: [indexes], authentication: int|None,
+    enabled: bool}; None when the target (or its TPG) does not exist."""
+    tpg = os.path.join(root, target, TPG)
+    if not os.path.isdir(tpg):
+        return None
+    acls_dir, luns_dir = os.path.join(tpg, "acls"), os.path.join(tpg, "lun")
+    acls = sorted(os.listdir(acls_dir)) if os.path.isdir(acls_dir) else []
+    luns = sorted(int(n[4:]) for n in (os.listdir(luns_dir) if os.path.isdir(luns_dir) else ())
+                  if n.startswith("lun_") and n[4:].isdigit())
+    return {"acls": acls, "luns": luns, "authentication": _int(os.path.join(tpg, "attrib", "authentication")),
+            "enabled": _int(os.path.join(tpg, "enable")) == 1}
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(65536)
+    except OSError:
+        return None
+
+
+def _int(path: str) -> int | None:
+    text = (_read(path) or "").strip()
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def acl_auth(target: str, initiator: str, root: str = CONFIGFS_ISCSI) -> dict[str, str]:
+    """One ACL's CHAP fields as LIO holds them ({userid, password, mutual_userid, mutual_password}; a field that
+    cannot be read is "", which differs from any valid value). Root only: configfs shows the secrets."""
+    auth = os.path.join(root, target, TPG, "acls", initiator, "auth")
+    return {name: (_read(os.path.join(auth, file)) or "").strip() for name, file in AUTH_FILES.items()}
+
+
+def logged_in(target: str, initiator: str, root: str = CONFIGFS_ISCSI) -> bool:
+    """Whether an initiator has a session on the target, from its ACL's ``info`` (the kernel's sentence for
+    none). An ACL whose info cannot be read counts as logged in: revoking is refused rather than cutting off a
+    session nobody could see."""
+    text = _read(os.path.join(root, target, TPG, "acls", initiator, "info"))
+    return text is None or not text.lstrip().startswith(NO_SESSION)

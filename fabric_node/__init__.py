@@ -1,0 +1,1 @@
+"""fabric-node: the GPU-node agent's command line (fabric_node.main)."""

@@ -1,0 +1,131 @@
+"""What a storage node's key may ask of this GPU node: the agent's verbs, with validated arguments.
+
+The role writes the storage nodes' fabricctl keys into root's authorized_keys on each GPU node as
+``restrict,command="/usr/local/sbin/fabric-node --ssh",from="..."``: sshd runs ``fabric-node --ssh`` whatever
+the key asks for, and the request arrives in SSH_ORIGINAL_COMMAND. ``parse`` turns it into the agent's own
+command line or refuses it (``Refused``, exit 1); nothing else ever runs: no shell, no other program, no other
+verb, no option the list below does not name, no word that breaks its rule. A storage node acts for an
+operator, so it holds versions as ``manual`` only: a job's holder is the scheduler's, never the key's.
+
+  attach NAME@VERSION --holder manual [--dry-run] [--json]
+  detach NAME@VERSION --holder manual [--force] [--dry-run] [--json]
+  list [--json]
+  in-use NAME@VERSION [--json]
+  verify NAME@VERSION [--workers N] [--json]
+  current NAME (VERSION | --none) [--json]
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from fabric_core.base.errors import UserError
+from fabric_core.base.names import validate_fabric_name, validate_version
+from fabric_core.node.attachments import MANUAL, parse_version_ref
+
+ENV = "SSH_ORIGINAL_COMMAND"
+MAX_REQUEST = 512  # characters: every allowed request is far shorter
+MAX_WORKERS = 64
+FLAGS = {  # verb -> the flags it takes (no value)
+    "attach": ("--json", "--dry-run"),
+    "detach": ("--json", "--dry-run", "--force"),
+    "list": ("--json",),
+    "in-use": ("--json",),
+    "verify": ("--json",),
+    "current": ("--json",),
+}
+FIX = ("a storage node's key runs only the agent's verbs: attach/detach NAME@VERSION --holder manual, list, in-use "
+       "NAME@VERSION, verify NAME@VERSION [--workers N], current NAME VERSION|--none (fabricctl sends them)")
+
+
+class Refused(UserError):
+    """A request the key may not make (nothing ran)."""
+
+
+def _refuse(problem: str) -> Refused:
+    return Refused(f"refused: {problem}", FIX)
+
+
+def parse(text: str | None) -> list[str]:
+    """SSH_ORIGINAL_COMMAND -> the agent's argv (validated; the flags in a fixed order), or ``Refused``."""
+    if not text or not text.strip():
+        raise _refuse("no request (an interactive login is not allowed)")
+    if len(text) > MAX_REQUEST:
+        raise _refuse(f"the request is longer than {MAX_REQUEST} characters")
+    if not text.isprintable():
+        raise _refuse("the request contains a control character")
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        raise _refuse("the request is not a command line") from None
+    if not words:
+        raise _refuse("no request")
+    verb, rest = words[0], words[1:]
+    if verb not in FLAGS:
+        raise _refuse(f"{verb[:40]!r} is not one of the agent's verbs ({', '.join(FLAGS)})")
+    flags = [w for w in rest if w in FLAGS[verb]]
+    if len(set(flags)) != len(flags):
+        raise _refuse(f"an option given twice ({' '.join(flags)})")
+    args = [w for w in rest if w not in FLAGS[verb]]
+    try:
+        positional, options = _split(verb, args)
+        out = [verb, *_check(verb, positional, options)]
+    except UserError as err:
+        if isinstance(err, Refused):
+            raise
+        raise _refuse(err.problem) from None
+    return out + [f for f in FLAGS[verb] if f in flags]
+
+
+def _split(verb: str, args: list[str]) -> tuple[list[str], dict]:
+    """Positional words and the options that take a value (--holder, --workers), or refused."""
+    takes = {"attach": ("--holder",), "detach": ("--holder",), "verify": ("--workers",)}.get(verb, ())
+    positional, options = [], {}
+    i = 0
+    while i < len(args):
+        word = args[i]
+        name, eq, value = word.partition("=")
+        if word.startswith("-") and word != "--none":
+            if name not in takes:
+                raise _refuse(f"{verb} takes no option {name[:40]!r}")
+            if name in options:
+                raise _refuse(f"{name} given twice")
+            if not eq:
+                if i + 1 >= len(args):
+                    raise _refuse(f"{name} needs a value")
+                i += 1
+                value = args[i]
+            options[name] = value
+        else:
+            positional.append(word)
+        i += 1
+    return positional, options
+
+
+def _check(verb: str, positional: list[str], options: dict) -> list[str]:
+    if verb == "list":
+        if positional:
+            raise _refuse("list takes no argument")
+        return []
+    if verb == "current":
+        if len(positional) != 2:
+            raise _refuse("current takes NAME and VERSION (or --none)")
+        name, version = positional
+        validate_fabric_name(name)
+        return [name, "--none" if version == "--none" else validate_version(version)]
+    if len(positional) != 1:
+        raise _refuse(f"{verb} takes one NAME@VERSION")
+    name, version = parse_version_ref(positional[0])
+    out = [f"{name}@{version}"]
+    if verb in ("attach", "detach"):
+        holder = options.get("--holder")
+        if holder != MANUAL:
+            raise _refuse(f"{verb} through a storage node's key holds as `manual` only (--holder manual); a job's "
+                          "holder is the scheduler's")
+        out += ["--holder", MANUAL]
+    if verb == "verify" and "--workers" in options:
+        workers = options["--workers"]
+        if not workers.isdigit() or not 1 <= int(workers) <= MAX_WORKERS:
+            raise _refuse(f"--workers must be 1-{MAX_WORKERS}")
+        out += ["--workers", str(int(workers))]
+    return out

@@ -1,0 +1,510 @@
+"""The GPU-node agent: this node attaches the versions granted to it, counts who holds each, and lets go.
+
+Storage nodes grant (an ACL with this host's own CHAP on every storage node exporting a version: ``fabricctl
+grant``); the GPU node attaches by itself, driven by a scheduler's hooks (a job's holder) or by an operator
+(``manual``, what ``fabricctl publish`` asks for). ``Agent`` is the library; ``fabric-node`` is its thin CLI
+(``fabric_node/``), and a CSI node plugin can call the same methods.
+
+``attach(REF, HOLDER)``: the target of NAME@VERSION is derived with the storage side's rule
+(``exports.dataset_on_node``); the agent logs in to every storage node of its configuration that exports it
+(all at once, one multipath map when multipathd runs; else the first that lets it in), mounts it read-only at
+MOUNT_ROOT/NAME/VERSION and records the holder. A second holder of a mounted version only adds itself. A
+version held by ``manual`` comes back after a reboot (node records ``node.startup=automatic``, a mount unit in
+/etc/systemd/system); one held by jobs only never logs in again by itself (``node.startup=manual``, a transient
+mount unit, gone at reboot). ``detach`` counts a holder out; the last one out unmounts, logs out, deletes the
+node records and the record. ``gc`` drops stale job holders (recorded in another boot, or whose job is no
+longer running) and removes what no holder references. Every change runs under the node lock
+(``base.lock``: one flock, /run/fabric/node.lock), so concurrent calls take turns.
+
+A version no storage node lets this host in to (iSCSI exit 24 on every portal: no ACL for this initiator, or
+no such target) is ``NotGranted``, whose fix names the grant to run on a storage node; storage nodes that
+cannot be reached are ``StorageUnreachable``. Both change nothing on this node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import posixpath
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from ..base import lock
+from ..base.errors import Busy, FabricError, NotFound, UserError
+from ..base.exports import dataset_on_node, dataset_target_prefix
+from ..base.names import validate_tag
+from ..base.rules import validate_filesystem
+from ..base.runner import Runner
+from . import attach as hostside
+from . import iscsi, manifest, mounts, multipath
+from .attachments import (
+    MANUAL,
+    Attachment,
+    Store,
+    add_holder,
+    job_of,
+    now_text,
+    parse_version_ref,
+    plan_gc,
+    read_boot_id,
+    remove_holder,
+    validate_holder,
+)
+from .config import LOCK_PATH, NodeConfig
+
+OWNER = "fabric-node"  # the owner marker of the agent's persistent mount units (mounts.OWNER_MARK)
+ADOPTED_OWNERS = ("fabricctl",)  # units fabricctl wrote on this host before the agent: the agent's to keep up
+# a login to a storage node that does not answer gives up after this many attempts of node.conn[0].timeo.
+# login_timeout (15 s) instead of open-iscsi's 8: a job waits about 30 s, not 2 minutes, for a node that is down
+LOGIN_RETRIES = 2
+RC_NOT_FOUND = 19  # iscsiadm: non-retryable login failure (LIO: no such target)
+MANIFEST = posixpath.join(".fabric", "manifest.tsv")
+
+
+class NotGranted(UserError):
+    """No storage node lets this host in to the version (no ACL for it, or no such export)."""
+
+    reason = "not_granted"
+
+
+class StorageUnreachable(UserError):
+    """No storage node that could export the version answered."""
+
+    reason = "unreachable"
+
+
+def command_liveness(argv: tuple | list, runner: Runner) -> Callable[[str], bool | None]:
+    """An "is this job alive" answer from a command (``job_alive_command``, argv with ``{job}``): alive when it
+    exits 0 printing something (squeue lists the job), ended when it exits 0 printing nothing or says the job id
+    is invalid (gone from the controller), unknown (None: the holder is kept) otherwise."""
+    def alive(job: str) -> bool | None:
+        res = runner.run([w.replace("{job}", job) for w in argv], check=False)
+        if res.rc == 0:
+            return bool(res.stdout.strip())
+        if "invalid job id" in (res.stderr + res.stdout).lower():
+            return False
+        return None
+    return alive
+
+
+class Agent:
+    """This GPU node's attachments (``config``: its configuration; ``runner``: a local runner; a dry run is the
+    runner's: every read runs, nothing changes, no record is written)."""
+
+    def __init__(self, config: NodeConfig, runner: Runner, *, store: Store | None = None,
+                 boot_id: str | None = None, lock_path: str = LOCK_PATH):
+        self.config = config
+        self.runner = runner
+        self.store = store or Store(config.state_dir)
+        self.boot_id = read_boot_id() if boot_id is None else boot_id
+        self.lock_path = lock_path
+
+    @property
+    def dry_run(self) -> bool:
+        return self.runner.dry_run
+
+    # ---- names
+
+    def version(self, ref: str) -> tuple[str, str, str, str]:
+        """(name, version, target IQN, mount point) of NAME@VERSION (the storage side's rule)."""
+        name, version = parse_version_ref(ref)
+        target, mountpoint = dataset_on_node(self.config.iqn_base, self.config.mount_root, name, version)
+        return name, version, target, mountpoint
+
+    def is_alive(self) -> Callable[[str], bool | None] | None:
+        """The configured job liveness command as a callable (None: none configured)."""
+        command = self.config.job_alive_command
+        return command_liveness(command, self.runner) if command else None
+
+    @contextlib.contextmanager
+    def locked(self, what: str):
+        """The node lock around a change (none in a dry run)."""
+        if self.dry_run:
+            yield
+            return
+        with lock.node_lock(what, path=self.lock_path, wait=self.config.lock_wait):
+            yield
+
+    def _save(self, att: Attachment) -> None:
+        if not self.dry_run:
+            self.store.save(att)
+
+    def _remove(self, ref: str) -> None:
+        if not self.dry_run:
+            self.store.remove(ref)
+
+    # ---- attach
+
+    def attach(self, ref: str, holder: str, step: Callable[[str], None] = hostside.quiet) -> dict:
+        """Mount NAME@VERSION read-only for ``holder`` (see the module's docstring). Returns {ref, name, version,
+        path, device, holders, storage_nodes, fstype, multipath, persistent, changed, commands}."""
+        name, version, target, mountpoint = self.version(ref)
+        validate_holder(holder)
+        with self.locked(f"fabric-node attach {name}@{version} --holder {holder}"):
+            self._check_initiator()
+            att = self.store.load(f"{name}@{version}") or Attachment(name, version, target, mountpoint)
+            added = add_holder(att, holder, since=now_text(), boot_id=self.boot_id)
+            self._save(att)  # the holder is counted before anything changes: a killed attach is found again
+            try:
+                commands = [] if self._settled(att) else self._converge(att, step)
+            except BaseException:
+                if added:
+                    remove_holder(att, holder)
+                if not att.holders:
+                    with contextlib.suppress(Exception):  # the attach's own error is the one to report
+                        self._teardown(att, force=False)
+                    self._remove(att.ref)
+                else:
+                    self._save(att)
+                raise
+            att.state = "attached"
+            self._save(att)
+        return {**self._describe(att), "changed": bool(commands) or added, "commands": commands}
+
+    def _settled(self, att: Attachment) -> bool:
+        """An attachment that needs nothing for its new holder: attached, as persistent as its holders want, and
+        mounted (a second job of a version only counts itself in)."""
+        return (att.state == "attached" and att.persistent == att.wants_persistent()
+                and mounts.current_mount(self.runner, att.mountpoint) is not None)
+
+    def _describe(self, att: Attachment) -> dict:
+        return {"ref": att.ref, "name": att.name, "version": att.version, "path": att.mountpoint,
+                "device": att.device, "holders": sorted(att.holders), "storage_nodes": sorted(att.portals),
+                "fstype": att.fstype, "multipath": att.multipath, "persistent": att.persistent,
+                "target": att.target, "state": att.state}
+
+    def _check_initiator(self) -> None:
+        actual = iscsi.read_initiator_name(self.runner)
+        if actual != self.config.initiator:
+            raise UserError(f"this node's initiator name is {actual!r}, its fabric-node configuration says "
+                            f"{self.config.initiator!r}",
+                            "re-run playbooks/site.yml (roles iscsi_initiator and fabric_node set both from the "
+                            "inventory)")
+
+    def _converge(self, att: Attachment, step) -> list[str]:
+        """Sessions, device, mount and persistence of an attachment as its holders want them; returns the
+        changes (commands, redacted)."""
+        persistent = att.wants_persistent()
+        paths = self.config.multipath and multipath.active(self.runner)
+        step("login")
+        sessions, commands = self._login(att.target, persistent=persistent, paths=paths)
+        first = next(iter(sessions.values()))
+        device, claimed = hostside.device(self.runner, att.mountpoint, first, paths, step)
+        commands += claimed["commands"]
+        att.portals = {node: res["portal"] for node, res in sessions.items()}
+        att.multipath = claimed.get("wwid") or att.multipath
+        att.device = device
+        att.fstype = att.fstype or self._fstype(device)
+        step("mount")
+        description = f"fabric-node {att.ref}"
+        mounted = mounts.current_mount(self.runner, att.mountpoint)
+        unit = self._unit_owner(att.mountpoint)
+        if persistent:
+            if mounted is not None and unit is None:  # held by jobs so far (a runtime mount): kept, and persisted
+                commands += mounts.persist_mount(self.runner, device=device, mountpoint=att.mountpoint,
+                                                 fstype=att.fstype, description=description, owner=OWNER)["commands"]
+            else:
+                commands += mounts.ensure_mount(self.runner, device=device, mountpoint=att.mountpoint,
+                                                fstype=att.fstype, readonly=True, description=description,
+                                                owner=unit if unit in ADOPTED_OWNERS else OWNER)["commands"]
+        else:
+            if unit is not None:  # a manual holder left: the mount stays, until reboot only
+                commands += mounts.unpersist_mount(self.runner, att.mountpoint)["commands"]
+            commands += mounts.ensure_runtime_mount(self.runner, device=device, mountpoint=att.mountpoint,
+                                                    fstype=att.fstype, description=description)["commands"]
+        att.persistent = persistent
+        return commands
+
+    def _unit_owner(self, mountpoint: str) -> str | None:
+        """The owner of the persistent mount unit of a mount point (None: no unit file; "" an unmarked one)."""
+        res = self.runner.run(["cat", f"{mounts.UNIT_DIR}/{mounts.unit_name(mountpoint)}"], check=False)
+        if res.rc != 0:
+            return None
+        return next((line[len(mounts.OWNER_MARK):].strip() for line in res.stdout.splitlines()
+                     if line.startswith(mounts.OWNER_MARK)), "")
+
+    def _fstype(self, device: str) -> str:
+        """The file system on the version's device (a low-level probe; only ext4 and xfs are the fabric's)."""
+        if self.dry_run and not self.runner.run(["test", "-e", device], check=False).ok:
+            return "ext4"  # nothing logged in: what a version usually has (a real run reads it)
+        res = self.runner.run(["blkid", "-p", "-o", "value", "-s", "TYPE", device], check=False)
+        fstype = res.stdout.strip()
+        try:
+            return validate_filesystem(fstype)
+        except UserError:
+            raise UserError(f"{device} has no file system the fabric mounts ({fstype or 'none found'})",
+                            "check the version on the storage node (`fabricctl verify NAME@VERSION`)") from None
+
+    def _login(self, target: str, *, persistent: bool, paths: bool) -> tuple[dict, list[str]]:
+        """Sessions to the target: with ``paths`` at every storage node that lets this host in (at once), else at
+        the first one (one with a session already first). Returns ({node: ensure_session result}, commands);
+        raises NotGranted / StorageUnreachable / the login's error when none let it in, after removing the node
+        records its failed logins left."""
+        nodes = list(self.config.storage_nodes)
+        chap = self.config.chap
+        startup = "automatic" if persistent else "manual"
+        settings = {"node.session.initial_login_retry_max": LOGIN_RETRIES}
+
+        def one(node):
+            try:
+                return node, hostside.login(self.runner, portal=node.portal, target_iqn=target, chap=chap,
+                                          startup=startup, map_path=paths, settings=settings), None
+            except FabricError as err:
+                with contextlib.suppress(Exception):  # the record a refused login left behind
+                    iscsi.ensure_session(self.runner, portal=node.portal, target_iqn=target, state="logged_out")
+                return node, None, err
+
+        outcomes = []
+        if paths:
+            with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+                outcomes = list(pool.map(one, nodes))
+        else:
+            live = {s["portal"] for s in iscsi.read_sessions(self.runner) if s["target"] == target}
+            for node in sorted(nodes, key=lambda n: n.portal not in live):
+                outcomes.append(one(node))
+                if outcomes[-1][1] is not None:
+                    break
+        ok = {node.name: res for node, res, _err in outcomes if res is not None}
+        if ok:
+            return ok, [c for _node, res, _err in outcomes if res is not None for c in res["commands"]]
+        raise self._refused(target, {node.name: err for node, _res, err in outcomes})
+
+    def _refused(self, target: str, errors: dict) -> FabricError:
+        ref = target.rsplit(":ds.", 1)[-1].replace(".", "@", 1)
+        host = self.config.host
+        denied = [n for n, e in errors.items() if isinstance(e, iscsi.AuthorizationFailed)
+                  or (isinstance(e, iscsi.LoginFailed) and e.rc == RC_NOT_FOUND)]
+        down = [n for n, e in errors.items() if isinstance(e, iscsi.PortalUnreachable)]
+        _name, _sep, version = ref.partition("@")
+        tag = ""
+        with contextlib.suppress(UserError):
+            validate_tag(version)
+            tag = (f"; if {version!r} is a tag, name the version it points to (`fabricctl show {ref}` on a storage "
+                   "node): the agent cannot resolve tags")
+        if len(denied) == len(errors):
+            return NotGranted(f"{ref} is not granted to this host ({host}, {self.config.initiator}) on any storage "
+                              f"node ({', '.join(errors)}), or does not exist there (iSCSI login refused)",
+                              f"on a storage node that holds it: `fabricctl grant {ref} --to {host}`{tag}")
+        if down and len(down) + len(denied) == len(errors):
+            refused = f"; refused by {', '.join(denied)}" if denied else ""
+            return StorageUnreachable(
+                f"{ref}: no storage node that could export it answered ({', '.join(down)} cannot be reached{refused})",
+                "check that the storage nodes are up and reachable on the storage network, then attach again "
+                f"(a version replicated to another node is read from there: `fabricctl replicate {ref} --to NODE` "
+                f"and `fabricctl grant {ref} --to {host}` there)")
+        return next(e for n, e in errors.items() if n not in denied and n not in down)
+
+    # ---- detach
+
+    def detach(self, ref: str, holder: str, *, force: bool = False,
+               is_alive: Callable[[str], bool | None] | None = None, step=hostside.quiet) -> dict:
+        """Count ``holder`` out of NAME@VERSION; the last one out unmounts (refused while a process uses the
+        mount, unless ``force`` or the holder is a job that has ended: then lazily), logs out and deletes the node
+        records and the record. A holder that does not hold it changes nothing (an epilog may run twice).
+        Returns {ref, path, held, detached, holders, changed, commands[, users]}."""
+        name, version, target, mountpoint = self.version(ref)
+        validate_holder(holder)
+        with self.locked(f"fabric-node detach {name}@{version} --holder {holder}"):
+            att = self.store.load(f"{name}@{version}")
+            if att is None and holder == MANUAL and self._unit_owner(mountpoint) in ADOPTED_OWNERS:
+                # published by fabricctl before the agent: its operator's publish is the manual holder
+                att = Attachment(name, version, target, mountpoint, holders={MANUAL: {"since": "", "boot_id": ""}},
+                                 state="attached", persistent=True)
+            return self._detach(att, f"{name}@{version}", mountpoint, holder, force=force, is_alive=is_alive,
+                                step=step)
+
+    def _detach(self, att: Attachment | None, ref: str, mountpoint: str, holder: str, *, force: bool, is_alive,
+                step) -> dict:
+        out = {"ref": ref, "path": mountpoint, "held": False, "detached": False, "changed": False, "commands": []}
+        if att is None or holder not in att.holders:
+            return {**out, "holders": sorted(att.holders) if att else []}
+        out["held"] = True
+        if len(att.holders) > 1:
+            remove_holder(att, holder)
+            commands = self._converge(att, step) if att.persistent and not att.wants_persistent() else []
+            self._save(att)
+            return {**out, "holders": sorted(att.holders), "changed": True, "commands": commands}
+        users = mounts.users(self.runner, mountpoint)
+        job = job_of(holder)
+        ended = job is not None and is_alive is not None and is_alive(job) is False
+        if users and not (force or ended):
+            raise Busy(f"{ref} is in use by {', '.join(users)} (holder {holder} is its last)",
+                       "stop those processes and detach again" + (", or let the job end" if job else "")
+                       + "; --force unmounts anyway (lazily: they get I/O errors)")
+        commands = self._teardown(att, force=bool(users), step=step)
+        self._remove(ref)
+        return {**out, "holders": [], "detached": True, "changed": True, "commands": commands,
+                **({"users": users} if users else {})}
+
+    def _teardown(self, att: Attachment, *, force: bool, step=hostside.quiet) -> list[str]:
+        """An attachment taken down whole: the mount (and its unit), the map, every session and node record of
+        its target. Refused while in use unless ``force``."""
+        runner = self.runner
+        wwid = att.multipath or hostside.mount_wwid(runner, att.mountpoint)
+        step("unmount")
+        commands = mounts.remove_mount(runner, att.mountpoint, force=force)["commands"]
+        if wwid:
+            commands += multipath.release(runner, wwid)["commands"]
+        step("logout")
+        portals = {s["portal"] for s in iscsi.read_sessions(runner) if s["target"] == att.target}
+        portals |= {r["portal"] for r in self._node_records() if r["target"] == att.target}
+        portals |= set(att.portals.values())
+        for portal in sorted(portals):
+            commands += iscsi.ensure_session(runner, portal=iscsi.normalize_portal(portal), target_iqn=att.target,
+                                             state="logged_out", unmounting=(att.mountpoint,))["commands"]
+        return commands
+
+    def _node_records(self) -> list[dict]:
+        res = self.runner.run([iscsi.ISCSIADM, "-m", "node"], ok_rcs=(0, iscsi.RC_NO_OBJECTS))
+        return [] if res.rc == iscsi.RC_NO_OBJECTS else iscsi.parse_nodes(res.stdout)
+
+    def detach_all(self, holder: str, *, force: bool = False,
+                   is_alive: Callable[[str], bool | None] | None = None) -> dict:
+        """Count ``holder`` out of everything it holds (a job's epilog). Returns {holder, detached: [ref],
+        released: [ref] (others still hold them), failed: {ref: error}}."""
+        validate_holder(holder)
+        out: dict = {"holder": holder, "detached": [], "released": [], "failed": {}, "changed": False}
+        with self.locked(f"fabric-node detach --holder {holder} --all"):
+            for att in self.store.all():
+                if holder not in att.holders:
+                    continue
+                try:
+                    res = self._detach(att, att.ref, att.mountpoint, holder, force=force, is_alive=is_alive,
+                                       step=hostside.quiet)
+                except FabricError as err:
+                    out["failed"][att.ref] = err
+                    continue
+                out["detached" if res["detached"] else "released"].append(att.ref)
+                out["changed"] = True
+        return out
+
+    # ---- reading
+
+    def list(self) -> dict:
+        """What this node has: {attachments: [... with mounted, sessions, paths], sessions (the fabric's), mounts
+        (the fabric's, under the mount root)}."""
+        records = self.store.all()
+        sessions = [s for s in iscsi.read_sessions(self.runner)
+                    if s["target"].startswith(dataset_target_prefix(self.config.iqn_base))]
+        mounted = self._mounts()
+        paths = hostside.paths(self.runner, [(a.ref, a.mountpoint, a.target) for a in records]) if records else {}
+        out = []
+        for att in records:
+            out.append({**self._describe(att), "holders": [{"holder": h, **info} for h, info in
+                                                           sorted(att.holders.items())],
+                        "mounted": att.mountpoint in mounted,
+                        "sessions": sorted(s["portal"] for s in sessions if s["target"] == att.target),
+                        "paths": paths.get(att.ref)})
+        return {"host": self.config.host, "attachments": out,
+                "sessions": [{"target": s["target"], "portal": s["portal"], "node": self.config.node_of(s["portal"])}
+                             for s in sessions],
+                "mounts": sorted(m for m in mounted)}
+
+    def _mounts(self) -> list[str]:
+        """The mount points mounted under the mount root."""
+        res = self.runner.run(["findmnt", "-rn", "-o", "TARGET"], check=False)
+        root = self.config.mount_root.rstrip("/") + "/"
+        return sorted({line.strip() for line in res.stdout.splitlines() if line.strip().startswith(root)})
+
+    def in_use(self, ref: str) -> dict:
+        """Who uses the version's mount here: {ref, path, users: ["PID COMMAND"], holders}."""
+        name, version, _target, mountpoint = self.version(ref)
+        att = self.store.load(f"{name}@{version}")
+        return {"ref": f"{name}@{version}", "path": mountpoint, "users": mounts.users(self.runner, mountpoint),
+                "holders": sorted(att.holders) if att else []}
+
+    # ---- gc
+
+    def gc(self, *, is_alive: Callable[[str], bool | None] | None = None) -> dict:
+        """Drop stale job holders and remove what no holder references (``attachments.plan_gc``). In a dry run
+        the plan only. Returns {steps: [...], done: [...], failed: {step: error}}."""
+        with self.locked("fabric-node gc"):
+            records = self.store.all()
+            marked = mounts.marked_units(self.runner)
+            foreign = [u["mountpoint"] for u in marked if u["owner"] not in (OWNER, *ADOPTED_OWNERS)]
+            # a fabricctl unit no record names is fabricctl's (a publish from before the agent): left alone
+            adopted = {a.mountpoint for a in records}
+            foreign += [u["mountpoint"] for u in marked if u["owner"] in ADOPTED_OWNERS
+                        and u["mountpoint"] not in adopted]
+            steps = plan_gc(records, sessions=iscsi.read_sessions(self.runner), node_records=self._node_records(),
+                            mounts=self._mounts(), foreign=foreign,
+                            target_prefix=dataset_target_prefix(self.config.iqn_base),
+                            mount_root=self.config.mount_root, boot_id=self.boot_id, is_alive=is_alive)
+            out: dict = {"steps": [s.to_dict() for s in steps], "done": [], "failed": {}, "changed": False}
+            if self.dry_run:
+                out["planned"] = [s.describe() for s in steps]
+                return out
+            by_ref = {a.ref: a for a in records}
+            for s in steps:
+                try:
+                    self._gc_step(s, by_ref)
+                except FabricError as err:
+                    out["failed"][s.describe()] = err
+                    continue
+                out["done"].append(s.describe())
+                out["changed"] = True
+            return out
+
+    def _gc_step(self, s, by_ref: dict) -> None:
+        runner = self.runner
+        if s.op == "drop_holder":
+            att = by_ref[s.ref]
+            remove_holder(att, s.holder)
+            if att.holders:  # the others keep it; a manual holder gone: the mount stops coming back at boot
+                if att.persistent and not att.wants_persistent():
+                    self._converge(att, hostside.quiet)
+                self._save(att)
+        elif s.op == "detach":
+            self._teardown(by_ref[s.ref], force=False)
+            self._remove(s.ref)
+        elif s.op == "unmount":
+            mounts.remove_mount(runner, s.mountpoint, force=False)
+        else:  # logout, delete_record: ensure_session logs out (refused while mounted) and deletes the record
+            iscsi.ensure_session(runner, portal=iscsi.normalize_portal(s.portal), target_iqn=s.target,
+                                 state="logged_out")
+
+    # ---- what fabricctl asks of a host: the current link, a verification
+
+    def current(self, name: str, version: str | None) -> dict:
+        """Point MOUNT_ROOT/NAME/current at VERSION (attached here), or remove it (None). {link, current,
+        switched}."""
+        if version is None:
+            parse_version_ref(f"{name}@v1")  # the name's rule
+            link = posixpath.join(self.config.mount_root, name, "current")
+        else:
+            _n, _v, _t, mountpoint = self.version(f"{name}@{version}")
+            link = posixpath.join(posixpath.dirname(mountpoint), "current")
+            if self.store.load(f"{name}@{version}") is None:
+                raise NotFound(f"{name}@{version} is not attached on this node", "attach it first")
+        with self.locked(f"fabric-node current {name} {version or '--none'}"):
+            switched = hostside.switch_link(self.runner, link, version)
+        return {"link": link, "current": version, "switched": switched, "changed": switched}
+
+    def verify(self, ref: str, *, workers: int = 4, progress=None) -> dict:
+        """The version as mounted here checked against its manifest: manifest.verify's report, and the SHA-256 of
+        the manifest itself (the caller compares it with the one recorded on the snapshot)."""
+        name, version, _target, mountpoint = self.version(ref)
+        if mounts.current_mount(self.runner, mountpoint) is None:
+            raise NotFound(f"{name}@{version} is not mounted on this node at {mountpoint}",
+                           f"attach it first (`fabric-node attach {name}@{version} --holder manual`)")
+        path = posixpath.join(mountpoint, MANIFEST)
+        try:
+            with open(path, "rb") as fh:
+                sha = hashlib.file_digest(fh, "sha256").hexdigest()
+        except OSError as exc:
+            raise NotFound(f"{path} cannot be read: {exc.strerror or exc}",
+                           "the version has no manifest: seal it again on the storage node") from None
+        report = manifest.verify(mountpoint, path, workers=workers, progress=progress).to_dict()
+        report["manifest_sha256"] = {"actual": sha}
+        report["ref"] = f"{name}@{version}"
+        return report
+
+
+def as_dict(err: FabricError) -> dict:
+    """An error as the agent's JSON shows it (problem, fix, reason)."""
+    return {"problem": err.problem, "fix": err.fix, **({"reason": err.reason} if getattr(err, "reason", "") else {})}
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
