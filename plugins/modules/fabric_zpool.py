@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # gpu-storage-fabric: a ZFS pool with a declared layout (created or completed, never destroyed).
-# The logic lives in plugins/module_utils/fabric_core/storage/zpool.py (read, a pure plan, one applier); this module
+# The logic lives in plugins/module_utils/fabric_core/storage/zpool/ (read, a pure plan, one applier); this module
 # parses arguments and reports.
 
 from __future__ import annotations
