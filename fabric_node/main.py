@@ -7,7 +7,7 @@
   fabric-node gc [--dry-run] [--json]
   fabric-node in-use NAME@VERSION [--json]
   fabric-node verify NAME@VERSION [--workers N] [--json]
-  fabric-node current NAME (VERSION | --none) [--json]
+  fabric-node current NAME [VERSION | --none] [--json] [--dry-run]
   fabric-node --ssh            (a storage node's forced command: the request in SSH_ORIGINAL_COMMAND)
 
 HOLDER is ``job:<id>`` (a scheduler's job) or ``manual`` (an operator's: it stays across reboots). A version
@@ -76,7 +76,7 @@ def parser() -> argparse.ArgumentParser:
     v = verb("verify", "check a mounted version against its manifest")
     v.add_argument("ref", metavar="NAME@VERSION")
     v.add_argument("--workers", type=int, default=4, help="parallel digest workers (default 4)")
-    v = verb("current", "point MOUNT_ROOT/NAME/current at an attached version (or remove it)")
+    v = verb("current", "read MOUNT_ROOT/NAME/current, point it at an attached version, or remove it", dry_run=True)
     v.add_argument("name", metavar="NAME")
     v.add_argument("version", metavar="VERSION|--none", nargs="?")
     v.add_argument("--none", action="store_true", help="remove the link")
@@ -103,8 +103,11 @@ def _emit(obj, as_json: bool) -> None:
 
 
 def run(args, *, agent=None) -> int:
-    """Run one verb (``args`` from the parser); ``agent``: an Agent to use (tests), else one from the config."""
+    """Run one verb (``args`` from the parser); ``agent``: an Agent, or a function of dry_run making one (tests),
+    else one from the configuration."""
     dry = bool(getattr(args, "dry_run", False))
+    if agent is not None and not isinstance(agent, agent_mod.Agent):
+        agent = agent(dry)  # a factory: the agent for a dry run or a real one
     if agent is None:
         if os.geteuid() != 0:
             raise UserError("fabric-node runs as root (it logs in to storage nodes and mounts)",
@@ -192,11 +195,9 @@ def run(args, *, agent=None) -> int:
             print(json.dumps(res, indent=1, sort_keys=True, default=str))
         return 0
     if verb == "current":
-        version = None if args.none or args.version == "--none" else args.version
-        if version is None and not (args.none or args.version == "--none"):
-            raise UserError("current needs VERSION or --none", f"`{PROG} current imagenet v3`")
+        version = None if args.none or args.version == "--none" else (args.version or "")
         res = agent.current(args.name, version)
-        _emit(res, out_json) if out_json else print(f"{res['link']} -> {res['current'] or '(removed)'}")
+        _emit(res, out_json) if out_json else print(f"{res['link']} -> {res['current'] or '(none)'}")
         return 0
     raise UserError("no verb given", f"run `{PROG} --help`")
 

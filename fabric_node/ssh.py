@@ -12,7 +12,7 @@ operator, so it holds versions as ``manual`` only: a job's holder is the schedul
   list [--json]
   in-use NAME@VERSION [--json]
   verify NAME@VERSION [--workers N] [--json]
-  current NAME (VERSION | --none) [--json]
+  current NAME [VERSION | --none] [--dry-run] [--json]
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ FLAGS = {  # verb -> the flags it takes (no value)
     "list": ("--json",),
     "in-use": ("--json",),
     "verify": ("--json",),
-    "current": ("--json",),
+    "current": ("--json", "--dry-run"),
 }
 FIX = ("a storage node's key runs only the agent's verbs: attach/detach NAME@VERSION --holder manual, list, in-use "
-       "NAME@VERSION, verify NAME@VERSION [--workers N], current NAME VERSION|--none (fabricctl sends them)")
+       "NAME@VERSION, verify NAME@VERSION [--workers N], current NAME [VERSION|--none] (fabricctl sends them)")
 
 
 class Refused(UserError):
@@ -108,11 +108,11 @@ def _check(verb: str, positional: list[str], options: dict) -> list[str]:
             raise _refuse("list takes no argument")
         return []
     if verb == "current":
-        if len(positional) != 2:
-            raise _refuse("current takes NAME and VERSION (or --none)")
-        name, version = positional
+        if len(positional) not in (1, 2):
+            raise _refuse("current takes NAME, and VERSION or --none to change it")
+        name, *version = positional
         validate_fabric_name(name)
-        return [name, "--none" if version == "--none" else validate_version(version)]
+        return [name, *("--none" if v == "--none" else validate_version(v) for v in version)]
     if len(positional) != 1:
         raise _refuse(f"{verb} takes one NAME@VERSION")
     name, version = parse_version_ref(positional[0])

@@ -64,6 +64,7 @@ class SSHConfig:
     known_hosts: str = "/etc/fabricctl/known_hosts"
     connect_timeout: float = 10.0
     port: int = 22
+    access: str = "shell"  # GPU_ACCESS: agent (the forced command fabric-node --ssh), shell, none (pull only)
 
 
 @dataclass(frozen=True)
@@ -419,7 +420,10 @@ def _kind(value) -> str:
 TOP_KEYS = ("pool", "dataset_root", "checkpoint_root", "iqn_base", "portal", "backstore_prefix", "mount_root",
             "checkpoint_mount_root", "staging_root", "state_dir", "ssh", "hosts", "groups", "chap", "insecure_no_chap",
             "defaults", "metrics", "retention", "rotation", "lock", "health", "node", "storage_nodes")
-SSH_KEYS = ("user", "key_file", "known_hosts", "connect_timeout", "port")
+SSH_KEYS = ("user", "key_file", "known_hosts", "connect_timeout", "port", "access")
+# what this node's key may do on the GPU nodes (role fabric_node, fabric_node_storage_key): ask the node agent
+# only (its forced command), run commands (an older installation), or nothing at all (pull only)
+GPU_ACCESS = ("agent", "shell", "none")
 PORTAL_KEYS = ("ip", "port")
 HOST_KEYS = ("address", "initiator", "chap")
 STORAGE_NODE_KEYS = ("address",)
@@ -538,7 +542,16 @@ def _ssh(c: _Checker, raw) -> SSHConfig:
         key_file=c.path(raw.get("key_file", d.key_file), "ssh.key_file"),
         known_hosts=c.path(raw.get("known_hosts", d.known_hosts), "ssh.known_hosts"),
         connect_timeout=c.number(raw.get("connect_timeout", d.connect_timeout), "ssh.connect_timeout", 0, 600),
-        port=c.integer(raw.get("port", d.port), "ssh.port", 1, 65535))
+        port=c.integer(raw.get("port", d.port), "ssh.port", 1, 65535),
+        access=_access(c, raw.get("access", d.access)))
+
+
+def _access(c: _Checker, value) -> str:
+    if value not in GPU_ACCESS:
+        raise c.fail("ssh.access", f"{value!r} is not one of {', '.join(GPU_ACCESS)}",
+                     "agent: this node's key runs only the GPU nodes' agent (fabric-node --ssh); none: pull only "
+                     "(hosts attach what they are granted); shell: an installation from before the agent")
+    return value
 
 
 def _hosts(c: _Checker, raw, insecure: bool = False) -> dict[str, Host]:

@@ -40,14 +40,36 @@ class Context:
         return self._config
 
     def ssh(self, host):
-        """A runner on a GPU node (one connection per host, reused, closed at exit)."""
+        """A runner on a GPU node (one connection per host, reused, closed at exit). Refused when this node's key
+        may not run commands there (``ssh.access``: agent or none)."""
+        access = self.config.ssh.access
+        if access != "shell":
+            raise UserError(f"this command runs commands on {host.name}, and this storage node's key there "
+                            + ("runs only the node agent (ssh.access: agent)" if access == "agent" else
+                               "is not installed (ssh.access: none, pull only)"),
+                            "checkpoint volumes, restores, snapshots and access sync's node records still need a "
+                            "key that runs commands (fabric_node_storage_key: shell) until they move behind the "
+                            "agent; dataset versions are granted (`fabricctl grant`) and attached by the hosts")
+        return self._runner(host, forced=False)
+
+    def _runner(self, host, *, forced: bool):
         self.hosts.setdefault(host.name, "contacted")
-        if host.name not in self._ssh:
+        key = (host.name, forced)
+        if key not in self._ssh:
             from .remote import SSHRunner  # noqa: PLC0415 - paramiko only when a command reaches a host
 
-            self._ssh[host.name] = SSHRunner(host, self.config.ssh, dry_run=self.dry_run)
-            self._ssh[host.name].trace = self.tracer(host.name)
-        return self._ssh[host.name]
+            self._ssh[key] = SSHRunner(host, self.config.ssh, dry_run=self.dry_run, forced=forced)
+            self._ssh[key].trace = self.tracer(host.name)
+        return self._ssh[key]
+
+    def agent(self, host):
+        """A GPU node's agent (fabric_core.node.client), asked through this node's key (its forced command runs
+        `fabric-node --ssh`); None when the key runs commands (ssh.access: shell) or is not there (none)."""
+        if self.config.ssh.access != "agent":
+            return None
+        from fabric_core.node.client import AgentClient  # noqa: PLC0415
+
+        return AgentClient(self._runner(host, forced=True), host.name)
 
     # -- locks (fabric_core.base.lock: the volume's lock first, the node lock last and short) --
     def lock_wait(self) -> float:
@@ -84,7 +106,8 @@ class Context:
             # node's emulated CPU in the lab), which the commands that never publish do not need
             from fabric_core.services.publish import Publisher  # pylint: disable=import-outside-toplevel
             cfg = self.config
-            self._publisher = Publisher(cfg.publishing(), self.local, self.ssh, cfg.hosts.values())
+            self._publisher = Publisher(cfg.publishing(), self.local, self.ssh, cfg.hosts.values(),
+                                        agents=self.agent if cfg.ssh.access == "agent" else None)
         return self._publisher
 
     def fan(self, hosts, fn, what: str, *, quiet: bool = False):

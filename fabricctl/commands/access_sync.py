@@ -27,7 +27,9 @@ def configure(p) -> None:
 def run(ctx, args) -> int:
     pub = ctx.publisher
     storage = pub.sync_access()
-    hosts = [h for h in ctx.config.hosts.values() if h.name in storage["sessions"]]
+    # node records are refreshed on the hosts only where this node's key runs commands; a host's agent writes its
+    # current secret (credentials.json, from the role) into its records at its next attach
+    hosts = [h for h in ctx.config.hosts.values() if h.name in storage["sessions"] and ctx.config.ssh.access == "shell"]
     fan = ctx.fan(hosts, lambda host, step: pub.refresh(host, storage["sessions"][host.name], step),
                   "node records", quiet=args.json)
     revoked = {target: change["revoked"] for target, change in storage["targets"].items() if change["revoked"]}

@@ -7,7 +7,11 @@ exports it read-only with one ACL per host (and CHAP when the config has it). Th
 host in parallel: iSCSI login, a read-only mount at MOUNT_ROOT/NAME/VERSION through a systemd
 unit (back after a reboot), and an atomic switch of MOUNT_ROOT/NAME/current when this version
 is newer than the one it points to. Hosts that fail are named with the reason (exit 3); the
-others finish. Publishing again to more hosts adds them; hosts already there are left as they are.
+others finish. Where this node's key runs only the hosts' node agent (ssh.access: agent, the default of
+role fabric_node), the host side is the agent's own `fabric-node attach NAME@VERSION --holder manual` (and its
+`current`): nothing else runs there. With no key on the hosts (ssh.access: none, pull only), publish grants
+the version and the hosts attach it themselves. Publishing again to more hosts adds them; hosts already there
+are left as they are.
 
 With --from-nodes, the version is served by several storage nodes at once: each named node must hold
 the same snapshot (same GUID; `fabricctl replicate` copies it there) and exports it too (asked over its
@@ -61,6 +65,13 @@ def run(ctx, args) -> int:
         ctx.hosts[peer.name] = "ok"
         nodes[peer.name] = answer
         portals.append(answer["portal"])
+    if ctx.config.ssh.access == "none":  # pull only: granted; each host attaches it itself
+        out = {"ref": f"{name}@{version}", "target": pub.settings.target_iqn(export), "dry_run": ctx.dry_run,
+               "storage": storage, "hosts": {h.name: {"status": "granted"} for h in hosts},
+               "mountpoint": export.mountpoint, "planned": ctx.planned(), "pull_only": True}
+        ctx.report(out, f"{ctx.tense('would grant', 'granted')} {name}@{version} to {', '.join(h.name for h in hosts)}"
+                   f" (pull only: each host attaches it with `fabric-node attach {name}@{version} --holder ...`)")
+        return 0
     fan = ctx.fan(hosts, lambda host, step: pub.attach(export, host, step, created=created, portals=portals),
                   f"publish {name}@{version}", quiet=args.json)
     out = {"ref": f"{name}@{version}", "target": pub.settings.target_iqn(export), "dry_run": ctx.dry_run,

@@ -4,7 +4,7 @@ On this node, the version's snapshot device is mounted read-only for the check (
 device, since LIO holds an exported device exclusively) and
 every file is compared with the manifest sealed into it; the manifest's own SHA-256 is compared
 with the one recorded on the snapshot. With --on HOST, the same check runs on that GPU node
-over its read-only mount (the manifest code is copied there for the run); --on takes what --to
+over its read-only mount (the manifest package is copied there as one file for the run); --on takes what --to
 takes, a group or a comma list too, and then checks every host of it in parallel. Every difference
 is reported: missing, extra, size or content changed. Exit 1 when anything differs on any host;
 3 when some hosts could not be checked (each named with why) and the others matched.
@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 
 from fabric_core.base.errors import EXIT_USER, FabricError, NotFound, UserError
 from fabric_core.base.names import parse_ref
@@ -88,12 +89,22 @@ def verify_local(ctx, export, workers: int, expected_sha: str) -> dict:
 
 
 def verify_remote(ctx, export, host, workers: int, expected_sha: str) -> dict:
+    agent = ctx.agent(host)
+    if agent is not None:  # the host's node agent checks its own mount (its progress keeps the connection alive)
+        with agent.runner.bounds(timeout=None, command_timeout=PROGRESS_SILENCE):
+            report = agent.verify(export.ref, workers)
+        sha = report.pop("manifest_sha256", {}).get("actual")
+        report.pop("ref", None)
+        report["manifest_sha256"] = {"expected": expected_sha, "actual": sha, "ok": sha == expected_sha}
+        return report
     runner = ctx.ssh(host)
     if not mounts.current_mount(runner, export.mountpoint):
         raise NotFound(f"{export.name}@{export.version} is not mounted on {host.name} at {export.mountpoint}",
                        f"publish it there first (`fabricctl publish {export.name}@{export.version} --to {host.name}`)")
-    script = f"/run/fabricctl-manifest-{os.getpid()}.py"
-    runner.put_file(manifest.__file__, script, 0o600)
+    script = f"/run/fabricctl-manifest-{os.getpid()}.pyz"
+    with tempfile.TemporaryDirectory(prefix="fabricctl-manifest-") as local:  # the package as one file
+        manifest.zipapp(os.path.join(local, "manifest.pyz"))
+        runner.put_file(os.path.join(local, "manifest.pyz"), script, 0o600)
     try:
         path = f"{export.mountpoint}/{MANIFEST}"
         sha = runner.run(["sha256sum", path]).stdout.split()[0]

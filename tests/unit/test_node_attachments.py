@@ -198,6 +198,7 @@ def test_gc_of_an_attachment_killed_before_it_had_a_holder_left_takes_it_down():
     ("verify imagenet@v3 --workers 8 --json", ["verify", "imagenet@v3", "--workers", "8", "--json"]),
     ("current imagenet v3", ["current", "imagenet", "v3"]),
     ("current imagenet --none --json", ["current", "imagenet", "--none", "--json"]),
+    ("current imagenet --json", ["current", "imagenet", "--json"]),
 ])
 def test_the_agents_verbs_with_valid_arguments_are_served(text, argv):
     assert ssh.parse(text) == argv
@@ -211,7 +212,7 @@ def test_the_agents_verbs_with_valid_arguments_are_served(text, argv):
     "attach 'image net@v1' --holder manual", "attach " + "a" * 300 + "@v1 --holder manual",
     "attach imagenet@v3 --holder manual --config /tmp/evil.json", "attach imagenet@v3 --holder manual --ssh",
     "gc", "gc --dry-run", "verify imagenet@v3 --workers 999", "verify imagenet@v3 --workers -1",
-    "list --json --json", "current imagenet", "current ../x v1", "in-use imagenet@v3 extra",
+    "list --json --json", "current", "current imagenet v1 v2", "current ../x v1", "in-use imagenet@v3 extra",
     "attach imagenet@v3 --holder manual\nid", "attach 'unterminated --holder manual", "x" * 600,
     "--help", "attach --help", "list --config=/etc/shadow",
 ])

@@ -466,17 +466,21 @@ class Agent:
 
     # ---- what fabricctl asks of a host: the current link, a verification
 
-    def current(self, name: str, version: str | None) -> dict:
-        """Point MOUNT_ROOT/NAME/current at VERSION (attached here), or remove it (None). {link, current,
-        switched}."""
-        if version is None:
+    def current(self, name: str, version: str | None = "") -> dict:
+        """MOUNT_ROOT/NAME/current: read (``version`` ""), pointed at VERSION (attached or mounted here), or removed
+        (None). {link, current, switched, changed}."""
+        if version is None or version == "":
             parse_version_ref(f"{name}@v1")  # the name's rule
             link = posixpath.join(self.config.mount_root, name, "current")
         else:
             _n, _v, _t, mountpoint = self.version(f"{name}@{version}")
             link = posixpath.join(posixpath.dirname(mountpoint), "current")
-            if self.store.load(f"{name}@{version}") is None:
+            if not self.dry_run and self.store.load(f"{name}@{version}") is None and \
+                    mounts.current_mount(self.runner, mountpoint) is None:  # a dry run's attach was only planned
                 raise NotFound(f"{name}@{version} is not attached on this node", "attach it first")
+        if version == "":
+            now = hostside.read_link(self.runner, link)
+            return {"link": link, "current": now, "switched": False, "changed": False}
         with self.locked(f"fabric-node current {name} {version or '--none'}"):
             switched = hostside.switch_link(self.runner, link, version)
         return {"link": link, "current": version, "switched": switched, "changed": switched}

@@ -48,6 +48,7 @@ from ..base.runner import Runner
 from ..node import attach as hostside
 from ..node import iscsi, mounts, multipath
 from ..node.attach import MULTIPATH_REPLACEMENT_TIMEOUT, read_link, switch_link  # noqa: F401 - re-exported
+from ..node.client import HOLDER, AgentClient
 from ..storage import blockfs, lio, lioacls, lzc, zfs
 
 
@@ -262,11 +263,15 @@ class Publisher:
 
     ``hosts``: the hosts the configuration knows (to name initiators). A dry run is the runners'."""
 
-    def __init__(self, settings: Settings, local: Runner, connect: Callable[[object], Runner], hosts: Iterable = ()):
+    def __init__(self, settings: Settings, local: Runner, connect: Callable[[object], Runner], hosts: Iterable = (),
+                 agents: Callable[[object], AgentClient] | None = None):
         self.settings = settings
         self.local = local
         self.connect = connect
         self.hosts = list(hosts)
+        # agents(host): the host's node agent (node.client), when this node's key runs only the agent there: a
+        # dataset version's host side is then the agent's attach/detach as the `manual` holder, nothing else runs
+        self.agents = agents
 
     @property
     def dry_run(self) -> bool:
@@ -436,6 +441,8 @@ class Publisher:
         ``portals``: other storage nodes' portals exporting the same version (``publish --from-nodes``), each
         logged in too, as further paths of the map (refused on a host without multipathd).
         Returns {changed, device, mountpoint, commands, multipath[, current, switched]}."""
+        if self.agents is not None and export.kind == "ds":
+            return self._agent_attach(export, host, step, created)
         runner = self.connect(host)
         step("check initiator")
         actual = iscsi.read_initiator_name(runner)
@@ -473,6 +480,28 @@ class Publisher:
             res["changed"] = res["changed"] or switched
         return res
 
+    def _agent_attach(self, export: Export, host, step, created) -> dict:
+        """The host side through the host's agent: attach as the manual holder (it logs in to every storage node
+        granting the version), then ``current`` when this version is the newest the host has."""
+        agent = self.agents(host)
+        step("attach")
+        res = agent.attach(export.ref)
+        if res.get("path") != export.mountpoint:
+            raise UserError(f"{host.name} mounts {export.ref} at {res.get('path')}, this node's configuration says "
+                            f"{export.mountpoint}", "give fabricctl_mount_root and fabric_node_mount_root the same "
+                            "value (playbooks/site.yml)")
+        out = {"changed": bool(res.get("changed")), "device": res.get("device"), "mountpoint": export.mountpoint,
+               "commands": list(res.get("commands") or []), "multipath": res.get("multipath"),
+               "holders": list(res.get("holders") or [])}
+        if created is not None and export.current_link:
+            step("current")
+            now = agent.current(export.name)["current"]
+            newer = now not in created or created[now] <= created[export.version]
+            switched = bool(agent.current(export.name, export.version)["switched"]) if newer else False
+            out.update(current=export.version if newer else now, switched=switched)
+            out["changed"] = out["changed"] or switched
+        return out
+
     def login(self, runner: Runner, host, target_iqn: str, *, map_path: bool = False, portal: str = "") -> dict:
         """The host's session to a target, with its own CHAP credentials written to the node record (never on a
         command line); a session already there stays, its record gets the current secrets
@@ -498,12 +527,20 @@ class Publisher:
         """The processes using the export's mount on a host ("PID COMMAND"); none while another storage node's
         path keeps the mount (``detach`` leaves it)."""
         step("in use?")
+        if self.agents is not None and export.kind == "ds":  # a job holding it uses it too
+            res = self.agents(host).ask("in-use", export.ref)
+            return list(res["users"]) + [f"(held by {h})" for h in res.get("holders", []) if h != HOLDER]
         return hostside.in_use(self.connect(host), export.mountpoint, self.settings.target_iqn(export),
                                self.settings.portal)
 
     def paths(self, exports: Iterable[Export], host, step: Callable[[str], None] = _quiet) -> dict:
         """On a host: how many paths each export has, and how many carry I/O (``node.attach.paths``): {ref:
         {multipath (the map's WWID, None for a plain disk), up, paths}}."""
+        exports = list(exports)
+        if self.agents is not None and all(e.kind == "ds" for e in exports):
+            step("paths")
+            found = {a["ref"]: a.get("paths") for a in self.agents(host).list()["attachments"]}
+            return {e.ref: found[e.ref] for e in exports if found.get(e.ref)}
         return hostside.paths(self.connect(host), [(e.ref, e.mountpoint, self.settings.target_iqn(e))
                                                    for e in exports], step)
 
@@ -513,6 +550,8 @@ class Publisher:
         ``index`` and ``created``, a ``current`` link pointing at this version moves to the newest other
         version published to the host (or goes). A multipath map with another storage node's path left keeps
         its mount: only this node's path is logged out. Returns {changed, commands, paths_left[, current]}."""
+        if self.agents is not None and export.kind == "ds":
+            return self._agent_detach(export, host, step, force=force, index=index, created=created)
         runner = self.connect(host)
         res = hostside.detach(runner, target_iqn=self.settings.target_iqn(export), mountpoint=export.mountpoint,
                               portal=self.settings.portal, force=force, step=step)
@@ -524,3 +563,21 @@ class Publisher:
                 res["current"] = others[-1][1] if others else None
                 switch_link(runner, export.current_link, res["current"])
         return res
+
+    def _agent_detach(self, export: Export, host, step, *, force: bool, index, created) -> dict:
+        """The host side of an unpublish through the host's agent: the manual holder counted out (the last holder
+        unmounts and logs out of every storage node); ``current`` moves as ``detach`` says."""
+        agent = self.agents(host)
+        step("detach")
+        res = agent.detach(export.ref, force=force)
+        out = {"changed": bool(res.get("changed")), "commands": list(res.get("commands") or []), "paths_left": 0,
+               "holders": list(res.get("holders") or [])}
+        if out["holders"]:
+            raise UserError(f"{host.name} still holds {export.ref} for {', '.join(out['holders'])}",
+                            "let those jobs end (their epilog detaches it), then unpublish again")
+        if index is not None and created is not None and export.current_link:
+            if agent.current(export.name)["current"] == export.version:
+                others = sorted((created[v], v) for v in index.versions_on(export, host.initiator) if v in created)
+                out["current"] = others[-1][1] if others else None
+                agent.current(export.name, out["current"])
+        return out
