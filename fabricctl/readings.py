@@ -1,7 +1,7 @@
 """What this storage node is, read once for `fabricctl status` and `fabricctl metrics`: the pool (`zpool list`,
 `zpool status`, its creation), LIO's exports and sessions (the publishing service's ExportIndex), and the health
 checks of fabric_core.services.health on them. A source that cannot be read is one UNKNOWN check, never a failure; the
-metrics add the ARC's statistics and the checkpoint snapshots."""
+metrics add the checkpoint and replica snapshots (`fabricctl warm` reads the ARC's statistics here)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fabric_core.base.errors import FabricError
 from fabric_core.base.rules import KIND_CHECKPOINT
 from fabric_core.node import freeze
 from fabric_core.services import health, replicate
-from fabric_core.services.metrics import ARCSTATS
+from fabric_core.services.metrics import ARCSTATS, ROTATION_LAST_SUCCESS, ROTATION_LAST_SUCCESS_OLD
 from fabric_core.services.replicate import ORIGIN_PROP
 from fabric_core.storage import holders, lio, lzc, versions, zfs, zpool
 
@@ -188,14 +188,16 @@ def rotation_check(path: str | None, now: float):
         return health.rotation(None, now, f"no {path}")
     except OSError as exc:
         return health.unknown("rotation", f"cannot read {path}: {why(exc)}")
-    for line in text.splitlines():
+    found = {}
+    for line in text.splitlines():  # the name 0.2.0 wrote too, until the next run rewrites the file
         name, _space, value = line.partition(" ")
-        if name == "fabricctl_rotate_last_success_timestamp_seconds":
-            try:
-                return health.rotation(float(value), now, path)
-            except ValueError:
-                break
-    return health.unknown("rotation", f"{path} has no fabricctl_rotate_last_success_timestamp_seconds")
+        if name in (ROTATION_LAST_SUCCESS, ROTATION_LAST_SUCCESS_OLD):
+            found.setdefault(name, value)
+    value = found.get(ROTATION_LAST_SUCCESS, found.get(ROTATION_LAST_SUCCESS_OLD))
+    try:
+        return health.rotation(float(value), now, path)
+    except (TypeError, ValueError):
+        return health.unknown("rotation", f"{path} has no {ROTATION_LAST_SUCCESS}")
 
 
 def holds_check(ctx):

@@ -1,14 +1,18 @@
-"""This storage node as Prometheus metrics, in node_exporter's textfile-collector format: the health state and each
-check of `fabricctl status`, the pool (state, size, allocated, free, capacity, data errors, every device's read,
-write and checksum error counters, scrub age and errors), the ARC and L2ARC (sizes, hits, misses, hit ratios), the
-published versions with the hosts that have an ACL and those logged in, and each job's newest checkpoint age. The
-metric names and their meaning: docs/fabricctl.md, "Metrics"; example alert rules: docs/alerts.yml.
+"""This storage node as Prometheus metrics, in node_exporter's textfile-collector format: fabric_build_info, the
+health state and each check of `fabricctl status`, the pool (state, size, allocated, free, capacity, data errors,
+every device's read, write and checksum error counters, last scrub time and errors), the published versions (per
+version: hosts with an ACL and those logged in; per host: versions published to it and those it is logged in to),
+each job's newest checkpoint time and count, and the newest snapshot time of each volume received from another
+node. Every name starts with fabric_; points in time are Unix times (*_timestamp_seconds). The ARC and L2ARC are
+node_exporter's own (its zfs collector: node_zfs_arc_*). The metric names and their meaning: docs/fabricctl.md,
+"Metrics"; example alert rules: roles/fabricctl/files/fabric-alerts.yml (the role installs them with
+fabricctl_alert_rules_file).
 
 The file is replaced atomically (a temporary file in the same directory, renamed; mode 0644). Without --output it
 goes next to rotation's metrics file (rotation.metrics_file's directory, as fabric.prom), or to stdout when none is
 configured; `--output -` prints it. A source that cannot be read leaves its metrics out and sets
 fabric_metrics_source_up{source} to 0; the file is written all the same (exit 0). The fabricctl role runs this every
-minute (fabricctl-metrics.timer). Rotation's own metrics stay in rotation's file.
+minute (fabricctl-metrics.timer). Rotation's own metrics (fabric_rotate_*) stay in rotation's file.
 
 Examples:
   fabricctl metrics --output -
@@ -18,6 +22,7 @@ Examples:
 from __future__ import annotations
 
 import os
+import platform
 import socket
 import time
 
@@ -25,7 +30,7 @@ from fabric_core.base.errors import FabricError
 from fabric_core.services import health
 from fabric_core.services import metrics as fabric_metrics
 
-from .. import readings
+from .. import about, readings
 
 PATH = ("metrics",)
 HELP = "write the node's Prometheus metrics (node_exporter textfile format) to a file or stdout"
@@ -33,7 +38,7 @@ MUTATING = False  # read-only: no node lock, no journal record (it runs every mi
 
 FILE_NAME = "fabric.prom"  # next to rotation's metrics file (fabricctl.prom), in node_exporter's textfile directory
 clock = time.time  # the metrics' clock (tests set it)
-arcstats_path = fabric_metrics.ARCSTATS  # tests point it at a sample
+zfs_module_version = "/sys/module/zfs/version"  # fabric_build_info's openzfs (tests point it at a sample)
 
 
 def configure(p) -> None:
@@ -49,8 +54,20 @@ def default_output(cfg) -> str | None:
     return os.path.join(os.path.dirname(cfg.rotation.metrics_file), FILE_NAME)
 
 
+def build() -> dict:
+    """fabric_build_info's labels: fabricctl's version, the Python running it, the loaded OpenZFS module's version
+    (None: unknown)."""
+    try:
+        with open(zfs_module_version, encoding="utf-8") as fh:
+            openzfs = fh.read().strip() or None
+    except OSError:
+        openzfs = None
+    return {"version": about.fabricctl_version(), "python": platform.python_version(), "openzfs": openzfs}
+
+
 def observe(ctx, now: float) -> fabric_metrics.Observed:
-    """Every read of the metrics: status's (the pool, LIO, the checks), the ARC's kstat, the checkpoint snapshots."""
+    """Every read of the metrics: status's (the pool, LIO, the checks), the checkpoint and replica snapshots, the
+    build."""
     cfg = ctx.config
     reading = readings.read(ctx, now)
     pool = reading.pool
@@ -58,8 +75,8 @@ def observe(ctx, now: float) -> fabric_metrics.Observed:
     return fabric_metrics.Observed(pool_name=pool.name, now=now, node=cfg.node or socket.gethostname(),
                                    pool=pool.row, pool_health=pool.health, pool_missing=pool.missing,
                                    checks=reading.checks, versions=readings.published_versions(reading.exports),
-                                   arcstats=readings.read_arcstats(arcstats_path),
-                                   checkpoints=checkpoints, replicas=readings.replica_snapshots(ctx, checkpoints))
+                                   checkpoints=checkpoints, replicas=readings.replica_snapshots(ctx, checkpoints),
+                                   build=build())
 
 
 def write(path: str | None, text: bytes) -> None:
@@ -78,7 +95,7 @@ def run(ctx, args) -> int:
         if args.output and args.output != "-":
             check = health.unknown("config", readings.why(exc))
             write(args.output, fabric_metrics.render(fabric_metrics.registry(
-                fabric_metrics.Observed(pool_name="", now=now, checks=[check]))))
+                fabric_metrics.Observed(pool_name="", now=now, checks=[check], build=build()))))
         raise
     text = fabric_metrics.render(fabric_metrics.registry(obs))
     path = args.output or default_output(ctx.config)

@@ -138,8 +138,8 @@ def test_rotation_destroys_in_one_batch_and_writes_metrics(storage, fctl):
     assert out["batches"] == {VOL: 2}
     assert snapshots(storage) == ["step-200", "step-300", "step-500", "manual"]
     metrics = storage.check_output(f"cat {METRICS_FILE}")
-    assert 'fabricctl_rotate_snapshots{action="destroyed"} 2' in metrics
-    assert "fabricctl_rotate_last_success_timestamp_seconds" in metrics
+    assert 'fabric_rotate_snapshots{action="destroyed"} 2.0' in metrics  # prometheus_client writes floats
+    assert "fabric_rotate_last_success_timestamp_seconds" in metrics
 
 
 # What whoever can write the textfile directory plants (issue 26, item 5): a link at the final name, and at every
@@ -175,7 +175,7 @@ def test_rotation_metrics_are_never_written_through_a_planted_link(storage, fctl
         assert res.rc == 0, res.stderr
         assert storage.check_output(f"sha256sum {decoy}") == before  # nothing written through any link
         assert storage.check_output(f"stat -c '%F %a %U' {METRICS_FILE}") == "regular file 644 root"
-        assert "fabricctl_rotate_last_success_timestamp_seconds" in storage.check_output(f"cat {METRICS_FILE}")
+        assert "fabric_rotate_last_success_timestamp_seconds" in storage.check_output(f"cat {METRICS_FILE}")
         assert storage.check_output(f"{links} ! -type l") == ""  # no file of its own left at an old name
         assert int(storage.check_output(f"{links} -type l -lname {decoy} | wc -l")) == 3000  # none replaced
     finally:

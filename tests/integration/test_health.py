@@ -99,8 +99,8 @@ def test_the_metrics_textfile_carries_every_documented_metric(pool, fctl):
     missing = {name for name in documented if name not in seen and name.removesuffix("_total") not in seen}
     # a metric only exists when there is something to count: checkpoint jobs (none in this pool's config), volumes
     # received from another node (test_replication reads that one on storage2)
-    assert missing <= {"fabric_checkpoint_newest_snapshot_age_seconds", "fabric_checkpoint_snapshots",
-                       "fabric_replica_newest_snapshot_age_seconds"}, missing
+    assert missing <= {"fabric_checkpoint_newest_snapshot_timestamp_seconds", "fabric_checkpoint_snapshots",
+                       "fabric_replica_newest_snapshot_timestamp_seconds"}, missing
     state = {s.labels["state"]: s.value for s in families["fabric_pool_state"].samples if s.labels["pool"] == POOL}
     assert state["ONLINE"] == 1 and sum(state.values()) == 1, state
     cksum = {s.labels["device"]: s.value for s in families["fabric_pool_device_checksum_errors"].samples}
@@ -129,7 +129,7 @@ def test_lio_running_unsaved_and_an_old_rotation_are_warnings(pool, fctl):
     file, read with grep, does not have it); removed, the check is OK again. rotation: a metrics file whose last
     success is three days old."""
     prom = "/tmp/fabric-health-rotate.prom"
-    pool.check_output(f"echo 'fabricctl_rotate_last_success_timestamp_seconds {int(time.time()) - 3 * 86400}' "
+    pool.check_output(f"echo 'fabric_rotate_last_success_timestamp_seconds {int(time.time()) - 3 * 86400}' "
                       f"> {prom}")
     env = edited_config(pool, CONFIG, SETUP + f"; c['rotation'] = {{'metrics_file': '{prom}'}}")
     iqn = "iqn.2026-11.io.fabric.lab:health-unsaved"

@@ -110,10 +110,10 @@ def test_rotate_metrics_do_not_follow_links_at_any_predictable_name(tmp_path, vi
     from prometheus_client.parser import text_string_to_metric_families
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for fam in text_string_to_metric_families(text) for s in fam.samples}
-    assert samples == {("fabricctl_rotate_last_success_timestamp_seconds", ()): 1764216123.0,
-                       ("fabricctl_rotate_snapshots", (("action", "kept"),)): 7.0,
-                       ("fabricctl_rotate_snapshots", (("action", "destroyed"),)): 2.0,
-                       ("fabricctl_rotate_duration_seconds", ()): 1.25}
+    assert samples == {("fabric_rotate_last_success_timestamp_seconds", ()): 1764216123.0,
+                       ("fabric_rotate_snapshots", (("action", "kept"),)): 7.0,
+                       ("fabric_rotate_snapshots", (("action", "destroyed"),)): 2.0,
+                       ("fabric_rotate_duration_seconds", ()): 1.25}
     # status reads it back (the rotation check): an hour after the run, rotation is OK
     check = readings.rotation_check(str(path), 1764216123.0 + 3600)
     assert check.state == "OK", check

@@ -227,6 +227,7 @@ def scrub(health, now: float, thresholds: Thresholds = DEFAULTS, created: float 
 
     def result(states: list, text: str, age: float | None) -> Check:
         details["age_seconds"] = None if age is None else round(max(0.0, age))
+        details["since"] = None if age is None else now - max(0.0, age)  # the time it is aged from (Unix time)
         return Check("scrub", worst(states), text, details, perf(max(0.0, age)) if age is not None else ())
 
     start, end = scan.get("start_time", 0), scan.get("end_time", 0)

@@ -1,15 +1,24 @@
 """The fabric as Prometheus metrics: a pure function of what was read (``Observed``: the pool's `zpool list` row and
 ``zpool.PoolHealth``, the health checks of ``fabric_core.services.health``, the published versions with their
-hosts, the text of ``/proc/spl/kstat/zfs/arcstats``, the checkpoint snapshot rows, the clock) to a ``prometheus_client``
-``CollectorRegistry``; ``render`` gives node_exporter's textfile-collector format (``generate_latest``).
+hosts, the checkpoint snapshot rows, the build, the clock) to a ``prometheus_client`` ``CollectorRegistry``;
+``render`` gives node_exporter's textfile-collector format (``generate_latest``).
 
-Every metric is in ``METRICS`` (name, type, labels, unit, meaning): the one list the exposition, the docs
-(docs/fabricctl.md, "Metrics") and the example alert rules (docs/alerts.yml) are checked against. Counters carry
-``_total`` in their names, as they are exposed. A source that could not be read has no samples and
-``fabric_metrics_source_up{source}`` 0; what could be read is still exposed.
+Every metric is in ``METRICS`` (name, type, labels, unit, meaning), and those `fabricctl rotate` writes in
+``ROTATION_METRICS``: the lists the exposition, the docs (docs/fabricctl.md, "Metrics") and the example alert rules
+(roles/fabricctl/files/fabric-alerts.yml) are checked against. Prometheus' conventions: one prefix (``fabric_``)
+for all of them; counters carry ``_total`` in their names, as they are exposed; a point in time is a Unix time
+named ``*_timestamp_seconds`` (an alert computes the age with ``time() - ...``), never an age the file would have
+to be rewritten to keep true; ``fabric_build_info`` is 1 with the build in its labels. Nothing node_exporter's zfs
+collector exports (``node_zfs_arc_*``: the ARC and L2ARC; ``node_zfs_zpool_state``) is exported again, except
+``fabric_pool_state``, which also says MISSING for the configured pool that is not imported (node_exporter knows
+only imported pools). The series of published versions are per version and per host, never per host and
+version: a node publishing V versions to H hosts has 2V + 2H of them, not 2VH (docs/fabricctl.md, "Metrics").
+A source that could not be read has no samples and ``fabric_metrics_source_up{source}`` 0; what could be read is
+still exposed.
 
 prometheus_client is imported when a registry is built (Debian's python3-prometheus-client; 0.16, Debian 12's, is
-the oldest this uses), so the rest of the core works without it.
+the oldest this uses), so the rest of the core works without it. ``parse_arcstats`` (the ARC's kstat) is here for
+`fabricctl warm` and the read benchmark; no metric comes from it.
 """
 
 from __future__ import annotations
@@ -36,6 +45,9 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
+    Metric("fabric_build_info", GAUGE, ("version", "python", "openzfs"), "info",
+           "Always 1: the fabricctl that wrote the file (version), the Python it runs on and the OpenZFS module "
+           "loaded on the node (/sys/module/zfs/version; unknown when it cannot be read)."),
     Metric("fabric_health_state", GAUGE, (), "state",
            "The overall state of fabricctl status: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the worst check's; "
            "CRITICAL wins over WARNING over UNKNOWN)."),
@@ -44,7 +56,7 @@ METRICS: tuple[Metric, ...] = (
            "capacity, chap, discovery, lio_saved, sessions, foreign_acls, rotation, holds; exports or config "
            "when unreadable): 0-3 as above."),
     Metric("fabric_metrics_source_up", GAUGE, ("source",), "boolean",
-           "1 when the source (pool, exports, arcstats, checkpoints, replicas) was read, 0 when it could not be "
+           "1 when the source (pool, exports, checkpoints, replicas) was read, 0 when it could not be "
            "(its metrics are then absent)."),
     Metric("fabric_pool_state", GAUGE, ("pool", "state"), "boolean",
            "1 for the pool's state (ONLINE, DEGRADED, FAULTED, OFFLINE, UNAVAIL, REMOVED, SUSPENDED; MISSING: not "
@@ -64,41 +76,34 @@ METRICS: tuple[Metric, ...] = (
            "WRITE errors, as the read errors."),
     Metric("fabric_pool_device_checksum_errors_total", COUNTER, ("pool", "vdev", "device"), "errors",
            "CKSUM errors, as the read errors."),
-    Metric("fabric_pool_scrub_age_seconds", GAUGE, ("pool",), "seconds",
-           "Age of the last scrub as the scrub check has it: from the end of a finished scan, the start of one in "
-           "progress, the pool's creation when never scrubbed (absent when that is unknown)."),
+    Metric("fabric_pool_last_scrub_timestamp_seconds", GAUGE, ("pool",), "seconds",
+           "When the pool was last scrubbed as the scrub check counts it (Unix time): the end of a finished scan, "
+           "the start of one in progress, the pool's creation when never scrubbed (absent when that is unknown)."),
     Metric("fabric_pool_scrub_errors", GAUGE, ("pool",), "errors",
            "Errors the last scan found (zpool keeps one scan: the last scrub unless a resilver came after it)."),
-    Metric("fabric_arc_size_bytes", GAUGE, (), "bytes", "The ARC's size (arcstats size)."),
-    Metric("fabric_arc_hits_total", COUNTER, (), "hits", "ARC hits since the module was loaded (arcstats hits)."),
-    Metric("fabric_arc_misses_total", COUNTER, (), "misses",
-           "ARC misses since the module was loaded (arcstats misses)."),
-    Metric("fabric_arc_hit_ratio", GAUGE, (), "ratio",
-           "hits / (hits + misses) since the module was loaded (absent before any access); for a recent ratio use "
-           "rate() of the two counters."),
-    Metric("fabric_l2arc_size_bytes", GAUGE, (), "bytes", "Data held by the L2ARC (cache devices; arcstats l2_size)."),
-    Metric("fabric_l2arc_hits_total", COUNTER, (), "hits", "L2ARC hits (arcstats l2_hits)."),
-    Metric("fabric_l2arc_misses_total", COUNTER, (), "misses", "L2ARC misses (arcstats l2_misses)."),
-    Metric("fabric_l2arc_hit_ratio", GAUGE, (), "ratio",
-           "l2_hits / (l2_hits + l2_misses) since the module was loaded (absent before any L2ARC access: no cache "
-           "device, or none read yet)."),
     Metric("fabric_published_versions", GAUGE, ("node",), "versions",
            "Dataset versions this storage node publishes (an ACL for at least one host)."),
-    Metric("fabric_version_acl", GAUGE, ("dataset", "version", "host"), "boolean",
-           "1 for each host with an ACL on the version's target (an initiator of no configured host: its IQN)."),
-    Metric("fabric_version_session", GAUGE, ("dataset", "version", "host"), "boolean",
-           "For each host with an ACL on the version: 1 logged in to its target, 0 not."),
-    Metric("fabric_checkpoint_age_seconds", GAUGE, ("job",), "seconds",
-           "Age of the job's newest checkpoint snapshot (its creation)."),
+    Metric("fabric_version_hosts", GAUGE, ("dataset", "version"), "hosts",
+           "Hosts with an ACL on the version's target (an initiator of no configured host counts as one)."),
+    Metric("fabric_version_sessions", GAUGE, ("dataset", "version"), "hosts",
+           "Of the hosts with an ACL on the version's target, those logged in to it."),
+    Metric("fabric_host_versions", GAUGE, ("host",), "versions",
+           "Versions this storage node publishes to the host (an ACL on their targets; a host is a configured "
+           "host's name, an initiator of none its IQN)."),
+    Metric("fabric_host_sessions", GAUGE, ("host",), "versions",
+           "Of the versions published to the host, those it is logged in to; fewer than fabric_host_versions: "
+           "`fabricctl status` (the sessions check) names which."),
+    Metric("fabric_checkpoint_newest_snapshot_timestamp_seconds", GAUGE, ("job",), "seconds",
+           "Creation (Unix time) of the job's newest checkpoint snapshot."),
     Metric("fabric_checkpoint_snapshots", GAUGE, ("job",), "snapshots", "Checkpoint snapshots the job has."),
-    Metric("fabric_replica_newest_snapshot_age_seconds", GAUGE, ("kind", "volume", "origin"), "seconds",
+    Metric("fabric_replica_newest_snapshot_timestamp_seconds", GAUGE, ("kind", "volume", "origin"), "seconds",
            "For each volume received from another storage node (fabric:origin; kind dataset or checkpoint): the "
-           "age of its newest snapshot, by its creation on the node that took it (send and receive keep it). "
-           "When the origin snapshots a job regularly, this is how far the replica lags."),
+           "creation (Unix time) of its newest snapshot on the node that took it (send and receive keep it). "
+           "When the origin snapshots a job regularly, time() minus this is how far the replica lags."),
 )
 BY_NAME = {m.name: m for m in METRICS}
 NAMES = tuple(BY_NAME)
-SOURCES = ("pool", "exports", "arcstats", "checkpoints", "replicas")
+SOURCES = ("pool", "exports", "checkpoints", "replicas")
 # the pool states of zpool (vdev_state_t as zpool_pool_state_to_name names a pool's), and MISSING: not imported
 POOL_STATES = ("ONLINE", "DEGRADED", "FAULTED", "OFFLINE", "UNAVAIL", "REMOVED", "SUSPENDED", "MISSING")
 ARCSTATS = "/proc/spl/kstat/zfs/arcstats"
@@ -115,10 +120,11 @@ class Observed:
     pool: the `zpool list -j --json-int` row ({name, size, alloc, free, cap, health}); pool_health: the
     zpool.PoolHealth of `zpool status`; pool_missing: the pool is not imported. checks: the health.Check list of
     fabricctl status. versions: the published dataset versions, [{"dataset", "version", "acl": [host, ...],
-    "sessions": [host, ...]}] (hosts with an ACL, those of them logged in). arcstats: the text of
-    /proc/spl/kstat/zfs/arcstats. checkpoints: the checkpoint snapshot rows ({"name_short": job, "creation": epoch
-    seconds}). replicas: the snapshot rows of volumes received from another node ({"name_short", "fabric:kind",
-    "fabric:origin", "creation"}). node: this storage node's name. now: the clock (epoch seconds)."""
+    "sessions": [host, ...]}] (hosts with an ACL, those of them logged in). checkpoints: the checkpoint snapshot
+    rows ({"name_short": job, "creation": epoch seconds}). replicas: the snapshot rows of volumes received from
+    another node ({"name_short", "fabric:kind", "fabric:origin", "creation"}). node: this storage node's name.
+    build: fabric_build_info's labels ({"version", "python", "openzfs"}; None: no such sample). now: the clock
+    (epoch seconds)."""
 
     pool_name: str
     now: float
@@ -128,9 +134,9 @@ class Observed:
     pool_missing: bool = False
     checks: list = field(default_factory=list)
     versions: list | None = None
-    arcstats: str | None = None
     checkpoints: list | None = None
     replicas: list | None = None
+    build: dict | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -157,17 +163,10 @@ def parse_arcstats(text: str) -> dict[str, int]:
     return out
 
 
-def _ratio(hits: int | None, misses: int | None) -> float | None:
-    if hits is None or misses is None or hits + misses == 0:
-        return None
-    return hits / (hits + misses)
-
-
 def sources_up(obs: Observed) -> dict[str, bool]:
     """{source: whether it was read} for SOURCES (a pool that is not imported was read: it is MISSING)."""
     return {"pool": obs.pool is not None or obs.pool_missing, "exports": obs.versions is not None,
-            "arcstats": obs.arcstats is not None, "checkpoints": obs.checkpoints is not None,
-            "replicas": obs.replicas is not None}
+            "checkpoints": obs.checkpoints is not None, "replicas": obs.replicas is not None}
 
 
 def _device_labels(pool: str, d) -> tuple[str, str, str]:
@@ -185,6 +184,8 @@ def _samples(obs: Observed) -> dict[str, list]:
         if value is not None:
             out[name].append((tuple(str(x) for x in labels), float(value)))
 
+    if obs.build is not None:
+        add("fabric_build_info", tuple(obs.build.get(k) or "unknown" for k in BY_NAME["fabric_build_info"].labels), 1)
     checks = list(obs.checks)
     if checks:
         add("fabric_health_state", (), health.EXIT_CODES[health.overall(checks).state])
@@ -224,29 +225,25 @@ def _samples(obs: Observed) -> dict[str, list]:
             add("fabric_pool_device_checksum_errors_total", labels, d.cksum)
         scrub = next((c for c in checks if c.name == "scrub" and c.details.get("pool") == ph.name), None)
         if scrub is not None:
-            add("fabric_pool_scrub_age_seconds", (ph.name,), scrub.details.get("age_seconds"))
+            add("fabric_pool_last_scrub_timestamp_seconds", (ph.name,), scrub.details.get("since"))
         if ph.scan_stats:
             add("fabric_pool_scrub_errors", (ph.name,), ph.scan_stats.get("errors", 0))
-
-    if obs.arcstats is not None:
-        arc = parse_arcstats(obs.arcstats)
-        add("fabric_arc_size_bytes", (), arc.get("size"))
-        add("fabric_arc_hits_total", (), arc.get("hits"))
-        add("fabric_arc_misses_total", (), arc.get("misses"))
-        add("fabric_arc_hit_ratio", (), _ratio(arc.get("hits"), arc.get("misses")))
-        add("fabric_l2arc_size_bytes", (), arc.get("l2_size"))
-        add("fabric_l2arc_hits_total", (), arc.get("l2_hits"))
-        add("fabric_l2arc_misses_total", (), arc.get("l2_misses"))
-        add("fabric_l2arc_hit_ratio", (), _ratio(arc.get("l2_hits"), arc.get("l2_misses")))
 
     if obs.versions is not None:
         published = [v for v in obs.versions if v.get("acl")]
         add("fabric_published_versions", (obs.node,), len(published))
+        per_host: dict[str, list[int]] = {}  # host -> [versions with an ACL, those logged in]
         for v in sorted(published, key=lambda v: (v["dataset"], v["version"])):
-            logged_in = set(v.get("sessions") or ())
-            for host in sorted(set(v["acl"])):
-                add("fabric_version_acl", (v["dataset"], v["version"], host), 1)
-                add("fabric_version_session", (v["dataset"], v["version"], host), int(host in logged_in))
+            acl, logged_in = set(v["acl"]), set(v.get("sessions") or ()) & set(v["acl"])
+            add("fabric_version_hosts", (v["dataset"], v["version"]), len(acl))
+            add("fabric_version_sessions", (v["dataset"], v["version"]), len(logged_in))
+            for host in acl:
+                counts = per_host.setdefault(host, [0, 0])
+                counts[0] += 1
+                counts[1] += host in logged_in
+        for host in sorted(per_host):
+            add("fabric_host_versions", (host,), per_host[host][0])
+            add("fabric_host_sessions", (host,), per_host[host][1])
 
     if obs.checkpoints is not None:
         newest: dict[str, float] = {}
@@ -260,7 +257,7 @@ def _samples(obs: Observed) -> dict[str, list]:
         for job in sorted(count):
             add("fabric_checkpoint_snapshots", (job,), count[job])
             if job in newest:
-                add("fabric_checkpoint_age_seconds", (job,), max(0.0, obs.now - newest[job]))
+                add("fabric_checkpoint_newest_snapshot_timestamp_seconds", (job,), newest[job])
 
     if obs.replicas is not None:
         received: dict[tuple, float] = {}
@@ -272,7 +269,7 @@ def _samples(obs: Observed) -> dict[str, list]:
             key = (kind, str(row.get("name_short", "")), str(origin))
             received[key] = max(received.get(key, created), created)
         for key in sorted(received):
-            add("fabric_replica_newest_snapshot_age_seconds", key, max(0.0, obs.now - received[key]))
+            add("fabric_replica_newest_snapshot_timestamp_seconds", key, received[key])
     return out
 
 
@@ -325,14 +322,18 @@ def render(reg) -> bytes:
 
 
 # fabricctl rotate's own metrics (its file, rotation.metrics_file): not an observation of the node, the record of
-# the last successful run, which `fabricctl status` reads back (the rotation check).
+# the last successful run, which `fabricctl status` reads back (the rotation check). 0.2.0 and earlier named them
+# fabricctl_rotate_* (CHANGELOG, "Metrics renamed"); ROTATION_LAST_SUCCESS_OLD is still read from a file the
+# previous version wrote, until the next run replaces it.
 ROTATION_METRICS = (
-    Metric("fabricctl_rotate_last_success_timestamp_seconds", GAUGE, (), "seconds",
-           "End of the last successful fabricctl rotate."),
-    Metric("fabricctl_rotate_snapshots", GAUGE, ("action",), "",
+    Metric("fabric_rotate_last_success_timestamp_seconds", GAUGE, (), "seconds",
+           "End (Unix time) of the last successful fabricctl rotate."),
+    Metric("fabric_rotate_snapshots", GAUGE, ("action",), "snapshots",
            "Snapshots kept and destroyed by the last successful run."),
-    Metric("fabricctl_rotate_duration_seconds", GAUGE, (), "seconds", "Duration of the last successful run."),
+    Metric("fabric_rotate_duration_seconds", GAUGE, (), "seconds", "Duration of the last successful run."),
 )
+ROTATION_LAST_SUCCESS = ROTATION_METRICS[0].name
+ROTATION_LAST_SUCCESS_OLD = "fabricctl_rotate_last_success_timestamp_seconds"
 
 
 def rotation_registry(*, now: float, kept: int, destroyed: int, seconds: float):
@@ -364,5 +365,5 @@ def write_textfile(path: str, text: bytes) -> None:
 
 
 __all__ = ["ARCSTATS", "BY_NAME", "COUNTER", "GAUGE", "METRICS", "Metric", "NAMES", "Observed", "POOL_STATES",
-           "ROTATION_METRICS", "SOURCES", "parse_arcstats", "registry", "render", "rotation_registry", "sources_up",
-           "write_textfile"]
+           "ROTATION_LAST_SUCCESS", "ROTATION_LAST_SUCCESS_OLD", "ROTATION_METRICS", "SOURCES", "parse_arcstats",
+           "registry", "render", "rotation_registry", "sources_up", "write_textfile"]
