@@ -9,7 +9,7 @@ Measured in one run, under the same page-cache state (nothing is dropped from th
 need root; instead one untimed `find TREE -type f -print0 | xargs -0 cat > /dev/null` reads the whole
 tree first, and if the tree does not fit in free RAM both commands read from disk alike):
 
-1. ours: `python3 plugins/module_utils/fabric_core/node/manifest.py build TREE OUT --workers N` in a child process
+1. ours: `python3 -m fabric_core.node.manifest build TREE OUT --workers N` in a child process
    (the same file fabricctl runs on storage nodes, stdlib only). Peak memory: the largest sum of VmRSS
    over the child and all its descendants, sampled every 20 ms from /proc (an upper bound: pages shared
    between the processes count once per process), and the kernel's ru_maxrss of the largest single
@@ -38,7 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import RESULTS, write_section  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-MANIFEST_PY = REPO / "plugins" / "module_utils" / "fabric_core" / "node" / "manifest.py"
+MODULE_UTILS = REPO / "plugins" / "module_utils"
+MANIFEST = ["-m", "fabric_core.node.manifest"]  # the command line of the core's manifest package
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(MODULE_UTILS), os.environ.get("PYTHONPATH")]))
 SECTION = "manifest"
 BENCH_DIR = Path(os.environ.get("FABRIC_BENCH_DIR", "/var/tmp/fabric-bench/tree-1m"))
 DIRS, FILES_PER_DIR, MIN_SIZE, MAX_SIZE, SEED = 1000, 1000, 1024, 8192, 20261104
@@ -150,7 +152,7 @@ def main() -> int:
     print(f"  warm-up read took {warm:.1f} s", file=sys.stderr)
 
     python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
-    ours_argv = [python, str(MANIFEST_PY), "build", tree, out, "--workers", str(WORKERS), "--json"]
+    ours_argv = [python, *MANIFEST, "build", tree, out, "--workers", str(WORKERS), "--json"]
     print(f"ours: {' '.join(ours_argv)}", file=sys.stderr)
     ours, ours_peak_kib, ours_out = run_measured(ours_argv, sample=True)
     ours_maxrss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -161,7 +163,7 @@ def main() -> int:
     baseline, _, _ = run_measured(baseline_cmd, shell=True)
     print(f"  {baseline:.1f} s", file=sys.stderr)
 
-    verify_argv = [python, str(MANIFEST_PY), "verify", tree, out, "--workers", str(WORKERS)]
+    verify_argv = [python, *MANIFEST, "verify", tree, out, "--workers", str(WORKERS)]
     verify, verify_peak_kib, _ = run_measured(verify_argv, sample=True)
     print(f"verify: {verify:.1f} s, peak tree RSS {verify_peak_kib / 1024:.0f} MiB", file=sys.stderr)
 
@@ -188,7 +190,7 @@ def main() -> int:
         f"| {ours_peak_kib / 1024:.0f} MiB (largest single process: {ours_maxrss_kib / 1024:.0f} MiB) "
         f"| {WORKERS} | {os.cpu_count()} |",
         "",
-        f"Ours is `{python} plugins/module_utils/fabric_core/node/manifest.py build TREE OUT --workers {WORKERS}` "
+        f"Ours is `{python} -m fabric_core.node.manifest build TREE OUT --workers {WORKERS}` "
         f"(Python {py_version}): "
         "the main process walks with `os.scandir` (sorted per directory, streamed, never the whole file "
         "list in memory) and writes the manifest in order; worker processes (spawned) hash batches of "

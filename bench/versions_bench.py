@@ -63,7 +63,7 @@ def change_files(tree: Path, share: float, seed: int) -> int:
 
 
 def build(python: str, tree: str, out: Path, *extra: str) -> tuple[float, int, dict]:
-    argv = [python, str(mb.MANIFEST_PY), "build", tree, str(out), "--workers", str(mb.WORKERS), "--json", *extra]
+    argv = [python, *mb.MANIFEST, "build", tree, str(out), "--workers", str(mb.WORKERS), "--json", *extra]
     seconds, peak_kib, stdout = mb.run_measured(argv, sample=True)
     return seconds, peak_kib, json.loads(stdout.strip().splitlines()[-1])
 
@@ -121,7 +121,7 @@ def main() -> int:
 def measure_diff(python: str, before: Path, after: Path) -> dict:
     """`manifest.py diff` of the two manifests (every change printed to a pipe): seconds and peak RSS; and
     `sha256sum` of the two files, the baseline."""
-    diff_argv = f"{python} {mb.MANIFEST_PY} diff {before} {after} | tail -1"
+    diff_argv = f"{python} {' '.join(mb.MANIFEST)} diff {before} {after} | tail -1"
     diff_s, diff_peak_kib, diff_out = mb.run_measured(diff_argv, shell=True, sample=True)
     print(f"diff: {diff_s:.1f} s, peak {diff_peak_kib / 1024:.0f} MiB: {diff_out.strip()}", file=sys.stderr)
     sha_s, _, _ = mb.run_measured(["sha256sum", str(before), str(after)])

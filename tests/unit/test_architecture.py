@@ -51,7 +51,11 @@ def graph() -> dict[str, set[str]]:
     for name in MODULES:
         deps = set()
         for target, names in imports(name):
-            deps |= {m for m in (target, *(f"{target}.{n}" for n in names)) if m in MODULES and m != name}
+            submodules = {f"{target}.{n}" for n in names} & MODULES.keys()
+            # `from PACKAGE import SUBMODULE, ...` depends on the submodules (a package's own modules import each
+            # other so, while its __init__ runs); any other name imported from a package depends on its __init__
+            wanted = submodules if names and len(submodules) == len(names) else {target, *submodules}
+            deps |= {m for m in wanted if m in MODULES and m != name}
         edges[name] = deps
     return edges
 

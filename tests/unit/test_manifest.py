@@ -14,7 +14,9 @@ from fabric_core.base.errors import NotFound, UserError
 from fabric_core.node import manifest
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "plugins" / "module_utils" / "fabric_core" / "node" / "manifest.py"
+MODULE_UTILS = REPO / "plugins" / "module_utils"
+SCRIPT = [sys.executable, "-m", "fabric_core.node.manifest"]  # the command line, as a module of fabric_core
+SCRIPT_ENV = {**os.environ, "PYTHONPATH": str(MODULE_UTILS)}
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 
@@ -161,7 +163,7 @@ def test_empty_files_have_the_digest_of_nothing(tmp_path):
 
 
 def test_a_large_file_is_hashed_in_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(manifest, "_CHUNK", 1024)
+    monkeypatch.setattr(manifest.tree, "CHUNK", 1024)
     data = os.urandom(10_000)
     root = make_tree(tmp_path / "t", {"big": data, "exact": b"y" * 1024, "small": b"s" * 1023})
     out = tmp_path / "m.tsv"
@@ -202,7 +204,7 @@ def many_files(root: Path, dirs: int = 6, per_dir: int = 7) -> Path:
 
 
 def test_builds_are_deterministic_across_runs_and_worker_counts(tmp_path, monkeypatch):
-    monkeypatch.setattr(manifest, "_BATCH", 2)  # many batches: the worker pool and its window are used
+    monkeypatch.setattr(manifest.tree, "BATCH", 2)  # many batches: the worker pool and its window are used
     root = many_files(tmp_path / "t")
     outputs = []
     for index, workers in enumerate((1, 1, 4, 2)):
@@ -224,7 +226,7 @@ def test_the_pool_keeps_order_and_a_bounded_window(tmp_path, monkeypatch):
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", SpyPool)
-    monkeypatch.setattr(manifest, "_BATCH", 3)
+    monkeypatch.setattr(manifest.tree, "BATCH", 3)
     root = many_files(tmp_path / "t")
     submitted = []
     records = list(manifest.walk(root))
@@ -236,22 +238,22 @@ def test_the_pool_keeps_order_and_a_bounded_window(tmp_path, monkeypatch):
 
     in_flight = []
     out = []
-    for record, result in manifest._pipeline(os.fsencode(root), counting(), lambda r: (r[0], -1)
+    for record, result in manifest.tree.pipeline(os.fsencode(root), counting(), lambda r: (r[0], -1)
                                              if r[1] == manifest.FILE else None, 2):
         in_flight.append(len(submitted) - len(out))
         out.append((record, result))
     assert [record for record, _ in out] == records
     assert len(pools) == 1 and pools[0]["max_workers"] == 2  # hashed by worker processes
-    assert all(result[0] == manifest._OK for record, result in out if record[1] == manifest.FILE)
+    assert all(result[0] == manifest.tree.HASH_OK for record, result in out if record[1] == manifest.FILE)
     # at most workers * _WINDOW_PER_WORKER + 1 batches (of <= 4 * _BATCH records) read ahead
-    assert max(in_flight) <= (2 * manifest._WINDOW_PER_WORKER + 1) * 4 * 3
+    assert max(in_flight) <= (2 * manifest.tree.WINDOW_PER_WORKER + 1) * 4 * 3
 
 
 def test_the_walk_is_streamed(tmp_path, monkeypatch):
     root = make_tree(tmp_path / "t", {f"d{d}": {"f": b"1"} for d in range(5)})
     listed = []
-    real = manifest._listing
-    monkeypatch.setattr(manifest, "_listing", lambda r, rel, *more: listed.append(rel) or real(r, rel, *more))
+    real = manifest.tree._listing
+    monkeypatch.setattr(manifest.tree, "_listing", lambda r, rel, *more: listed.append(rel) or real(r, rel, *more))
     walker = manifest.walk(root)
     assert next(walker) == (b"d0", manifest.DIRECTORY)
     assert listed == [b""]  # only the root has been listed so far
@@ -292,7 +294,7 @@ def test_bad_arguments(tmp_path):
 
 
 def test_verify_reports_every_kind_of_difference(tmp_path, monkeypatch):
-    monkeypatch.setattr(manifest, "_BATCH", 2)
+    monkeypatch.setattr(manifest.tree, "BATCH", 2)
     root = make_tree(tmp_path / "t", {
         "same": b"same", "gone": b"g", "gone_dir": {"inside": b"i"}, "grow": b"12345", "flip": b"abc",
         "was_file": b"f", "was_dir": {"c": b"c"}, "link": ("link", "same"), "tab\tname": b"t", "untouched": {},
@@ -353,7 +355,7 @@ def test_build_progress_is_rate_limited_and_ends_with_the_totals(tmp_path, monke
     root = many_files(tmp_path / "t")
     calls = []
     clock = iter(range(0, 10_000))
-    monkeypatch.setattr(manifest.time, "monotonic", lambda: next(clock) * 0.04)  # 25 ticks per second
+    monkeypatch.setattr(manifest.tree.time, "monotonic", lambda: next(clock) * 0.04)  # 25 ticks per second
     summary = manifest.build(root, tmp_path / "m.tsv", workers=1, progress=lambda f, b: calls.append((f, b)))
     assert calls[-1] == (summary.files, summary.bytes)
     assert 2 <= len(calls) < summary.files / 2  # every ~3rd file at 0.04 s per clock reading, not every file
@@ -390,10 +392,12 @@ def test_a_damaged_manifest_is_refused(tree, tmp_path, damage, message):
         manifest.verify(tree, out, workers=1)
 
 
-def run_script(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    # run from an unrelated directory with a clean environment: the file must work on its own
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True,
-                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, timeout=120)
+def run_script(*args: str, cwd: Path, app: Path | None = None) -> subprocess.CompletedProcess:
+    """The command line from an unrelated directory with a clean environment: fabric_core's module (on
+    PYTHONPATH alone), or with ``app`` the one file of ``manifest.zipapp`` run by an isolated interpreter."""
+    argv = [sys.executable, "-I", str(app)] if app else SCRIPT
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **({} if app else {"PYTHONPATH": str(MODULE_UTILS)})}
+    return subprocess.run([*argv, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
 
 
 def test_standalone_cli_build_and_verify(tree, tmp_path):
@@ -435,12 +439,39 @@ def test_standalone_cli_bad_input_exits_1_with_a_message(tmp_path):
     assert usage.returncode != 0
 
 
-def test_the_standalone_file_imports_nothing_outside_the_stdlib():
-    source = SCRIPT.read_text()
-    imports = {line.split()[1].split(".")[0] for line in source.splitlines()
-               if line.startswith(("import ", "from ")) and not line.startswith("from .")}
-    assert imports <= set(sys.stdlib_module_names) | {"__future__"}
-    assert "from ..base.errors import" in source  # only the guarded relative import
+def test_the_one_file_imports_nothing_outside_the_stdlib_and_its_package():
+    import ast
+
+    here = Path(manifest.__file__).parent
+    for name in manifest.cli.ZIPAPP_MODULES:
+        tree = ast.parse((here / f"{name}.py").read_text())
+        absolute = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+        absolute |= {node.module.split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and not node.level}
+        assert absolute <= set(sys.stdlib_module_names) | {"__future__"}, name
+        outside = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level > 1]
+        guarded = [node for t in ast.walk(tree) if isinstance(t, ast.Try)
+                   and any(isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in t.handlers)
+                   for node in t.body]
+        assert all(node in guarded for node in outside), name  # fabric_core's own, only where it may be missing
+    assert sorted(p.stem for p in here.glob("*.py") if p.stem != "__main__") == sorted(manifest.cli.ZIPAPP_MODULES)
+
+
+def test_the_one_file_verifies_alone_with_workers_and_refuses_to_build(tmp_path):
+    app = tmp_path / "elsewhere" / "manifest.pyz"
+    app.parent.mkdir()
+    manifest.zipapp(app)
+    root = make_tree(tmp_path / "t", {f"d{d}": {f"f{f}": bytes([d, f]) * f for f in range(30)} for d in range(12)})
+    manifest.build(root, manifest.default_path(root), workers=1)
+    ok = run_script("verify", str(root), "--json", "--workers", "2", cwd=app.parent, app=app)  # 360 files: 2 batches
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["files"] == 360
+    (root / "d3" / "f3").write_bytes(b"x")
+    bad = run_script("verify", str(root), cwd=app.parent, app=app)
+    assert bad.returncode == 1 and "digest_changed\td3/f3" in bad.stdout or "size_changed\td3/f3" in bad.stdout
+    refused = run_script("build", str(root), str(tmp_path / "m.tsv"), cwd=app.parent, app=app)
+    assert refused.returncode == 1 and "needs fabric_core" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "m.tsv").exists()
 
 
 def test_errors_are_fabric_core_errors_when_imported_as_the_package(tmp_path):

@@ -7,21 +7,20 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from fabric_core.base.errors import NotFound, UserError
 from fabric_core.node import manifest
-from test_manifest import SCRIPT, make_tree
+from test_manifest import SCRIPT, SCRIPT_ENV, make_tree
 
 
 @pytest.fixture
 def settled(monkeypatch):
     """Files made by the test count as settled at once (the stat cache leaves out what changed within RACY_NS
     of a build's start; that rule has its own test)."""
-    monkeypatch.setattr(manifest, "RACY_NS", 0)
+    monkeypatch.setattr(manifest.builder, "RACY_NS", 0)
 
 
 def tree_of(tmp_path: Path) -> Path:
@@ -64,8 +63,8 @@ def test_only_changed_files_are_hashed_and_the_manifest_is_a_full_ones(tmp_path,
     (root / "new.txt").write_bytes(b"new")
     (root / "z.txt").unlink()
     hashed = []
-    real = manifest._hash_batch
-    monkeypatch.setattr(manifest, "_hash_batch",
+    real = manifest.builder.hash_batch
+    monkeypatch.setattr(manifest.builder, "hash_batch",
                         lambda r, jobs: (hashed.extend(rel for rel, _ in jobs), real(r, jobs))[1])
     inc = seal(root, "v2", reuse=root / ".fabric" / "v1.cache")
     assert sorted(hashed) == [b"b/c.bin", b"b/d.bin", b"new.txt"]
@@ -254,8 +253,8 @@ def test_the_diff_script_prints_changes_stat_and_json(tmp_path):
     old, new = build_pair(tmp_path)
 
     def script(*args):
-        return subprocess.run([sys.executable, str(SCRIPT), "diff", str(old), str(new), *args], capture_output=True,
-                              text=True, check=True).stdout
+        return subprocess.run([*SCRIPT, "diff", str(old), str(new), *args], capture_output=True,
+                              text=True, check=True, env=SCRIPT_ENV).stdout
 
     text = script().splitlines()
     assert text[0] == "M a.txt  (content)" and text[-1].startswith("1 added (7 bytes), 1 removed (5 bytes), 4 changed")
@@ -268,10 +267,11 @@ def test_the_diff_script_prints_changes_stat_and_json(tmp_path):
 def test_the_build_script_writes_and_reuses_a_cache(tmp_path, settled):
     root = tree_of(tmp_path)
     out, cache = tmp_path / "m.tsv", tmp_path / "c.tsv"
-    env = {**os.environ}
-    first = subprocess.run([sys.executable, str(SCRIPT), "build", str(root), str(out), "--workers", "1", "--json",
+    env = SCRIPT_ENV
+    first = subprocess.run([*SCRIPT, "build", str(root), str(out), "--workers", "1", "--json",
                             "--cache", str(cache)], capture_output=True, text=True, check=True, env=env)
     assert json.loads(first.stdout)["cache_sha256"] == hashlib.sha256(cache.read_bytes()).hexdigest()
-    second = subprocess.run([sys.executable, str(SCRIPT), "build", str(root), str(tmp_path / "m2.tsv"), "--workers",
-                             "1", "--json", "--reuse", str(cache)], capture_output=True, text=True, check=True)
+    second = subprocess.run([*SCRIPT, "build", str(root), str(tmp_path / "m2.tsv"), "--workers",
+                             "1", "--json", "--reuse", str(cache)], capture_output=True, text=True, check=True,
+                            env=SCRIPT_ENV)
     assert json.loads(second.stdout)["files"] == 4  # a script run has the default RACY_NS: a fresh tree is hashed

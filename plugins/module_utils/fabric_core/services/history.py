@@ -9,7 +9,7 @@ seal (``add_sources``/``read_sources``, through the atomic writer). Where things
   snapshot's ``fabric:*`` properties): ``fabric:note`` (the message), ``fabric:author``, ``fabric:parent`` (the
   version the staging volume sealed before, ``-`` for the first), ``fabric:sources`` (what ``dataset ingest``
   copied in since that seal, a JSON list), beside ``fabric:manifest-sha256`` and ``fabric:stat-cache-sha256``
-  (the stat cache the next seal may reuse: manifest.py). A ZFS user property value holds at most 8191 bytes:
+  (the stat cache the next seal may reuse: node/manifest). A ZFS user property value holds at most 8191 bytes:
   the message is refused past it, the sources are cut to fit (their count is kept).
 * **Tags**: one user property per tag on the dataset's staging volume, ``fabric:tag:TAG=VERSION``. Setting it is
   one ``zfs set``, so a tag moves atomically: a reader sees the old version or the new one, never none. Only
