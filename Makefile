@@ -21,7 +21,7 @@ LEVERS       ?=
 export ANSIBLE_VAULT_IDENTITY_LIST := lab@$(CURDIR)/inventory/lab/vault-password.txt
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-versions bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers bench-native bench-prolog lab-panic-repro lint docs lock clean
+.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-versions bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers bench-native bench-prolog lab-panic-repro lint docs lock clean test-tools
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -40,7 +40,7 @@ demo: venv lab-up ## boot the lab, converge site.yml, print the fabric, publish 
 	lab/demo-slurm.sh
 	@echo "== lab is still up: 'make lab-status', 'python3 lab/labctl.py ssh gpu1', 'make lab-down' =="
 
-test: venv ## all tests: unit (seconds, no root), linters (make lint), then integration on the lab VMs (root); SHUFFLE=SEED shuffles the files, DEBIAN=12 runs them on Debian 12 guests
+test: venv test-tools ## all tests: unit (seconds, no root), linters (make lint), then integration on the lab VMs (root); SHUFFLE=SEED shuffles the files, DEBIAN=12 runs them on Debian 12 guests
 	@# the guest image (when not cached: about 15 minutes, mostly ZFS's DKMS build) is built beside the unit tests
 	@# and linters, which leave a core idle; the lab's own image step then waits for it (one build per cache)
 	@$(LABCTL) image $(if $(DEBIAN),--debian $(DEBIAN)) > .lab-image-build.log 2>&1 & \
@@ -49,7 +49,7 @@ test: venv ## all tests: unit (seconds, no root), linters (make lint), then inte
 	$(MAKE) --no-print-directory lint
 	$(if $(DEBIAN),FABRIC_LAB_DEBIAN=$(DEBIAN)) $(PYTEST) tests/integration -v --durations=60 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE))
 
-unit: venv ## unit tests only
+unit: venv test-tools ## unit tests only
 	$(PYTEST) tests/unit -q
 
 integration: venv ## integration tests only (boots the lab if it is not up); SHUFFLE=SEED shuffles the files
@@ -58,6 +58,9 @@ integration: venv ## integration tests only (boots the lab if it is not up); SHU
 host-deps:
 	@tests/host-deps.sh
 
+test-tools: venv ## promtool and sanoid for the unit tests, out of Debian's packages into the virtualenv (tests/test-tools.sh)
+	@tests/test-tools.sh $(VENV)
+
 venv: $(VENV)/.installed ## the controller virtualenv (pinned by requirements/constraints.txt)
 
 $(VENV)/.installed: requirements/dev.in requirements/constraints.txt pyproject.toml | host-deps
@@ -65,7 +68,7 @@ $(VENV)/.installed: requirements/dev.in requirements/constraints.txt pyproject.t
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c requirements/constraints.txt -r requirements/dev.in
 	$(PY) -m pip install -q --no-deps -e .
-	tests/promtool.sh $(VENV)/bin
+	tests/test-tools.sh $(VENV)
 	touch $@
 
 lab-up: ## boot the lab (STORAGE2=1 adds storage2, DEBIAN=12 for Debian 12 guests); re-running converges a half-up lab

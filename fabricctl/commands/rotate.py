@@ -2,10 +2,16 @@
 
 Policies are named templates in the config (`retention.policies`), assigned to datasets and
 jobs by path (`retention.assign`: "datasets/NAME", "checkpoints/JOB", globs allowed). Rules:
-keep_last N; keep_every K (steps divisible by K); hourly/daily/weekly/monthly/yearly N (the
-newest snapshot of each of the N newest periods, as sanoid); keep_best by a metric (min or max);
-pin_tags. A snapshot is never destroyed when it is held, published or restored somewhere,
-pinned, or not created by fabricctl (no fabric:managed=true); a dataset or job without a policy
+keep_last N; keep_every K (steps divisible by K); hourly/daily/weekly/monthly/yearly N; keep_best
+by a metric (min or max); pin_tags. The period counts, by the policy's `calendar`:
+newest-per-period (default) keeps the newest snapshot of each of the N newest calendar periods
+that have one, the current one counted (restic forget's rule, not sanoid's); sanoid keeps what
+sanoid 2.x keeps with the same counts, for sites migrating from it: of the snapshots named
+autosnap_..._TYPE, those younger than N periods and at least the N newest of each type (other
+names are left to keep_last/keep_every/keep_best, or kept). A snapshot is never destroyed when
+it is held, published or restored somewhere, pinned, tagged, or not created by fabricctl (no
+fabric:managed=true; in sanoid mode sanoid's autosnap_ snapshots are pruned as sanoid would);
+a dataset or job without a policy
 keeps everything. The plan is computed by a pure function of the snapshot list and the clock;
 --explain says why each snapshot is kept or destroyed. A run (not --dry-run) holds the node lock,
 as every change does, so it never overlaps another rotation or any other change on this node; the

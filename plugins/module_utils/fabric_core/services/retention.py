@@ -18,6 +18,11 @@ Configuration (``retention:`` in /etc/fabricctl/config.yml)::
           keep_best: {metric: loss, mode: min, count: 3}   # or a list of such mappings
           pin_tags: [release]
           timezone: Europe/Berlin                          # calendar of the buckets; default UTC
+        from-sanoid:                                       # a site migrating from sanoid
+          calendar: sanoid                                 # the counts mean what sanoid's do (below)
+          hourly: 36
+          daily: 30
+          monthly: 3
       assign:
         "checkpoints/*": checkpoints-default
         "datasets/imagenet": versions-default
@@ -44,14 +49,17 @@ are ordered by name. Decisions are reported oldest first in that order.
     Steps 500, 1000, 1500, 2000 with ``keep_every: 1000`` keep 1000 and 2000. Snapshots without a
     step (dataset versions) never match. K must be at least 1.
 
-``hourly / daily / weekly / monthly / yearly: N``
-    Calendar buckets, as in sanoid, counted like ``restic forget --keep-daily``: take the periods
-    that contain at least one candidate, newest first; in each of the N newest such periods keep
-    the **newest** candidate. The newest one is kept because it holds everything the period
-    produced (the state at the period's end), which is what sanoid and borg keep too; periods
-    without a snapshot do not count, so a job that stopped running keeps N snapshots per rule
-    forever instead of losing them to the passing of time. Example: snapshots every 6 hours from
-    Mon 00:00 to Wed 18:00 and ``daily: 2`` keep Wed 18:00 and Tue 18:00.
+``hourly / daily / weekly / monthly / yearly: N`` (``calendar: newest-per-period``, the default)
+    The newest candidate of each of the N newest calendar periods that have one: the rule of
+    ``restic forget --keep-hourly/--keep-daily/...``, not sanoid's (for sanoid's, see
+    ``calendar: sanoid`` below). Take the periods that contain at least one candidate, newest
+    first; the current period, still running, counts as one of them; in each of the N newest such
+    periods keep the **newest** candidate, because it holds everything the period produced so far.
+    Periods without a snapshot do not count, so a job that stopped running keeps N snapshots per
+    rule forever instead of losing them to the passing of time. Example: snapshots every 6 hours
+    from Mon 00:00 to Wed 18:00 and ``daily: 2`` keep Wed 18:00 and Tue 18:00, whatever ``now``
+    is (sanoid's ``daily = 2`` would keep every snapshot named daily younger than 48 hours and at
+    least the 2 newest of them).
 
     Periods are calendar periods in the policy's ``timezone`` (IANA name, default UTC):
 
@@ -67,6 +75,36 @@ are ordered by name. Decisions are reported oldest first in that order.
     - weekly: the ISO 8601 week (Monday to Sunday, ``2026-W53``); a week that straddles the new
       year is ONE bucket (2026-12-31 and 2027-01-01 are both in 2026-W53).
     - monthly: the local calendar month; yearly: the local calendar year.
+
+``calendar: sanoid`` (for sites migrating from sanoid)
+    The period counts (``frequently``, ``hourly``, ``daily``, ``weekly``, ``monthly``,
+    ``yearly``; ``frequent_period`` minutes, 15 by default) mean what they mean in a sanoid 2.x
+    ``sanoid.conf`` section with ``autoprune = yes``, and apply to the snapshots sanoid prunes:
+    those whose name starts with ``autosnap`` and ends in ``_<type>`` (sanoid's own names, e.g.
+    ``autosnap_2026-11-20_10:00:00_hourly``; the type is what sanoid's regular expression
+    ``.*_(\\w*ly)`` finds). For each type with count N, read from sanoid's ``prune_snapshots``:
+    the snapshots of that type are taken oldest first (by ``creation``), and one is destroyed
+    while it is older than N periods (``creation < now - N x period``; a period is 60 x
+    ``frequent_period`` s, 1 h, 24 h, 7 days, 31 days or 365.25 days, not a calendar period)
+    and more than N of the type are left. So every snapshot of the type younger than N periods
+    is kept, and never fewer than the N newest; a count of 0 destroys every snapshot of the type
+    (as sanoid does). A count left out is sanoid's default (sanoid.defaults.conf 2.x:
+    ``hourly = 48``, ``daily = 90``, ``monthly = 6``, the others 0), as for a sanoid section that
+    does not set it. The clock is sanoid's: whole seconds (``now`` truncated). A sanoid-named
+    snapshot is a candidate even when fabricctl did not take it (sanoid's, on a volume fabricctl
+    owns: choosing this mode hands its pruning to fabricctl); it is still protected as any other
+    (held, published, tagged, pinned, in the future). Sanoid counts a protected snapshot of a
+    type and would try to destroy it; fabricctl counts it the same and keeps it. Two snapshots of
+    a type created in the same second are ordered by name (sanoid's order for them is Perl's hash
+    order, which varies from run to run).
+
+    Snapshots sanoid would not prune (any other name, e.g. fabricctl's ``step-N``) are not
+    touched by the counts: with no ``keep_last``, ``keep_every`` or ``keep_best`` in the policy
+    they are kept, as sanoid keeps them; with one of these, those rules decide for them.
+    ``keep_last``, ``keep_every`` and ``keep_best`` see every candidate, sanoid-named ones
+    included, and can only keep more, so a policy with period counts only keeps exactly what
+    sanoid keeps on the same snapshots (tests/unit/test_retention.py runs Debian's sanoid on the
+    same lists). ``timezone`` is refused in this mode (sanoid's pruning has no calendar).
 
 ``keep_best: {metric: M, mode: min|max, count: N}``
     The N candidates with the lowest (``min``) or highest (``max``) value of ``fabric:metric.M``;
@@ -118,10 +156,20 @@ from ..base.errors import UnsafeOperation, UserError
 from ..base.rules import check_keys, suggestion
 
 POLICY_KEYS = ("keep_last", "keep_every", "hourly", "daily", "weekly", "monthly", "yearly", "keep_best",
-               "pin_tags", "timezone")
+               "pin_tags", "timezone", "calendar", "frequently", "frequent_period")
 BEST_KEYS = ("metric", "mode", "count")
 BEST_MODES = ("min", "max")
 BUCKETS = ("hourly", "daily", "weekly", "monthly", "yearly")
+NEWEST_PER_PERIOD, SANOID = "newest-per-period", "sanoid"
+CALENDARS = (NEWEST_PER_PERIOD, SANOID)
+# sanoid 2.x (prune_snapshots): the types it prunes, each period's length in seconds, and sanoid.defaults.conf's
+# counts (2.1.0 and 2.2.0 alike); frequently's period is frequent_period minutes (default 15)
+SANOID_TYPES = ("frequently", "hourly", "daily", "weekly", "monthly", "yearly")
+SANOID_PERIODS = {"hourly": 60 * 60, "daily": 60 * 60 * 24, "weekly": 60 * 60 * 24 * 7, "monthly": 60 * 60 * 24 * 31,
+                  "yearly": 60 * 60 * 24 * 365.25}
+SANOID_DEFAULTS = {"frequently": 0, "hourly": 48, "daily": 90, "weekly": 0, "monthly": 6, "yearly": 0}
+SANOID_FREQUENT_PERIOD = 15
+_SANOID_TYPE = re.compile(r".*_(\w*ly)", re.ASCII)  # sanoid's getsnaps: my ($snaptype) = ($snapname =~ m/.*_(\w*ly)/)
 RETENTION_KEYS = ("policies", "assign")
 ASSIGN_ROOTS = ("checkpoints", "datasets")
 _GLOB_CHARS = re.compile(r"[*?\[\]]")
@@ -181,12 +229,30 @@ class Policy:
     keep_best: tuple[KeepBest, ...] = ()
     pin_tags: frozenset[str] = frozenset()
     timezone: str = "UTC"
+    calendar: str = NEWEST_PER_PERIOD
+    frequently: int | None = None          # calendar: sanoid only
+    frequent_period: int = SANOID_FREQUENT_PERIOD
 
     @property
     def keeps_something(self) -> bool:
+        if self.calendar == SANOID:   # what sanoid does not prune is always kept (module docstring)
+            return True
         counts = [self.keep_last, self.keep_every, *(getattr(self, b) for b in BUCKETS),
                   *(b.count for b in self.keep_best)]
         return any(c for c in counts)
+
+    @property
+    def other_rules(self) -> bool:
+        """keep_last, keep_every or keep_best: a rule that is not a period count."""
+        return bool(self.keep_last or self.keep_every or any(b.count for b in self.keep_best))
+
+    def sanoid_counts(self) -> dict[str, tuple[int, bool]]:
+        """calendar: sanoid: {type: (count, whether it is sanoid's default)} for SANOID_TYPES."""
+        out = {}
+        for t in SANOID_TYPES:
+            given = getattr(self, t)
+            out[t] = (SANOID_DEFAULTS[t], True) if given is None else (given, False)
+        return out
 
 
 @dataclass
@@ -325,9 +391,25 @@ def parse_policies(raw: Mapping | None, metrics: list[str]) -> dict[str, Policy]
             raise UserError(f"{where} must be a mapping of rules, got {body!r}", f"write `{name}: {{keep_last: 5}}`")
         check_keys(body, POLICY_KEYS, where)
         kwargs: dict[str, Any] = {}
-        for key in ("keep_last", *BUCKETS):
+        calendar = body.get("calendar", NEWEST_PER_PERIOD)
+        if calendar not in CALENDARS:
+            raise UserError(f"{where}.calendar: unknown calendar {calendar!r}{_closest(str(calendar), CALENDARS)}",
+                            "use `newest-per-period` (the default: the newest snapshot of each of the N newest "
+                            "periods) or `sanoid` (what sanoid's counts keep, for sites migrating from sanoid)")
+        if calendar != SANOID:
+            for key in ("frequently", "frequent_period"):
+                if key in body:
+                    raise UserError(f"{where}.{key} is a count of sanoid's and needs `calendar: sanoid`",
+                                    f"add `calendar: sanoid` to {where}, or remove {key}")
+        elif "timezone" in body:
+            raise UserError(f"{where}.timezone has no effect with `calendar: sanoid` (sanoid ages snapshots in "
+                            "seconds, with no calendar)", f"remove {where}.timezone")
+        kwargs["calendar"] = calendar
+        for key in ("keep_last", *BUCKETS, "frequently"):
             if body.get(key) is not None:
                 kwargs[key] = _count(body[key], f"{where}.{key}")
+        if body.get("frequent_period") is not None:
+            kwargs["frequent_period"] = _count(body["frequent_period"], f"{where}.frequent_period", minimum=1)
         if body.get("keep_every") is not None:
             kwargs["keep_every"] = _count(body["keep_every"], f"{where}.keep_every", minimum=1)
         if body.get("keep_best") is not None:
@@ -496,6 +578,55 @@ def _period(rule: str, when: datetime, tz: ZoneInfo) -> tuple[tuple, str]:
     return (local.year,), f"{local:%Y}"
 
 
+def sanoid_type(snapname: str) -> str | None:
+    """The type sanoid 2.x gives a snapshot it prunes (its getsnaps: the name ends in "ly" and starts with
+    "autosnap", the type is what ``.*_(\\w*ly)`` captures), when it is one of SANOID_TYPES; else None (sanoid never
+    prunes it)."""
+    if not snapname.startswith("autosnap") or not snapname.endswith("ly"):
+        return None
+    m = _SANOID_TYPE.match(snapname)
+    return m.group(1) if m and m.group(1) in SANOID_TYPES else None
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600)):
+        if seconds >= size:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds / 60:g} min"
+
+
+def _plan_sanoid(typed: list[Snapshot], policy: Policy, now: datetime, keep: dict[str, list[str]],
+                 notes: dict[str, list[str]]) -> None:
+    """calendar: sanoid on the sanoid-named snapshots of one dataset (every one, protected or not: sanoid counts
+    them all), as sanoid's prune_snapshots decides: per type, oldest first, destroy while older than count x
+    period and more than count are left."""
+    clock = math.floor(now.timestamp())   # sanoid's time(): whole seconds
+    by_type: dict[str, list[Snapshot]] = {}
+    for s in typed:
+        by_type.setdefault(sanoid_type(s.snapname), []).append(s)
+    for kind, count_default in policy.sanoid_counts().items():
+        snaps = sorted(by_type.get(kind, ()), key=_order)   # sanoid: by creation; same second: by name
+        if not snaps:
+            continue
+        n, default = count_default
+        period = 60 * policy.frequent_period if kind == "frequently" else SANOID_PERIODS[kind]
+        cutoff = clock - n * period
+        label = f"sanoid {kind} = {n}{' (sanoid' + chr(39) + 's default)' if default else ''}"
+        when = datetime.fromtimestamp(cutoff, UTC).isoformat()
+        left = len(snaps)
+        for rank_from_oldest, s in enumerate(snaps):
+            newest_rank = len(snaps) - rank_from_oldest
+            if s.created.timestamp() < cutoff and left > n:
+                left -= 1
+                notes[s.name].append(f"{label}: created before {when} ({n} x {_duration(period)} before now) and "
+                                     f"not one of the {n} newest {kind} snapshots (#{newest_rank})")
+            elif s.created.timestamp() >= cutoff:
+                keep[s.name].append(f"{label}: created after {when} ({n} x {_duration(period)} before now)")
+            else:
+                keep[s.name].append(f"{label}: one of the {n} newest {kind} snapshots (#{newest_rank}; sanoid "
+                                    f"keeps at least {n})")
+
+
 def _metric_text(value: float) -> str:
     return repr(float(value))
 
@@ -520,7 +651,7 @@ def _plan_group(candidates: list[Snapshot], policy: Policy, keep: dict[str, list
                 notes[s.name].append(f"step {s.step} is not a multiple of {k}" if s.step is not None
                                      else f"no step (fabric:step), so not kept by every {k}th step")
     tz = ZoneInfo(policy.timezone)
-    for rule in BUCKETS:
+    for rule in BUCKETS if policy.calendar == NEWEST_PER_PERIOD else ():
         n = getattr(policy, rule)
         if not n:
             continue
@@ -577,12 +708,17 @@ def plan(snapshots: Iterable[Snapshot], policy: Policy | None, now: datetime) ->
     notes: dict[str, list[str]] = {s.name: [] for s in snaps}
     protect: dict[str, list[str]] = {s.name: [] for s in snaps}
     pin_tags = policy.pin_tags if policy else frozenset()
+    sanoid = policy is not None and policy.calendar == SANOID
     groups: dict[str, list[Snapshot]] = {}
+    typed: dict[str, list[Snapshot]] = {}   # calendar: sanoid: the snapshots sanoid prunes, per dataset
     for s in snaps:
         p = protect[s.name]
+        adopted = sanoid and sanoid_type(s.snapname) is not None
+        if adopted:
+            typed.setdefault(s.dataset, []).append(s)
         if s.created > now:
             p.append(f"created in the future ({s.created.isoformat()} is after now {now.isoformat()}; clock skew?)")
-        if not s.managed:
+        if not s.managed and not adopted:
             p.append("not created by fabricctl (no fabric:managed)")
         if s.held:
             p.append("held")
@@ -592,11 +728,19 @@ def plan(snapshots: Iterable[Snapshot], policy: Policy | None, now: datetime) ->
             p.append(f"pinned by tag {tag}")
         for tag in sorted(s.named_by):
             p.append(f"tagged {tag} (a dataset version a tag names: `fabricctl untag` or move the tag to let it go)")
-        if s.managed and s.created <= now:
+        if (s.managed or adopted) and s.created <= now:
             groups.setdefault(s.dataset, []).append(s)
     if policy is not None:
         for group in groups.values():
             _plan_group(group, policy, keep, notes)
+    if sanoid:
+        for group in typed.values():
+            _plan_sanoid(group, policy, now, keep, notes)
+        for group in groups.values():
+            for s in group:
+                if sanoid_type(s.snapname) is None and not policy.other_rules:
+                    keep[s.name].append("calendar sanoid: not a name sanoid prunes (autosnap_..._TYPE), and the "
+                                        "policy has no keep_last, keep_every or keep_best: kept, as sanoid keeps it")
     decisions = []
     for s in snaps:
         reasons = protect[s.name] + keep[s.name]
