@@ -105,6 +105,12 @@ for unit in multipathd.service multipathd.socket nfs-server.service rpcbind.serv
             nfs-blkmap.service iperf3.service; do
     chroot "$root" systemctl disable "$unit" >/dev/null 2>&1 || true
 done
+# Slurm and munge are a lab fixture of the GPU nodes (playbooks/lab-slurm.yml): off on every node until that
+# playbook enables them where the lab says, and no munge key in the image (the playbook writes one per lab).
+for unit in munge.service slurmd.service slurmctld.service; do
+    chroot "$root" systemctl disable "$unit" >/dev/null 2>&1 || true
+done
+rm -f "$root/etc/munge/munge.key"
 chroot "$root" apt-get clean
 rm -rf "$root"/var/lib/apt/lists/* "$root"/tmp/*
 
