@@ -33,11 +33,14 @@ AGENT = textwrap.dedent("""\
     if ref and ref.startswith("hang@"):
         open(os.path.join(here, "hang.pid"), "w").write(str(os.getpid()))
         time.sleep(60)
-    if ref and ref.startswith("refused@"):
-        print(json.dumps({"error": "not granted"}))
-        print("fabric-node: refused@v1 is not granted to this host", file=sys.stderr)
-        print("fix: fabricctl grant refused@v1 --to gpu1", file=sys.stderr)
-        sys.exit(3)
+    if ref and ref.startswith("refused@"):  # as fabric-node answers under --json: one object, nothing on stderr
+        problem = "refused@v1 is not granted to this host " + chr(0x2014) + ' "gpu1"' + chr(92) + "n"
+        print(json.dumps({"exit": 1, "fix": "fabricctl grant refused@v1 --to gpu1 (on a storage node)",
+                          "problem": problem}, sort_keys=True))
+        sys.exit(1)
+    if ref and ref.startswith("crash@"):
+        print("Traceback (most recent call last): ...", file=sys.stderr)
+        sys.exit(5)
     if ref and ref.startswith("nopath@"):
         print(json.dumps({"ref": ref})); sys.exit(0)
     if ref and ref.startswith("dotdot@"):
@@ -162,12 +165,19 @@ def test_a_refusal_fails_every_task_with_the_agents_message_shown_once(driver, a
     shown = [line for line in task_errors if line.startswith("error:")]
     assert len(shown) == 1, out
     assert "refused@v1 could not be attached on" in shown[0]
-    assert "not granted to this host" in "\n".join(task_errors)
-    assert "fix: fabricctl grant refused@v1 --to gpu1" in "\n".join(task_errors)
+    # the agent's problem and fix, unescaped from its JSON answer
+    assert 'refused@v1 is not granted to this host \u2014 "gpu1"\\n' in shown[0]
+    assert "  fix: fabricctl grant refused@v1 --to gpu1 (on a storage node)" in "\n".join(task_errors)
     assert not [line for line in out if line.startswith("setenv")]
     # it stopped at the refusal; what was attached before stays held by the job until its epilog
     assert [c["argv"][1] for c in calls(agent)] == ["ok@v1", "refused@v1"]
     assert (agent.parent / "state" / "job-42").exists()
+
+
+def test_an_agent_that_fails_without_an_answer_is_quoted_from_its_stderr(driver, agent):
+    out = remote(driver, agent, "-o", "crash@v1")
+    assert "task 0 -1" in out
+    assert any("crash@v1 could not be attached on" in line and "Traceback" in line for line in out)
 
 
 def test_a_step_without_the_option_inherits_the_jobs_request(driver, agent):

@@ -320,13 +320,23 @@ out:
     }
 }
 
+static int json_string(const char *json, const char *key, char *dst, size_t len);
+
 /* The agent's words for a failure: its stderr (problem and fix), else its stdout, else how it ended. */
 static void describe(const char *what, const struct outcome *o, const struct config *c, int timeout, char *dst,
                      size_t len)
 {
     const char *text = o->err[0] ? o->err : o->out;
-    char trimmed[MAX_MESSAGE];
-    snprintf(trimmed, sizeof(trimmed), "%s", text);
+    char trimmed[MAX_MESSAGE], problem[MAX_MESSAGE], fix[MAX_MESSAGE];
+    if (json_string(o->out, "problem", problem, sizeof(problem)) == 0) {
+        /* the agent's answer under --json: {"problem", "fix", "exit"} */
+        if (json_string(o->out, "fix", fix, sizeof(fix)) == 0 && fix[0])
+            snprintf(trimmed, sizeof(trimmed), "%s\n  fix: %s", problem, fix);
+        else
+            snprintf(trimmed, sizeof(trimmed), "%s", problem);
+    } else {
+        snprintf(trimmed, sizeof(trimmed), "%s", text);
+    }
     size_t n = strlen(trimmed);
     while (n > 0 && (trimmed[n - 1] == '\n' || trimmed[n - 1] == ' '))
         trimmed[--n] = '\0';
@@ -345,13 +355,14 @@ static void describe(const char *what, const struct outcome *o, const struct con
                  WIFEXITED(o->status) ? WEXITSTATUS(o->status) : 128 + WTERMSIG(o->status));
 }
 
-/* The string value of a top-level "key" in the agent's JSON answer (plain ASCII; escapes \" \\ \/). */
+/* The string value of "key" in the agent's one-object JSON answer, unescaped (\uXXXX as UTF-8; a surrogate pair,
+ * which only characters outside the BMP need, as '?'). 0, or -1 when absent or not a string. */
 static int json_string(const char *json, const char *key, char *dst, size_t len)
 {
     char pattern[64];
     snprintf(pattern, sizeof(pattern), "\"%s\"", key);
     const char *p = strstr(json, pattern);
-    if (!p)
+    if (!p || len == 0)
         return -1;
     p += strlen(pattern);
     while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
@@ -364,17 +375,49 @@ static int json_string(const char *json, const char *key, char *dst, size_t len)
         return -1;
     size_t n = 0;
     for (; *p && *p != '"'; p++) {
-        char ch = *p;
-        if (ch == '\\') {
+        char buf[4];
+        size_t k = 1;
+        buf[0] = *p;
+        if (*p == '\\') {
             p++;
-            if (*p == '"' || *p == '\\' || *p == '/')
-                ch = *p;
-            else
+            switch (*p) {
+            case '"': case '\\': case '/': buf[0] = *p; break;
+            case 'n': buf[0] = '\n'; break;
+            case 't': buf[0] = '\t'; break;
+            case 'r': buf[0] = '\r'; break;
+            case 'b': buf[0] = '\b'; break;
+            case 'f': buf[0] = '\f'; break;
+            case 'u': {
+                unsigned cp = 0;
+                for (int i = 1; i <= 4; i++) {
+                    char h = p[i];
+                    if (!isxdigit((unsigned char)h))
+                        return -1;
+                    cp = cp * 16 + (unsigned)(isdigit((unsigned char)h) ? h - '0' : (tolower((unsigned char)h) - 'a' + 10));
+                }
+                p += 4;
+                if (cp >= 0xd800 && cp <= 0xdfff) {
+                    buf[0] = '?';
+                    if (cp <= 0xdbff && p[1] == '\\' && p[2] == 'u')
+                        p += 6;   /* the low half of the pair */
+                } else if (cp < 0x80) {
+                    buf[0] = (char)cp;
+                } else if (cp < 0x800) {
+                    buf[0] = (char)(0xc0 | (cp >> 6)), buf[1] = (char)(0x80 | (cp & 0x3f)), k = 2;
+                } else {
+                    buf[0] = (char)(0xe0 | (cp >> 12)), buf[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+                    buf[2] = (char)(0x80 | (cp & 0x3f)), k = 3;
+                }
+                break;
+            }
+            default:
                 return -1;
+            }
         }
-        if ((unsigned char)ch < 0x20 || n + 1 >= len)
+        if (n + k >= len)
             return -1;
-        dst[n++] = ch;
+        memcpy(dst + n, buf, k);
+        n += k;
     }
     if (*p != '"')
         return -1;
