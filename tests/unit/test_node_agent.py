@@ -293,3 +293,25 @@ def test_the_gpu_node_side_imports_only_base_and_node_and_the_cli_only_them():
             for name in names:
                 assert not name.startswith(("fabricctl", "fabric_core.storage", "fabric_core.services",
                                             "ansible")), (path.name, name)
+
+
+def test_a_version_fabricctl_published_before_the_agent_is_adopted_without_a_remount(tmp_path):
+    from fabric_core.node import mounts
+
+    node = granted(P1)
+    device = f"/dev/disk/by-path/ip-{P1}-iscsi-{V3}-lun-0"
+    unit = f"/etc/systemd/system/{mounts.unit_name('/datasets/imagenet/v3')}"
+    node.files[unit] = mounts.unit_text(device=device, mountpoint="/datasets/imagenet/v3", fstype="ext4",
+                                        readonly=True, description="fabric dataset version imagenet@v3",
+                                        device_unit=mounts.path_unit(device, "device"), owner="fabricctl")
+    node.files["/etc/systemd/system/remote-fs.target.wants/datasets-imagenet-v3.mount"] = unit
+    node.records[(V3, P1)] = {"node.startup": "automatic"}
+    node.sessions[(V3, P1)] = "sdq"
+    node.mounts["/datasets/imagenet/v3"] = (device, "ext4", "ro,noload")
+    ag = agent(tmp_path, node)
+    assert ag.gc()["steps"] == []  # fabricctl's own unit, no record: not the agent's to collect
+    text = node.files[unit]
+    out = ag.attach("imagenet@v3", "manual")
+    assert out["holders"] == ["manual"] and node.files[unit] == text  # adopted as it is
+    assert not any(a[:2] in (["systemctl", "restart"], ["systemctl", "stop"]) for a in node.seen)
+    assert ag.detach("imagenet@v3", "manual")["detached"] and unit not in node.files and not node.sessions

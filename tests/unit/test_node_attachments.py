@@ -159,7 +159,8 @@ def test_gc_removes_what_no_attachment_references_and_leaves_other_tools_alone()
     steps = gc([kept], is_alive=lambda job: True,
                sessions=[{"target": kept.target, "portal": P1}, {"target": orphan, "portal": P1},
                          {"target": orphan, "portal": P2}, {"target": "iqn.2026-11.io.fabric.lab:storage1-exports",
-                                                            "portal": P1}],
+                                                            "portal": P1},
+                         {"target": f"{PREFIX}legacy.v1", "portal": P1}],  # fabricctl's own publish: stays
                node_records=[{"target": orphan, "portal": P1}, {"target": "iqn.2026-11.x.y:other", "portal": P1}],
                mounts=["/datasets/imagenet/v3", "/datasets/orphan/v1", "/datasets/welcome", "/datasets/legacy/v1",
                        "/home/x", "/datasets/a/b/c"],

@@ -197,7 +197,7 @@ class Agent:
         att.device = device
         att.fstype = att.fstype or self._fstype(device)
         step("mount")
-        description = f"fabric-node {att.ref}"
+        description = f"fabric dataset version {att.ref}"  # the publishing service's: an adopted unit stays as it is
         mounted = mounts.current_mount(self.runner, att.mountpoint)
         unit = self._unit_owner(att.mountpoint)
         if persistent:

@@ -302,6 +302,12 @@ def plan_gc(records: Iterable[Attachment], *, sessions: Iterable[dict], node_rec
     taken_down = {a.target for a in records} - referenced_targets  # the detach steps take those down whole
     known_points = {a.mountpoint for a in records}
     foreign = set(foreign)
+    # a foreign unit's version keeps its sessions and node records too (fabricctl's publish from before the agent);
+    # its target is TARGET_PREFIX + NAME.VERSION (base.exports' rule: ds.NAME.VERSION)
+    for point in foreign:
+        named = version_mountpoint(point, mount_root)
+        if named is not None:
+            referenced_targets.add(f"{target_prefix}{named[0]}.{named[1]}")
     for point in sorted(set(mounts)):
         if point in known_points or point in foreign or version_mountpoint(point, mount_root) is None:
             continue
