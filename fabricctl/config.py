@@ -5,7 +5,9 @@
 (``ssh.connect_timeout``), the file, and the fix; an unknown key also names the closest valid one.
 
 What is validated here: names (fabric_core.base.names), addresses, paths, numbers, CHAP, hosts and
-groups. ``retention`` is kept as the raw mapping (only its two top-level keys are checked):
+groups (a host without ``initiator`` gets ``names.initiator_name(initiator_base, NAME)``, the fabric's one rule
+of a GPU node's initiator name, from the top-level ``initiator_base``: the site's fabric_iqn_base). ``retention``
+is kept as the raw mapping (only its two top-level keys are checked):
 ``fabric_core.services.retention.parse_policies(config.retention, config.metrics)`` validates the policies.
 """
 
@@ -22,6 +24,7 @@ from fabric_core.base import rules
 from fabric_core.base.errors import NotFound, UserError
 from fabric_core.base.lock import DEFAULT_WAIT as LOCK_DEFAULT_WAIT
 from fabric_core.base.names import (
+    initiator_name,
     validate_backstore_prefix,
     validate_dataset_name,
     validate_hostname,
@@ -417,9 +420,10 @@ def _kind(value) -> str:
     return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) else type(value).__name__
 
 
-TOP_KEYS = ("pool", "dataset_root", "checkpoint_root", "iqn_base", "portal", "backstore_prefix", "mount_root",
-            "checkpoint_mount_root", "staging_root", "state_dir", "ssh", "hosts", "groups", "chap", "insecure_no_chap",
-            "defaults", "metrics", "retention", "rotation", "lock", "health", "node", "storage_nodes")
+TOP_KEYS = ("pool", "dataset_root", "checkpoint_root", "iqn_base", "initiator_base", "portal", "backstore_prefix",
+            "mount_root", "checkpoint_mount_root", "staging_root", "state_dir", "ssh", "hosts", "groups", "chap",
+            "insecure_no_chap", "defaults", "metrics", "retention", "rotation", "lock", "health", "node",
+            "storage_nodes")
 SSH_KEYS = ("user", "key_file", "known_hosts", "connect_timeout", "port", "access")
 # what this node's key may do on the GPU nodes (role fabric_node, fabric_node_storage_key): ask the node agent
 # only (its forced command), run commands (an older installation), or nothing at all (pull only)
@@ -480,7 +484,10 @@ def from_dict(raw: Any, source: str = "<dict>") -> Config:
     insecure = raw.get("insecure_no_chap", False)
     if not isinstance(insecure, bool):
         raise c.fail("insecure_no_chap", f"expected true or false, got {_kind(insecure)}")
-    hosts = _hosts(c, raw.get("hosts", {}), insecure)
+    initiator_base = None
+    if raw.get("initiator_base") is not None:
+        initiator_base = c.name(validate_iqn_base, c.string(raw["initiator_base"], "initiator_base"), "initiator_base")
+    hosts = _hosts(c, raw.get("hosts", {}), insecure, initiator_base)
     groups = _groups(c, raw.get("groups", {}), hosts)
     defaults = _defaults(c, raw.get("defaults", {}))
     metrics = _metrics(c, raw.get("metrics", []))
@@ -554,7 +561,7 @@ def _access(c: _Checker, value) -> str:
     return value
 
 
-def _hosts(c: _Checker, raw, insecure: bool = False) -> dict[str, Host]:
+def _hosts(c: _Checker, raw, insecure: bool = False, initiator_base: str | None = None) -> dict[str, Host]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -566,9 +573,16 @@ def _hosts(c: _Checker, raw, insecure: bool = False) -> dict[str, Host]:
     for name, entry in raw.items():
         name = c.name(validate_hostname, name, f"hosts.{name}")
         where = f"hosts.{name}"
-        entry = c.mapping(entry, where, HOST_KEYS, required=("address", "initiator"))
+        entry = c.mapping(entry, where, HOST_KEYS, required=("address",))
         address = c.address(entry["address"], f"{where}.address")
-        initiator = c.name(validate_iqn, c.string(entry["initiator"], f"{where}.initiator"), f"{where}.initiator")
+        if entry.get("initiator") is not None:
+            initiator = c.name(validate_iqn, c.string(entry["initiator"], f"{where}.initiator"), f"{where}.initiator")
+        elif initiator_base:  # the fabric's one rule, as the roles derive it (filter fabric_initiator_name)
+            initiator = c.name(lambda n: initiator_name(initiator_base, n), name, f"{where}.initiator")
+        else:
+            raise c.fail(f"{where}.initiator", "is missing, and there is no initiator_base to derive it from",
+                         "give the host's initiator name (cat /etc/iscsi/initiatorname.iscsi on it), or set "
+                         "initiator_base (the site's fabric_iqn_base): hosts then default to <initiator_base>:<NAME>")
         if address in by_address:
             raise c.fail(f"{where}.address", f"{address} is also the address of host {by_address[address]!r}",
                          "give each host its own address")

@@ -172,7 +172,7 @@ def test_role_mounts_readonly_exports_idempotently_and_removes_unlisted_ones(hos
     step("gpu1: --check --diff with the default initiator name (BASE:inventory name) shows it and changes nothing")
     default = dict(variables)
     del default["iscsi_initiator_iqn"]  # the default rule, with a base no node uses (whatever gpu1 has now)
-    default["iscsi_initiator_iqn_base"] = "iqn.2026-11.io.fabric.preview"
+    default["fabric_iqn_base"] = "iqn.2026-11.io.fabric.preview"  # the base (an extra variable: this play only)
     preview = playbook(tmp_path, lab, default, "--check", "--diff")
     assert preview.returncode == 0, preview.stdout[-4000:]
     assert "+InitiatorName=iqn.2026-11.io.fabric.preview:gpu1" in preview.stdout, preview.stdout[-4000:]

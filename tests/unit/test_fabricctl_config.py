@@ -218,7 +218,7 @@ def test_an_unknown_key_without_a_close_match_lists_the_valid_ones():
     ("hosts.gpu1.address", "10.77.0.22", "hosts.gpu2.address: 10.77.0.22 is also the address of host 'gpu1'"),
     ("hosts.gpu1.initiator", "iqn.2026-11.io.fabric.lab:GPU1", "hosts.gpu1.initiator: invalid iSCSI name"),
     ("hosts.gpu1.initiator", "iqn.2026-11.io.fabric.lab:gpu2", "is also the initiator of host 'gpu1'"),
-    ("hosts.gpu1.initiator", ..., "hosts.gpu1.initiator: is required"),
+    ("hosts.gpu1.initiator", ..., "hosts.gpu1.initiator: is missing, and there is no initiator_base"),
     ("hosts.GPU_1", {"address": "10.0.0.1", "initiator": "iqn.2026-11.io.fabric.lab:x"}, "invalid host name 'GPU_1'"),
     ("hosts", ["gpu1"], "hosts: expected a mapping"),
     ("groups.gpu_nodes", ["gpu1", "gpu3"], "groups.gpu_nodes[1]: 'gpu3' is not a host of this configuration"),

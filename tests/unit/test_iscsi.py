@@ -18,7 +18,6 @@ from fabric_core.node.iscsi import (
     PortalUnreachable,
     by_path,
     ensure_session,
-    initiator_name,
     normalize_portal,
     parse_by_path,
     parse_discovery,
@@ -129,8 +128,7 @@ def test_parse_node_record_masks_and_empty():
 
 # ------------------------------------------------------------------------------------- helpers
 
-def test_names_and_portals():
-    assert initiator_name("iqn.2026-11.io.fabric.lab", "gpu1") == "iqn.2026-11.io.fabric.lab:gpu1"
+def test_portals():
     assert normalize_portal("10.77.0.11") == PORTAL
     assert normalize_portal("10.77.0.11:3261") == "10.77.0.11:3261"
     assert normalize_portal("fd00::1") == "[fd00::1]:3260"

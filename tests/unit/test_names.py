@@ -180,38 +180,38 @@ def test_invalid_hostnames(name):
 BASE = "iqn.2026-11.com.example.fabric"
 
 
-def test_host_iqn_is_base_colon_hostname():
-    assert names.host_iqn(BASE, "gpu1") == "iqn.2026-11.com.example.fabric:gpu1"
-    assert names.host_iqn(BASE, "gpu1.rack3.example.com") == f"{BASE}:gpu1.rack3.example.com"
+def test_initiator_name_is_base_colon_hostname():
+    assert names.initiator_name(BASE, "gpu1") == "iqn.2026-11.com.example.fabric:gpu1"
+    assert names.initiator_name(BASE, "gpu1.rack3.example.com") == f"{BASE}:gpu1.rack3.example.com"
 
 
-def test_host_iqn_is_deterministic_and_lower_case():
-    assert names.host_iqn(BASE, "GPU1") == names.host_iqn(BASE, "gpu1") == f"{BASE}:gpu1"
-    assert names.host_iqn(BASE, "gpu_1") == names.host_iqn(BASE, "gpu_1")
+def test_initiator_name_is_deterministic_and_lower_case():
+    assert names.initiator_name(BASE, "GPU1") == names.initiator_name(BASE, "gpu1") == f"{BASE}:gpu1"
+    assert names.initiator_name(BASE, "gpu_1") == names.initiator_name(BASE, "gpu_1")
 
 
-def test_host_iqn_odd_hostnames_get_a_digest_so_they_never_collide():
-    odd = names.host_iqn(BASE, "gpu_1")
+def test_initiator_name_odd_hostnames_get_a_digest_so_they_never_collide():
+    odd = names.initiator_name(BASE, "gpu_1")
     assert odd.startswith(f"{BASE}:gpu-1-") and len(odd) == len(f"{BASE}:gpu-1-") + 8
-    assert odd != names.host_iqn(BASE, "gpu-1")  # the plain name gets no digest
-    assert odd != names.host_iqn(BASE, "gpu 1")
-    assert names.host_iqn(BASE, "gpu 1").startswith(f"{BASE}:gpu-1-")
+    assert odd != names.initiator_name(BASE, "gpu-1")  # the plain name gets no digest
+    assert odd != names.initiator_name(BASE, "gpu 1")
+    assert names.initiator_name(BASE, "gpu 1").startswith(f"{BASE}:gpu-1-")
     assert names.validate_iqn(odd) == odd
 
 
-def test_host_iqn_refuses_a_base_with_a_unique_part_or_a_bad_base():
+def test_initiator_name_refuses_a_base_with_a_unique_part_or_a_bad_base():
     with pytest.raises(InvalidName) as err:
-        names.host_iqn(f"{BASE}:x", "gpu1")
+        names.initiator_name(f"{BASE}:x", "gpu1")
     assert "must not contain ':'" in str(err.value)
-    assert "dotted domain" in refused(lambda h: names.host_iqn("iqn.2026-11.lab", h), "gpu1")
-    assert "longer than 223 bytes" in refused(lambda h: names.host_iqn(BASE, h), "g" * 200)
+    assert "dotted domain" in refused(lambda h: names.initiator_name("iqn.2026-11.lab", h), "gpu1")
+    assert "longer than 223 bytes" in refused(lambda h: names.initiator_name(BASE, h), "g" * 200)
 
 
 def test_iqn_refuses_underscore_as_rtslib_does():
     # seen in the lab: rtslib refuses a target named iqn.2026-11.io.fabric.lab:hc_x
     with pytest.raises(InvalidName):
         names.validate_iqn("iqn.2026-11.io.fabric.lab:hc_x")
-    assert names.host_iqn("iqn.2026-11.io.fabric.lab", "gpu_7").startswith("iqn.2026-11.io.fabric.lab:gpu-7-")
+    assert names.initiator_name("iqn.2026-11.io.fabric.lab", "gpu_7").startswith("iqn.2026-11.io.fabric.lab:gpu-7-")
 
 
 # --- no trailing newline anywhere (validators match the whole value) --------------------------------
@@ -237,9 +237,9 @@ def test_a_trailing_newline_is_refused(func, value):
     assert func(value[:-1]) == value[:-1]  # the same value without it is fine
 
 
-def test_host_iqn_of_a_hostname_with_a_newline_is_one_line_and_not_the_plain_name():
-    iqn = names.host_iqn("iqn.2026-11.io.fabric.lab", "gpu1\n")
-    assert "\n" not in iqn and iqn != names.host_iqn("iqn.2026-11.io.fabric.lab", "gpu1")
+def test_initiator_name_of_a_hostname_with_a_newline_is_one_line_and_not_the_plain_name():
+    iqn = names.initiator_name("iqn.2026-11.io.fabric.lab", "gpu1\n")
+    assert "\n" not in iqn and iqn != names.initiator_name("iqn.2026-11.io.fabric.lab", "gpu1")
 
 
 # --- versions a checkpoint job's exports use: a dataset never takes them -----------------------------

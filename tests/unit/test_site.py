@@ -101,4 +101,4 @@ def test_the_controller_plugins_read_the_roles_own_defaults():
     from ansible_collections.gpufabric.storage.plugins.plugin_utils.inventory import role_default
 
     assert role_default("lio_target", "lio_target_base_iqn") == BASE
-    assert role_default("iscsi_initiator", "iscsi_initiator_iqn_base") == BASE
+    assert role_default("fabricctl", "fabricctl_iqn_base") == "{{ fabric_iqn_base }}.fabricctl"

@@ -129,8 +129,11 @@ def validate_hostname(name: str) -> str:
     return name
 
 
-def host_iqn(base: str, hostname: str) -> str:
-    """The deterministic initiator (or target) name of a host: BASE:HOSTNAME.
+def initiator_name(base: str, hostname: str) -> str:
+    """THE rule of a GPU node's initiator name: BASE:HOSTNAME. Every place that names a host's initiator asks it:
+    the iscsi_initiator role (its default, through the collection's filter ``fabric_initiator_name``), the
+    fabricctl and fabric_node roles, the controller plugins (plugins/plugin_utils/inventory.py: which variable
+    gives the base) and fabricctl's configuration (a host without ``initiator``).
 
     ``base`` is an iqn without the unique part, for example ``iqn.2026-11.com.example.fabric``.
     A hostname with characters an IQN cannot hold is lower-cased and gets a short digest so that

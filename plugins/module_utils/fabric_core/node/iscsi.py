@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..base.errors import EXIT_USER, MASK, Busy, CommandError, FabricError, UserError, redact_argv
-from ..base.names import host_iqn, validate_iqn
+from ..base.names import validate_iqn
 from ..base.rules import OPEN_ISCSI, parse_chap
 
 ISCSIADM = "iscsiadm"
@@ -154,11 +154,6 @@ class DeviceTimeout(FabricError):
 
 # --------------------------------------------------------------------------------------------
 # names and helpers
-
-
-def initiator_name(base: str, hostname: str) -> str:
-    """The deterministic initiator name of a host: BASE:HOSTNAME (see ``names.host_iqn``)."""
-    return host_iqn(base, hostname)
 
 
 def normalize_portal(portal: str) -> str:

@@ -103,7 +103,7 @@ def check(hosts: dict, *, storage_group: str = "storage_nodes", gpu_group: str =
             f"iscsi_initiator_iqn {value} is the initiator name of {' and '.join(names)}: each would be let in to "
             "the other's exports",
             f"give each GPU node its own name (remove iscsi_initiator_iqn from {names[-1]} to get "
-            f"<iscsi_initiator_iqn_base>:{names[-1]}, or set another)"))
+            f"<fabric_iqn_base>:{names[-1]}, or set another)"))
     addresses = {n: h.address for n, h in hosts.items()}
     for value, names in sorted(_duplicates(addresses).items()):
         out.append(Violation(
