@@ -84,4 +84,3 @@ def run(ctx, args) -> int:
                f"{', '.join(fan.ok_names) or 'no host'}")
     fan.raise_for_partial(f"publish {name}@{version}")
     return 0
-

@@ -248,8 +248,9 @@ class Agent:
 
         def one(node):
             try:
-                return node, hostside.login(self.runner, portal=node.portal, target_iqn=target, chap=chap,
-                                          startup=startup, map_path=paths, settings=settings), None
+                session = hostside.login(self.runner, portal=node.portal, target_iqn=target, chap=chap,
+                                         startup=startup, map_path=paths, settings=settings)
+                return node, session, None
             except FabricError as err:
                 with contextlib.suppress(Exception):  # the record a refused login left behind
                     iscsi.ensure_session(self.runner, portal=node.portal, target_iqn=target, state="logged_out")

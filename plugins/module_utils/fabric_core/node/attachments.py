@@ -330,4 +330,3 @@ def plan_gc(records: Iterable[Attachment], *, sessions: Iterable[dict], node_rec
             steps.append(GcStep("delete_record", target=r["target"], portal=r["portal"],
                                 reason="no attachment holds it"))
     return sorted(steps, key=lambda s: GC_ORDER.index(s.op))
-

@@ -75,8 +75,8 @@ def plan_revoke(target: str, facts: dict | None, initiators: Iterable[str], *, l
                    "a live session off mid-read",
                    "detach it on the host first (its job ends, or `fabricctl unpublish`), or pass --force to cut it "
                    "off (its reads then fail with I/O errors)")
-    actions = [lio.Action("delete_acl", target, {"initiator": i}, "revoked" + (" (logged in: cut off)" if i in busy
-                                                                                else "")) for i in revoking]
+    actions = [lio.Action("delete_acl", target, {"initiator": i},
+                          "revoked (logged in: cut off)" if i in busy else "revoked") for i in revoking]
     return actions, revoking, missing
 
 

@@ -47,7 +47,7 @@ from ..base.rules import Chap
 from ..base.runner import Runner
 from ..node import attach as hostside
 from ..node import iscsi, mounts, multipath
-from ..node.attach import MULTIPATH_REPLACEMENT_TIMEOUT, read_link, switch_link  # noqa: F401 - re-exported
+from ..node.attach import read_link, switch_link
 from ..node.client import HOLDER, AgentClient
 from ..storage import blockfs, lio, lioacls, lzc, zfs
 
@@ -506,7 +506,7 @@ class Publisher:
         """The host's session to a target, with its own CHAP credentials written to the node record (never on a
         command line); a session already there stays, its record gets the current secrets
         (``iscsi.ensure_session``). With ``map_path`` (a path of a multipath map) it gives up on a lost connection
-        after MULTIPATH_REPLACEMENT_TIMEOUT seconds (its I/O then goes on over the other paths); ``portal``:
+        after node.attach.MULTIPATH_REPLACEMENT_TIMEOUT seconds (its I/O then goes on over the other paths); ``portal``:
         another storage node's (default: this node's)."""
         return hostside.login(runner, portal=portal or self.settings.portal, target_iqn=target_iqn,
                               chap=self.settings.chap_of(host.initiator), startup="automatic", map_path=map_path)
