@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None, *, agent=None, environ=None) -> int:
     try:
         if argv[:1] == ["--ssh"] and len(argv) == 1:
             request = environ.get(ssh.ENV, "")
+            as_json = "--json" in request.split()  # a refusal answers the way the request asked
             try:
                 argv = ssh.parse(request)
             except ssh.Refused as err:
