@@ -393,7 +393,8 @@ static int json_string(const char *json, const char *key, char *dst, size_t len)
                     char h = p[i];
                     if (!isxdigit((unsigned char)h))
                         return -1;
-                    cp = cp * 16 + (unsigned)(isdigit((unsigned char)h) ? h - '0' : (tolower((unsigned char)h) - 'a' + 10));
+                    cp = cp * 16
+                         + (unsigned)(isdigit((unsigned char)h) ? h - '0' : (tolower((unsigned char)h) - 'a' + 10));
                 }
                 p += 4;
                 if (cp >= 0xd800 && cp <= 0xdfff) {
