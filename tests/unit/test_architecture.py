@@ -1,18 +1,23 @@
-"""The layers of docs/architecture.md, checked: fabricctl (main -> commands -> context, datasets,
-checkpoints, zvols, output) over fabric_core (the publishing service over lio, iscsi, mounts, lzc, zfs, over
-the rulebook), with no import circle anywhere (function-level imports included), no module reaching a
-private name of another, no command reading LIO itself or importing main, and a core that imports
-neither Ansible nor fabricctl."""
+"""The layers of docs/architecture.md, checked: the front ends (fabricctl: main -> commands -> context, datasets,
+checkpoints, zvols, output; fabric_node, the GPU-node agent's CLI; the Ansible modules) over fabric_core, whose
+folders are its layers and sides: ``base`` (foundations of both sides) under ``node`` (what acts on a GPU node) and
+``storage`` (what acts on a storage node), under ``services`` (what composes them). Checked: no import circle
+anywhere (function-level imports included), no module reaching a private name of another, no command reading LIO
+itself or importing main, a core that imports neither Ansible nor a front end, the layers' directions (base
+imports no other layer, node only base, storage never services), and a GPU-node side (node, fabric_node) that
+imports and runs without the storage node's code."""
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = {"fabricctl": REPO / "fabricctl", "fabric_core": REPO / "plugins" / "module_utils" / "fabric_core"}
+CORE = REPO / "plugins" / "module_utils" / "fabric_core"
+PACKAGES = {"fabricctl": REPO / "fabricctl", "fabric_node": REPO / "fabric_node", "fabric_core": CORE}
 
 
 def project_modules() -> dict[str, Path]:
@@ -46,6 +51,7 @@ def imports(name: str) -> list[tuple[str, list[str]]]:
     return out
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
     edges = {}
     for name in MODULES:
@@ -115,6 +121,64 @@ def test_commands_ask_the_publishing_service_and_never_import_main(name):
 
 
 @pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("fabric_core")))
-def test_the_core_imports_neither_ansible_nor_fabricctl(name):
+def test_the_core_imports_neither_ansible_nor_a_front_end(name):
     for target, _ in imports(name):
-        assert not target.startswith(("ansible", "fabricctl")), target
+        assert not target.startswith(("ansible", "fabricctl", "fabric_node")), target
+
+
+# --- the core's folders: its layers and sides ---------------------------------------------------------------
+
+LAYERS = ("base", "node", "storage", "services")
+# what each layer may import of the core (besides itself); the front ends (fabricctl, fabric_node, the modules
+# and plugins) may import any layer, fabric_node only the GPU-node side
+# (the two sides, node and storage, meet only in services and the front ends)
+MAY_IMPORT = {"base": set(), "node": {"base"}, "storage": {"base"}, "services": {"base", "node", "storage"}}
+GPU_NODE_SIDE = {"base", "node"}
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "fabric_core" and len(parts) > 2 else None
+
+
+def test_every_core_module_sits_in_a_layer():
+    loose = sorted(m for m in MODULES if m.startswith("fabric_core.") and layer_of(m) not in LAYERS)
+    assert loose == [m for m in loose if m.count(".") == 1 and m.split(".")[1] in LAYERS], loose  # the layers' __init__
+    assert sorted(p.name for p in CORE.iterdir() if p.suffix == ".py") == ["__init__.py"]  # nothing flat
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if layer_of(m)))
+def test_each_layer_imports_only_the_layers_below_it(name):
+    layer = layer_of(name)
+    reached = {layer_of(d) or d for d in graph()[name] if d.startswith("fabric_core.")} - {layer, "fabric_core"}
+    assert reached <= MAY_IMPORT[layer], f"{name} ({layer}) imports {sorted(reached - MAY_IMPORT[layer])}"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("fabric_node")))
+def test_the_node_agent_imports_only_the_gpu_node_side(name):
+    reached = {layer_of(d) for d in graph()[name] if d.startswith("fabric_core.") and layer_of(d)}
+    assert reached <= GPU_NODE_SIDE, f"{name} imports fabric_core.{sorted(reached - GPU_NODE_SIDE)}"
+
+
+def test_the_gpu_node_side_imports_without_the_storage_side():
+    """Every module of fabric_core.base and .node, and the agent's CLI, imported by a Python in which the storage
+    and services layers cannot be imported (what a GPU node's agent and a CSI node plugin need)."""
+    import subprocess
+    import sys
+
+    side = sorted(m for m in MODULES if layer_of(m) in GPU_NODE_SIDE or m.split(".")[0] == "fabric_node")
+    script = f"""
+import importlib, importlib.abc, sys
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith(("fabric_core.storage", "fabric_core.services", "fabricctl")):
+            raise ImportError(name + " is of the storage side")
+sys.meta_path.insert(0, Refuse())
+for name in {side!r}:
+    importlib.import_module(name)
+print(len({side!r}))
+"""
+    path = f"import sys; sys.path[:0] = {[str(CORE.parent), str(REPO)]!r}"  # fabric_core and fabric_node, nothing else
+    proc = subprocess.run([sys.executable, "-I", "-c", path + script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert int(proc.stdout.strip()) == len(side) > 20

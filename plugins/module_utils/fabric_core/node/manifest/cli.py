@@ -100,7 +100,6 @@ def diff_summary(totals: dict) -> str:
             f"{totals['changed_bytes_new']} bytes), {totals['unchanged']} unchanged")
 
 
-
 # the one file's entry point: the package sits in it as ``fabric_manifest`` (outside fabric_core)
 ZIPAPP_MAIN = """import sys
 

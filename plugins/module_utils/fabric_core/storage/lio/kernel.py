@@ -25,6 +25,7 @@ CONFIGFS_ROOT = "/sys/kernel/config"
 CONFIGFS = "/sys/kernel/config/target"
 ISCSI_TARGET_MODULE = "/sys/module/iscsi_target_mod"
 
+
 class _Rtslib:
     """rtslib-fb objects of the project's targets (``apply``)."""
 

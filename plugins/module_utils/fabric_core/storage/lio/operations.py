@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .spec import DISCOVERY_CREDENTIALS, REDACTED, TPG_TAG, DesiredState, emulate_pr
 
+
 # ---------------------------------------------------------------------------------------------
 # Actions
 
