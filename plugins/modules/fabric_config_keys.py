@@ -66,6 +66,7 @@ from pathlib import Path
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base import conffile
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.runner import ModuleRunner
 
 
 def main():
@@ -79,7 +80,9 @@ def main():
     )
     p = module.params
     try:
-        out = conffile.ensure(Path(p["path"]), p["settings"], dry_run=module.check_mode, separator=p["separator"])
+        # read, a pure plan, its one write through the runner: check mode records it and makes none
+        out = conffile.ensure(ModuleRunner(module, dry_run=module.check_mode), Path(p["path"]), p["settings"],
+                              separator=p["separator"])
     except FabricError as err:
         module.fail_json(msg=str(err))
     result = {"changed": out["changed"], "changes": out["changes"]}

@@ -57,6 +57,7 @@ from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.errors import FabricError
+from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.base.runner import ModuleRunner
 from ansible_collections.gpufabric.storage.plugins.module_utils.fabric_core.storage import tunables
 
 
@@ -69,7 +70,8 @@ def main():
         supports_check_mode=True,
     )
     try:
-        result = tunables.ensure(module.params["parameters"], dry_run=module.check_mode,
+        # the plan's steps through the runner: check mode records the writes and makes none
+        result = tunables.ensure(ModuleRunner(module, dry_run=module.check_mode), module.params["parameters"],
                                  modprobe_file=Path(module.params["modprobe_file"]))
     except FabricError as err:
         module.fail_json(msg=str(err))

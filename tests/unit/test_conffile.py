@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fabric_core.base import conffile
 from fabric_core.base.errors import UserError
+from fabric_core.base.runner import Runner
 
 ISCSID = (Path(__file__).parent / "data" / "conffile" / "iscsid.conf").read_text()
 FABRIC = {"node.startup": "automatic", "node.session.timeo.replacement_timeout": 120,
@@ -58,13 +59,29 @@ def test_ensure_replaces_atomically_keeping_mode_and_dry_run_writes_nothing(tmp_
     path = tmp_path / "iscsid.conf"
     path.write_text(ISCSID)
     path.chmod(0o600)
-    planned = conffile.ensure(path, FABRIC, dry_run=True)
+    dry = Runner(dry_run=True)
+    planned = conffile.ensure(dry, path, FABRIC)
     assert planned["changed"] and path.read_text() == ISCSID
-    done = conffile.ensure(path, FABRIC)
-    assert done["changed"] and path.read_text() == done["after"]
+    assert dry.planned == [("write", str(path), "mode=0600", *planned["changes"])]  # the one write, recorded
+    real = Runner()
+    done = conffile.ensure(real, path, FABRIC)
+    assert done["changed"] and path.read_text() == done["after"] and real.executed == dry.planned
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in tmp_path.iterdir()] == ["iscsid.conf"]  # no temporary file left
-    assert not conffile.ensure(path, FABRIC)["changed"]
+    again = Runner()
+    assert not conffile.ensure(again, path, FABRIC)["changed"] and again.executed == []
     with pytest.raises(UserError) as exc:
-        conffile.ensure(tmp_path / "absent.conf", FABRIC)
+        conffile.ensure(Runner(), tmp_path / "absent.conf", FABRIC)
     assert "install the package" in exc.value.fix
+
+
+def test_the_plan_is_pure_and_its_one_step_is_the_write(tmp_path):
+    path = tmp_path / "iscsid.conf"
+    path.write_text(ISCSID)
+    live = conffile.read(path)
+    first, second = conffile.plan(live, FABRIC), conffile.plan(live, FABRIC)
+    assert path.read_text() == ISCSID  # planning wrote nothing
+    assert (first.after, first.changes) == (second.after, second.changes) and first.changed
+    assert [s.to_dict() for s in first.steps] == [{"description": f"set {', '.join(first.changes)} in {path}",
+                                                  "call": ["write", str(path), "mode=0644", *first.changes]}]
+    assert not conffile.plan(conffile.read(path), {}).steps  # nothing to set: no step

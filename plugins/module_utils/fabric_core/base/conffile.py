@@ -8,15 +8,22 @@ package's documented default) is replaced by the active line; without either, th
 at the end under one marker comment. Every other line, comments included, stays byte for byte.
 Later active duplicates of a managed key are commented out (the first wins in open-iscsi, but a
 reader should not have to know that).
+
+Read, plan, apply: ``read`` (the file, its mode and owner), ``plan`` (pure: the new text, the keys that change and
+one ``model.Step`` that writes it through the atomic writer) and ``model.apply_steps`` through the runner, whose
+dry run (check mode) records the write and makes none; ``ensure`` is the three in a row.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from . import atomic
 from .errors import UserError
+from .model import Step, apply_steps
 
 MARKER = "# Set by the gpu-storage-fabric roles (keys edited in place; the rest is the package's)."
 
@@ -75,18 +82,59 @@ def set_keys(text: str, settings: dict, separator: str = " = ") -> tuple[str, di
     return "".join(lines), changes
 
 
-def ensure(path: Path, settings: dict, *, dry_run: bool = False, separator: str = " = ",
-           mode: int | None = None) -> dict:
-    """Set the keys in the file at path (which must exist: it is the package's); atomic replace, the file's
-    mode and owner kept. Returns {changed, changes, before, after}."""
-    if not path.exists():
-        raise UserError(f"{path} does not exist", "install the package that provides it first")
-    before = path.read_text()
-    after, changes = set_keys(before, settings, separator)
-    changed = after != before
-    if changed and not dry_run:
+@dataclass
+class Live:
+    """The file as it is: its text, mode and owner (``read``)."""
+
+    path: Path
+    text: str
+    mode: int
+    owner: tuple
+
+
+@dataclass
+class Plan:
+    """What ``plan`` decided: the keys that change, the text before and after, and the step that writes it."""
+
+    path: Path
+    changes: dict  # key -> {"before": value or None, "after": value}
+    before: str
+    after: str
+    steps: list = field(default_factory=list)  # model.Step: one atomic write, or none
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.steps)
+
+
+def read(path: Path) -> Live:
+    """The package's file (it must exist): its text, and the mode and owner a rewrite keeps."""
+    try:
         st = path.stat()
-        atomic.write_file(path, after, mode=mode if mode is not None else st.st_mode & 0o7777,
-                          owner=(st.st_uid, st.st_gid))
-    return {"changed": changed, "changes": {k: {"before": b, "after": a} for k, (b, a) in changes.items()},
-            "before": before, "after": after}
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"{path} does not exist", "install the package that provides it first") from None
+    return Live(path=path, text=text, mode=st.st_mode & 0o7777, owner=(st.st_uid, st.st_gid))
+
+
+def plan(live: Live, settings: dict, *, separator: str = " = ", mode: int | None = None) -> Plan:
+    """Pure: the keys of ``settings`` set in ``live``'s text; one step (an atomic replace, the file's mode and owner
+    kept unless ``mode`` is given) when the text changes, none otherwise."""
+    after, changes = set_keys(live.text, settings, separator)
+    steps = []
+    if after != live.text:
+        keep = mode if mode is not None else live.mode
+        steps.append(Step(f"set {', '.join(changes)} in {live.path}",
+                          call=partial(atomic.write_file, live.path, after, mode=keep, owner=live.owner),
+                          entry=("write", str(live.path), f"mode={keep:04o}", *changes)))
+    return Plan(path=live.path, changes={k: {"before": b, "after": a} for k, (b, a) in changes.items()},
+                before=live.text, after=after, steps=steps)
+
+
+def ensure(runner, path: Path, settings: dict, *, separator: str = " = ", mode: int | None = None) -> dict:
+    """Read, plan, apply through ``runner`` (whose dry run writes nothing and records the write).
+    Returns {changed, changes, before, after, commands}."""
+    planned = plan(read(path), settings, separator=separator, mode=mode)
+    done = apply_steps(runner, planned.steps)
+    return {"changed": planned.changed, "changes": planned.changes, "before": planned.before, "after": planned.after,
+            "commands": done.commands}

@@ -12,7 +12,9 @@ Runner and records every one, so that a dry run (check mode, fabricctl --dry-run
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 DISK_CLASSES = ("hdd", "ssd", "nvme")
 VDEV_ROLES = ("data", "special", "log", "cache", "spare")
@@ -102,9 +104,14 @@ class PoolLayout:
 
 @dataclass
 class Step:
-    """One step of a plan: what it does, in words, and the command that does it.
+    """One step of a plan: what it does, in words, and the command (``argv``) or the library call (``call``) that
+    does it.
 
-    The applier runs ``argv`` as a change (a dry run records it and runs nothing). ``dry_run_argv`` is
+    The applier runs ``argv`` as a change (a dry run records it and runs nothing). A step made by a library or a
+    file write instead (libzfs_core, rtslib, a configuration file, a sysfs value) has ``call`` (no arguments; what
+    it does) and ``entry`` (how it is recorded in the runner's ``planned``/``executed``, as a command would be: its
+    name and what it changes, never a secret); the applier makes it through ``Runner.call``, which a dry run
+    records and does not call. ``dry_run_argv`` is
     ZFS's own validation of the step (`zpool create -n`, `zpool add -n`, `zfs create -n -v`), run in a
     dry run only, its output shown as ``prepared``; when ``dry_run_strict`` is false a refusal is a warning
     (``dry_run_refusal`` says why it may be wrong, e.g. a wipe the real run does first). ``follow_up``:
@@ -112,15 +119,19 @@ class Step:
     """
 
     description: str
-    argv: list
+    argv: list = field(default_factory=list)
     data: str | None = field(default=None, repr=False)  # stdin (an encryption key): never shown anywhere
     check: bool = True  # False: a non-zero exit is no error (`zpool labelclear` of a disk without a label)
     dry_run_argv: list | None = None
     dry_run_strict: bool = True
     dry_run_refusal: str = ""
     follow_up: list = field(default_factory=list)
+    call: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
+    entry: tuple = ()
 
     def to_dict(self) -> dict:
+        if self.call is not None:
+            return {"description": self.description, "call": [str(a) for a in self.entry]}
         return {"description": self.description, "argv": list(self.argv)}
 
 
@@ -138,10 +149,15 @@ def apply_steps(runner, steps: list) -> Applied:
 
     In a dry run (``runner.dry_run``) each step's ``dry_run_argv`` runs first (a read: ZFS validates the
     step) and the step itself is recorded in ``runner.planned``, not run. Every step's argv is in
-    ``commands`` either way. A failing step raises (CommandError) and the later steps do not run.
+    ``commands`` either way (a call step's ``entry``). A failing step raises (CommandError, or the call's own
+    error) and the later steps do not run.
     """
     done = Applied()
     for step in steps:
+        if step.call is not None:  # a library call or a file write: made (or, in a dry run, recorded) by the runner
+            runner.call(step.entry or (step.description,), step.call)
+            done.commands.append([str(a) for a in step.entry or (step.description,)])
+            continue
         if runner.dry_run and step.dry_run_argv:
             res = runner.run(step.dry_run_argv, data=step.data, check=step.dry_run_strict)
             done.prepared = (res.stdout + res.stderr).strip()

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from .spec import DISCOVERY_CREDENTIALS, REDACTED, TPG_TAG, DesiredState, emulate_pr
 
-
 # ---------------------------------------------------------------------------------------------
 # Actions
+
 
 @dataclass
 class Action:
