@@ -2,8 +2,9 @@
 store's file reads and writes).
 
 An attachment is one dataset version mounted read-only at MOUNT_ROOT/NAME/VERSION. Its holders say why it is
-there: ``manual`` (an operator's publish: it stays across reboots) or ``job:<id>`` (a scheduler's job: it lives
-as long as the job). Two jobs sharing a version share one mount, and the last holder out detaches it. Each
+there: ``manual`` (an operator's publish: it stays across reboots), ``job:<id>`` (a scheduler's job: it lives
+as long as the job) or ``csi:<NAME@VERSION>`` (a CSI volume staged on this node, fabric_csi: it lives until the
+kubelet unstages it, and never past a reboot, after which the kubelet stages it again). Two jobs sharing a version share one mount, and the last holder out detaches it. Each
 attachment is one JSON file, ``<state dir>/attachments/NAME@VERSION.json`` (0600 in a 0700 directory), written
 through the one atomic writer (``base.atomic``): a reader, or the node after a crash, sees the old record or
 the new one.
@@ -33,6 +34,7 @@ from ..base.names import parse_ref
 
 MANUAL = "manual"
 JOB_PREFIX = "job:"
+CSI_PREFIX = "csi:"  # the CSI node plugin's holder: csi:<volume id>, the volume id being NAME@VERSION
 # a scheduler's job id: Slurm's are digits (123, an array task's 123_4, a heterogeneous job's 123+0); other
 # schedulers' ids are letters, digits and . _ - too. Never a path: records are named by the version.
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
@@ -42,13 +44,19 @@ BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
 def validate_holder(holder: str) -> str:
-    """``manual`` or ``job:<id>`` (id: letters, digits, '.', '_', '+', '-', at most 64, starting alphanumeric)."""
+    """``manual``, ``job:<id>`` (id: letters, digits, '.', '_', '+', '-', at most 64, starting alphanumeric) or
+    ``csi:<NAME@VERSION>`` (a CSI volume on this node; the ref by ``parse_version_ref``)."""
     if holder == MANUAL:
         return holder
     if isinstance(holder, str) and holder.startswith(JOB_PREFIX) and _JOB_ID.fullmatch(holder[len(JOB_PREFIX):]):
         return holder
-    raise InvalidName(f"invalid holder {holder!r}: a holder is `manual` or `job:<id>` (the id: letters, digits, "
-                      "'.', '_', '+', '-', at most 64)", "for example `--holder job:4242` or `--holder manual`")
+    if isinstance(holder, str) and holder.startswith(CSI_PREFIX):
+        with contextlib.suppress(UserError):
+            parse_version_ref(holder[len(CSI_PREFIX):])
+            return holder
+    raise InvalidName(f"invalid holder {holder!r}: a holder is `manual`, `job:<id>` (the id: letters, digits, "
+                      "'.', '_', '+', '-', at most 64) or `csi:NAME@VERSION`",
+                      "for example `--holder job:4242` or `--holder manual`")
 
 
 def job_of(holder: str) -> str | None:
@@ -138,15 +146,16 @@ def remove_holder(att: Attachment, holder: str) -> bool:
 
 
 def holder_stale(holder: str, info: dict, *, boot_id: str, is_alive: Callable[[str], bool | None] | None) -> str:
-    """Why a holder no longer holds ("" when it does): a job holder recorded in another boot (its job did not
-    survive the reboot), or whose job ``is_alive`` says has ended (True alive, False ended, None unknown: kept).
-    ``manual`` is never stale: an operator's attachment stays until the operator detaches it."""
-    job = job_of(holder)
-    if job is None:
+    """Why a holder no longer holds ("" when it does): a job or CSI holder recorded in another boot (its job, or
+    the kubelet's mounts, did not survive the reboot), or a job whose job ``is_alive`` says has ended (True alive,
+    False ended, None unknown: kept). ``manual`` is never stale: an operator's attachment stays until the
+    operator detaches it."""
+    if holder == MANUAL:
         return ""
+    job = job_of(holder)
     if boot_id and info.get("boot_id") and info.get("boot_id") != boot_id:
         return "recorded in an earlier boot (the node was rebooted)"
-    if is_alive is not None and is_alive(job) is False:
+    if job is not None and is_alive is not None and is_alive(job) is False:
         return f"job {job} is no longer running"
     return ""
 
