@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTO = "fabric_csi/proto/csi.proto"  # as protoc sees it: the generated import is `from fabric_csi.proto import ...`
@@ -25,8 +26,11 @@ GENERATOR = "1.51.3"  # grpcio-tools
 
 def generate(into: str) -> dict[str, bytes]:
     """The generated modules ({file name: content}), made in a scratch tree under ``into``."""
-    import grpc_tools  # noqa: PLC0415 - only the generator needs it
-    from grpc_tools import protoc  # noqa: PLC0415
+    with warnings.catch_warnings():  # grpcio-tools 1.51 imports pkg_resources, which setuptools deprecates
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        import grpc_tools  # noqa: PLC0415 - only the generator needs it
+        from grpc_tools import protoc  # noqa: PLC0415
 
     os.makedirs(os.path.join(into, "fabric_csi", "proto"), exist_ok=True)
     shutil.copyfile(os.path.join(HERE, "csi.proto"), os.path.join(into, PROTO))
