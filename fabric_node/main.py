@@ -8,13 +8,26 @@
   fabric-node in-use NAME@VERSION [--json]
   fabric-node verify NAME@VERSION [--workers N] [--json]
   fabric-node current NAME [VERSION | --none] [--json] [--dry-run]
-  fabric-node --ssh            (a storage node's forced command: the request in SSH_ORIGINAL_COMMAND)
+  fabric-node attach-writable JOB --fs FS --from NODE [--json] [--dry-run]
+  fabric-node detach-writable JOB --from NODE [--force] [--json] [--dry-run]
+  fabric-node attach-restore JOB STEP --fs FS --from NODE [--json] [--dry-run]
+  fabric-node detach-restore JOB STEP --from NODE [--force] [--json] [--dry-run]
+  fabric-node freeze JOB --seconds N [--json] [--dry-run]
+  fabric-node thaw JOB --seconds N [--json]
+  fabric-node writer-state JOB... [--json]
+  fabric-node refresh-credentials [--json] [--dry-run]
+  fabric-node --ssh [--from NODE]  (a storage node's forced command: the request in SSH_ORIGINAL_COMMAND)
 
 HOLDER is ``job:<id>`` (a scheduler's job) or ``manual`` (an operator's: it stays across reboots). A version
 is mounted read-only at MOUNT_ROOT/NAME/VERSION (/datasets by default) once a storage node granted it to this
-host (``fabricctl grant NAME@VERSION --to HOST``). Exit statuses are fabricctl's (fabric_core.base.errors):
-0 success, 1 bad input or refused (not granted, in use, storage unreachable: nothing changed), 3 some of a
-``detach --all`` failed, 4 another call held the node lock too long, 5 unexpected. Under --json every outcome
+host (``fabricctl grant NAME@VERSION --to HOST``). The checkpoint verbs are what fabricctl's checkpoint commands
+ask of a job's hosts (``node.checkpoints``): its volume read-write at CHECKPOINT_MOUNT_ROOT/JOB on its writer,
+a checkpoint read-only at CHECKPOINT_MOUNT_ROOT/JOB/restore/STEP, both from storage node NODE and back after a
+reboot; the writer's freeze around a snapshot (a timer thaws it after N seconds whatever happens) and its thaw.
+refresh-credentials writes this node's own CHAP credentials into its node records of the fabric's targets.
+Exit statuses are fabricctl's (fabric_core.base.errors): 0 success, 1 bad input or refused (not granted, in
+use, storage unreachable: nothing changed), 3 some of a ``detach --all`` failed, 4 another call held the node
+lock too long, 5 unexpected. Under --json every outcome
 is one JSON object on stdout; a failure's is {"problem", "fix", "exit"[, "reason"]}.
 """
 
@@ -25,8 +38,10 @@ import json
 import os
 import sys
 import syslog
+import time
 
 from fabric_core.base.errors import EXIT_PARTIAL, EXIT_UNEXPECTED, EXIT_USAGE, FabricError, UserError
+from fabric_core.base.rules import FILESYSTEMS
 from fabric_core.base.runner import LocalRunner
 from fabric_core.node import agent as agent_mod
 from fabric_core.node import config as node_config
@@ -80,7 +95,38 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("name", metavar="NAME")
     v.add_argument("version", metavar="VERSION|--none", nargs="?")
     v.add_argument("--none", action="store_true", help="remove the link")
+    _checkpoint_verbs(verb)
     return p
+
+
+def _checkpoint_verbs(verb) -> None:
+    """The verbs of a job's checkpoints (node.checkpoints), as fabricctl's checkpoint commands ask for them."""
+    def node(v):
+        v.add_argument("--from", dest="storage_node", required=True, metavar="NODE",
+                       help="the storage node exporting it (one of this node's configuration)")
+
+    for kind, what in (("writable", "a job's checkpoint volume read-write (this node is its writer)"),
+                       ("restore", "a job's checkpoint read-only")):
+        for action, text in (("attach", f"mount {what}"), ("detach", f"unmount {what} and log out")):
+            v = verb(f"{action}-{kind}", text, dry_run=True)
+            v.add_argument("job", metavar="JOB")
+            if kind == "restore":
+                v.add_argument("step", metavar="STEP", help="the checkpoint's training step")
+            node(v)
+            if action == "attach":
+                v.add_argument("--fs", required=True, choices=FILESYSTEMS, help="the volume's file system")
+            else:
+                v.add_argument("--force", action="store_true", help="unmount even while processes use it (lazily)")
+    for name, text in (("freeze", "freeze a job's volume for a snapshot (a timer thaws it after --seconds whatever "
+                                  "happens)"),
+                       ("thaw", "thaw a job's volume and stop its timer once nothing is frozen")):
+        v = verb(name, text, dry_run=name == "freeze")
+        v.add_argument("job", metavar="JOB")
+        v.add_argument("--seconds", type=int, required=True, help="the thaw timer (5-3600)")
+    v = verb("writer-state", "what of the jobs' volumes is frozen, and the tasks waiting for a frozen file system")
+    v.add_argument("jobs", metavar="JOB", nargs="+")
+    verb("refresh-credentials", "this node's own CHAP credentials into its node records of the fabric's targets",
+         dry_run=True)
 
 
 def _log(text: str) -> None:
@@ -199,7 +245,54 @@ def run(args, *, agent=None) -> int:
         res = agent.current(args.name, version)
         _emit(res, out_json) if out_json else print(f"{res['link']} -> {res['current'] or '(none)'}")
         return 0
+    if verb in CHECKPOINT_VERBS:
+        return _checkpoint(agent, args, out_json, dry)
     raise UserError("no verb given", f"run `{PROG} --help`")
+
+
+def started() -> float | None:
+    """When this process started, on time.monotonic's clock (a freeze counts what passed before its timer was set
+    from there: the caller's request began before it); None when /proc cannot tell."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime (after the comm field)
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.monotonic() - max(0.0, age)
+
+
+CHECKPOINT_VERBS = ("attach-writable", "detach-writable", "attach-restore", "detach-restore", "freeze", "thaw",
+                    "writer-state", "refresh-credentials")
+CHANGING = ("attach", "detach", "gc", "current", "attach-writable", "detach-writable", "attach-restore",
+            "detach-restore", "freeze", "thaw", "refresh-credentials")
+
+
+def _checkpoint(agent, args, out_json: bool, dry: bool) -> int:
+    ck, verb = agent.checkpoints, args.verb
+    would = "would be " if dry else ""
+    if verb.startswith("attach-"):
+        res = ck.attach(args.job, storage_node=args.storage_node, fstype=args.fs, step=getattr(args, "step", None))
+        text = (f"{res['path']} {would}mounted {'read-write' if res['kind'] == 'writable' else 'read-only'} "
+                f"({res['device']}, from {res['storage_node']})")
+    elif verb.startswith("detach-"):
+        res = ck.detach(args.job, storage_node=args.storage_node, step=getattr(args, "step", None), force=args.force)
+        text = f"{res['path']} {would}unmounted and logged out of {res['storage_node']}"
+    elif verb == "freeze":
+        res = ck.freeze(args.job, args.seconds, since=started())
+        text = f"{res['path']} {would}frozen; {res['thaw_unit']}.timer thaws it in {args.seconds} s"
+    elif verb == "thaw":
+        res = ck.thaw(args.job, args.seconds)
+        text = f"{res['path']} thawed"
+    elif verb == "writer-state":
+        res = ck.writer_state(args.jobs)
+        text = json.dumps(res, indent=1, sort_keys=True)
+    else:
+        res = agent.refresh_credentials()
+        text = (f"{len(res['records'])} node record(s) of the fabric's targets: "
+                + (f"{would}updated" if res["changed"] else "current"))
+    _emit(res, True) if out_json else print(text)
+    return 0
 
 
 def main(argv: list[str] | None = None, *, agent=None, environ=None) -> int:
@@ -208,18 +301,18 @@ def main(argv: list[str] | None = None, *, agent=None, environ=None) -> int:
     p = parser()
     as_json = "--json" in argv
     try:
-        if argv[:1] == ["--ssh"] and len(argv) == 1:
+        if argv[:1] == ["--ssh"] and (len(argv) == 1 or len(argv) == 3 and argv[1] == "--from"):
             request = environ.get(ssh.ENV, "")
             as_json = "--json" in request.split()  # a refusal answers the way the request asked
             try:
-                argv = ssh.parse(request)
+                argv = ssh.parse(request, argv[2] if len(argv) == 3 else None)
             except ssh.Refused as err:
                 _log(f"refused a storage node's request {request[:200]!r}: {err.problem}")
                 raise
             as_json = "--json" in argv
             _log(f"a storage node's request: {' '.join(argv)}")
         elif "--ssh" in argv:
-            raise UserError("--ssh takes no other argument (the request comes in SSH_ORIGINAL_COMMAND)")
+            raise UserError("--ssh takes only --from NODE (the request comes in SSH_ORIGINAL_COMMAND)")
         try:
             args = p.parse_args(argv)
         except SystemExit as exc:
@@ -228,7 +321,7 @@ def main(argv: list[str] | None = None, *, agent=None, environ=None) -> int:
             p.print_help()
             return EXIT_USAGE
         status = run(args, agent=agent)
-        if args.verb in ("attach", "detach", "gc", "current") and not getattr(args, "dry_run", False):
+        if args.verb in CHANGING and not getattr(args, "dry_run", False):
             _log(f"{' '.join(argv)}: done")
         return status
     except FabricError as err:

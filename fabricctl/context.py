@@ -41,16 +41,29 @@ class Context:
 
     def ssh(self, host):
         """A runner on a GPU node (one connection per host, reused, closed at exit). Refused when this node's key
-        may not run commands there (``ssh.access``: agent or none)."""
+        may not run commands there (``ssh.access``: agent or none): every command asks the host's agent then
+        (``agent``), or contacts no host (``none``), so this is reached only by a path that forgot to."""
         access = self.config.ssh.access
         if access != "shell":
-            raise UserError(f"this command runs commands on {host.name}, and this storage node's key there "
+            raise UserError(f"this command would run commands on {host.name}, and this storage node's key there "
                             + ("runs only the node agent (ssh.access: agent)" if access == "agent" else
                                "is not installed (ssh.access: none, pull only)"),
-                            "checkpoint volumes, restores, snapshots and access sync's node records still need a "
-                            "key that runs commands (fabric_node_storage_key: shell) until they move behind the "
-                            "agent; dataset versions are granted (`fabricctl grant`) and attached by the hosts")
+                            "with agent, fabricctl asks the host's agent (`fabric-node --ssh`) for everything: "
+                            "report this command; with none, no command reaches a GPU node (dataset versions are "
+                            "granted, `fabricctl grant`, and attached by the hosts; checkpoints need agent)")
         return self._runner(host, forced=False)
+
+    def writer(self, host, job: str, mountpoint: str):
+        """A checkpoint writer to freeze and thaw (``freeze.frozen``'s writer): its agent (``ssh.access: agent``),
+        else commands over this node's key (``shell``; refused with ``none``)."""
+        agent = self.agent(host)
+        if agent is not None:
+            from fabric_core.node.client import AgentWriter  # noqa: PLC0415
+
+            return AgentWriter(agent, job, mountpoint)
+        from fabric_core.node.freeze import Here  # noqa: PLC0415
+
+        return Here(self.ssh(host), mountpoint)
 
     def _runner(self, host, *, forced: bool):
         self.hosts.setdefault(host.name, "contacted")

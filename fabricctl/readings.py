@@ -145,6 +145,10 @@ def writer_states(ctx) -> tuple[dict, dict]:
 
     def ask(host, step):
         step("freeze")
+        agent = ctx.agent(host)
+        if agent is not None:  # the writer's agent reads the same (node.checkpoints.writer_state)
+            res = agent.writer_state(sorted(jobs[host.name]))
+            return {"jobs": jobs[host.name], "frozen": res.get("frozen") or {}, "blocked": res.get("blocked") or []}
         return {"jobs": jobs[host.name], **freeze.read_writer(ctx.ssh(host), sorted(jobs[host.name].values()))}
 
     fan = ctx.fan([cfg.host(h) for h in sorted(jobs)], ask, "writers", quiet=True)

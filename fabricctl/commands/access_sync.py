@@ -4,7 +4,10 @@ On this node, every fabricctl target: the ACLs (and mapped LUNs) of initiators t
 configuration has are removed (a host taken out of the configuration is cut off, even while logged
 in: it is no longer trusted), and every other ACL gets its host's current CHAP credentials (a rotated
 secret). On every host with sessions to this node's targets, their node records get the host's
-current secrets. No session is dropped: a rotated secret counts at the host's next login. The fabricctl
+current secrets: where this node's key runs only the host's agent (ssh.access: agent), the agent writes its
+own (`fabric-node refresh-credentials`, from its root-only credentials.json: no secret travels); with
+ssh.access none no host is contacted (each host's role refreshes its records when its credentials change).
+No session is dropped: a rotated secret counts at the host's next login. The fabricctl
 role runs it whenever it rewrites the configuration (a host removed, a secret rotated); the JSON
 result names every revoked host and every change.
 
@@ -27,9 +30,8 @@ def configure(p) -> None:
 def run(ctx, args) -> int:
     pub = ctx.publisher
     storage = pub.sync_access()
-    # node records are refreshed on the hosts only where this node's key runs commands; a host's agent writes its
-    # current secret (credentials.json, from the role) into its records at its next attach
-    hosts = [h for h in ctx.config.hosts.values() if h.name in storage["sessions"] and ctx.config.ssh.access == "shell"]
+    # the hosts' node records: through their agents (their own credentials) or commands (shell); none: not contacted
+    hosts = [h for h in ctx.config.hosts.values() if h.name in storage["sessions"] and ctx.config.ssh.access != "none"]
     fan = ctx.fan(hosts, lambda host, step: pub.refresh(host, storage["sessions"][host.name], step),
                   "node records", quiet=args.json)
     revoked = {target: change["revoked"] for target, change in storage["targets"].items() if change["revoked"]}

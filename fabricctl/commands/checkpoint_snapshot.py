@@ -15,11 +15,12 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
+
 from fabric_core.base.errors import AlreadyExists, UserError
-from fabric_core.base.names import validate_fabric_name
+from fabric_core.base.names import snapshot_name, validate_fabric_name
 from fabric_core.base.rules import KIND_CHECKPOINT, KIND_PROP, MANAGED_PROP
-from fabric_core.node import freeze, mounts
-from fabric_core.services import publish
+from fabric_core.node import freeze
 from fabric_core.storage import lzc
 from fabric_core.storage.versions import created_by, now_iso
 
@@ -68,6 +69,16 @@ def parse_tags(items: list[str]) -> list[str]:
     return sorted(set(items))
 
 
+@contextlib.contextmanager
+def refused(writer, job: str):
+    """The writer's refusal of the freeze (nothing was set there) as this command's error, naming the writer."""
+    try:
+        yield
+    except freeze.FreezeRefused as err:
+        raise UserError(f"{writer.name}: {err.problem}",
+                        err.fix.replace("JOB", job).replace("HOST", writer.name)) from None
+
+
 def run(ctx, args) -> int:
     job = validate_fabric_name(args.job, "job")
     if args.step < 0:
@@ -76,22 +87,20 @@ def run(ctx, args) -> int:
     metrics = parse_metrics(args.metric, cfg.metrics)
     tags = parse_tags(args.tag)
     vol = checkpoints.require(ctx, job)
-    snap = f"{vol['name']}@{publish.snapshot_name(args.step)}"
+    snap = f"{vol['name']}@{snapshot_name(args.step)}"
     if any(r["step"] == args.step for r in checkpoints.snapshots(ctx, job)) or lzc.exists(snap):
         raise AlreadyExists(f"job {job} already has a checkpoint at step {args.step} ({snap})",
                             "checkpoints are immutable: use the next step")
     writer = cfg.host(vol.get("fabric:writer") or "")
     mountpoint = checkpoints.mountpoint(cfg, job)
-    runner = ctx.ssh(writer)
-    mounted = mounts.current_mount(runner, mountpoint)  # also proves the writer is reachable
-    if not mounted or "rw" not in mounted["options"]:
-        raise UserError(f"{mountpoint} is not mounted read-write on the writer {writer.name}",
-                        f"run `fabricctl checkpoint volume create {job} --size SIZE --writer {writer.name}` again "
-                        "(it re-attaches the volume)")
+    # the writer's agent (ssh.access agent), or commands over this node's key (shell): the same freeze either way
+    frozen_on = ctx.writer(writer, job, mountpoint)
     props = {MANAGED_PROP: "true", KIND_PROP: KIND_CHECKPOINT, "fabric:step": str(args.step),
              "fabric:created-by": created_by(), "fabric:created-at": now_iso(),
              "fabric:tags": ",".join(tags) or "-", **{f"fabric:metric.{k}": repr(v) for k, v in metrics.items()}}
     if ctx.dry_run:
+        with refused(writer, job):
+            frozen_on.check(cfg.defaults.thaw_after_seconds)  # mounted read-write there (and the writer reachable)
         out = {"job": job, "snapshot": snap, "writer": writer.name, "properties": props, "dry_run": True}
         ctx.report(out, f"would freeze {mountpoint} on {writer.name}, snapshot {snap}, thaw")
         return 0
@@ -101,8 +110,9 @@ def run(ctx, args) -> int:
         faults.point("checkpoint-snapshot")
         lzc.snapshot([snap], props, runner=ctx.local)
 
-    _taken, window = freeze.snapshot_frozen(runner, mountpoint, take, limit=cfg.defaults.thaw_after_seconds,
-                                            discard=lambda: lzc.destroy_snapshots([snap], runner=ctx.local))
+    with refused(writer, job):
+        _taken, window = freeze.frozen(frozen_on, take, limit=cfg.defaults.thaw_after_seconds,
+                                       discard=lambda: lzc.destroy_snapshots([snap], runner=ctx.local))
     out = {"job": job, "step": args.step, "snapshot": snap, "writer": writer.name, "metrics": metrics, "tags": tags,
            "freeze_seconds": round(window, 3), "dry_run": False}
     ctx.report(out, f"checkpoint {job} step {args.step}: {snap} (writes frozen on {writer.name} for "

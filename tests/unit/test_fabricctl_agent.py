@@ -121,8 +121,8 @@ def test_list_holders_asks_the_agents(agents, fabricctl_node, capsys):
 
 @pytest.mark.parametrize("access, said", [("agent", "runs only the node agent"), ("none", "pull only")])
 def test_commands_that_run_commands_on_a_host_are_refused_unless_the_key_may(tmp_path, access, said):
-    """What still runs commands on a GPU node (checkpoint volumes, restores, snapshots' freeze) is refused with
-    the agent-only key and with none, naming why; with shell it gets its runner."""
+    """A shell runner on a GPU node is refused with the agent-only key and with none, naming why (every command asks
+    the agent then: tests/unit/test_agent_checkpoints.py); with shell it gets its runner."""
     import argparse
 
     from fabric_core.base.errors import UserError
@@ -137,7 +137,7 @@ def test_commands_that_run_commands_on_a_host_are_refused_unless_the_key_may(tmp
             continue
         with pytest.raises(UserError, match=said) as err:
             ctx.ssh(host)
-        assert "fabric_node_storage_key" in err.value.fix
+        assert "fabric-node --ssh" in err.value.fix and "checkpoints need agent" in err.value.fix
         assert (ctx.agent(host) is not None) == (access == "agent")
 
 

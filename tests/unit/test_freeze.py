@@ -17,11 +17,17 @@ MP = "/checkpoints/demo-job"
 UNIT = "fabric-thaw-checkpoints-demo-job"
 
 
-def writer(thaw=(0, "", ""), freeze=(0, "", ""), recover=(0, "", "")) -> AnsweringRunner:
-    """A writer answering the freeze, the thaw and arming's recovery (under the lock: ``flock ... LOCK``)."""
+FINDMNT = ("findmnt", "-n", "-r", "-o", "SOURCE,FSTYPE,OPTIONS", "--mountpoint", MP)
+RW = (0, "/dev/sdb ext4 rw,nodev,nosuid,relatime\n", "")
+
+
+def writer(thaw=(0, "", ""), freeze=(0, "", ""), recover=(0, "", ""), mounted=RW) -> AnsweringRunner:
+    """A writer answering the freeze, the thaw and arming's recovery (under the lock: ``flock ... LOCK``), with its
+    volume mounted (read-write by default)."""
     lock = ("flock", "-w", str(freeze_mod.LOCK_WAIT), "-E", str(freeze_mod.BUSY), freeze_mod.lock_path(MP))
     return AnsweringRunner({(*lock, "fsfreeze", "-u"): thaw, (*lock, "sh", "-c", freeze_mod.FREEZE): freeze,
-                            (*lock, "sh", "-c", freeze_mod.RECOVER): recover}, default=(0, "", ""))
+                            (*lock, "sh", "-c", freeze_mod.RECOVER): recover, FINDMNT: mounted},
+                           default=(0, "", ""))
 
 
 freeze_mod = freeze
@@ -29,8 +35,10 @@ EINVAL = (1, "", f"fsfreeze: {MP}: thaw failed: Invalid argument")
 STOP = ["systemctl", "stop", f"{UNIT}.timer", f"{UNIT}.service"]
 
 
-def ticking(*times):
-    values = iter(times)
+def ticking(start, end):
+    """The clock of a snapshot from ``start`` to ``end`` (the sync before the timer takes no time): read when the
+    freeze is asked for, around the writer's sync, and after the thaw."""
+    values = iter((start, start, start, end))
     return lambda: next(values)
 
 
@@ -38,7 +46,8 @@ def steps(host) -> list[str]:
     """The writer's commands as named steps (the runner's recorded argv)."""
     names = {tuple(freeze.recover_argv(MP)): "recover", tuple(freeze.arm_argv(MP, 30)): "arm",
              tuple(freeze.arm_argv(MP, 5)): "arm", tuple(freeze.freeze_argv(MP)): "freeze",
-             tuple(freeze.thaw_argv(MP)): "thaw", ("sync", "-f", MP): "sync", tuple(STOP): "disarm"}
+             tuple(freeze.thaw_argv(MP)): "thaw", ("sync", "-f", MP): "sync", tuple(STOP): "disarm",
+             FINDMNT: "check"}
     return [names.get(tuple(a), " ".join(a)) for a in host.seen]
 
 
@@ -48,7 +57,7 @@ def test_the_timer_is_set_before_the_freeze_and_stopped_after_the_thaw():
                                             discard=lambda: pytest.fail("discarded"), clock=ticking(100.0, 100.4))
     assert (result, taken, round(window, 1)) == ("snap", [1], 0.4)
     # a leftover of a killed run is thawed and cleared under the lock before the new timer is set
-    assert steps(host) == ["sync", "recover", "arm", "freeze", "thaw", "disarm"]
+    assert steps(host) == ["check", "sync", "recover", "arm", "freeze", "thaw", "disarm"]
     assert freeze.arm_argv(MP, 30)[:3] == ["systemd-run", f"--unit={UNIT}", "--on-active=30s"]
     assert freeze.arm_argv(MP, 30)[-5:] == [freeze.WATCHDOG, "fabric-thaw", MP, freeze.lock_path(MP),
                                             str(freeze.GIVE_UP)]
@@ -72,7 +81,7 @@ def test_a_failed_snapshot_still_thaws_and_stops_the_timer():
 
     with pytest.raises(RuntimeError, match="snapshot failed"):
         freeze.snapshot_frozen(host, MP, fail, limit=30, discard=lambda: None, clock=ticking(0.0, 1.0))
-    assert steps(host) == ["sync", "recover", "arm", "freeze", "thaw", "disarm"]
+    assert steps(host) == ["check", "sync", "recover", "arm", "freeze", "thaw", "disarm"]
 
 
 def test_a_freeze_that_failed_on_this_side_is_still_thawed_there():
@@ -82,7 +91,7 @@ def test_a_freeze_that_failed_on_this_side_is_still_thawed_there():
     with pytest.raises(CommandError, match="not waiting"):
         freeze.snapshot_frozen(host, MP, lambda: pytest.fail("snapshot taken"), limit=30, discard=lambda: None,
                                clock=ticking(0.0, 40.0))
-    assert steps(host) == ["sync", "recover", "arm", "freeze", "thaw", "disarm"]
+    assert steps(host) == ["check", "sync", "recover", "arm", "freeze", "thaw", "disarm"]
 
 
 def test_a_freeze_still_in_flight_keeps_its_timer():
@@ -92,7 +101,7 @@ def test_a_freeze_still_in_flight_keeps_its_timer():
     with pytest.raises(freeze.FreezeInFlight) as err:
         freeze.snapshot_frozen(host, MP, lambda: pytest.fail("snapshot taken"), limit=30, discard=lambda: None,
                                clock=ticking(0.0, 12.0))
-    assert steps(host) == ["sync", "recover", "arm", "freeze", "thaw"]  # no disarm
+    assert steps(host) == ["check", "sync", "recover", "arm", "freeze", "thaw"]  # no disarm
     assert f"{UNIT}.timer" in err.value.fix
 
 
@@ -106,7 +115,7 @@ def test_a_writer_lost_at_the_thaw_keeps_its_timer():
     host = writer(thaw=lost)
     with pytest.raises(Lost):
         freeze.snapshot_frozen(host, MP, lambda: "snap", limit=30, discard=lambda: None, clock=ticking(0.0, 1.0))
-    assert steps(host) == ["sync", "recover", "arm", "freeze", "thaw"]
+    assert steps(host) == ["check", "sync", "recover", "arm", "freeze", "thaw"]
 
 
 def test_a_snapshot_as_slow_as_the_timer_is_discarded():
@@ -121,14 +130,32 @@ def test_a_snapshot_as_slow_as_the_timer_is_discarded():
 def test_the_window_counts_from_before_the_timer_was_set():
     """The clock is read before the timer is armed: a window shorter than the limit proves the timer (which
     started later) has not fired."""
-    host, reads = writer(), []
+    host = writer()
 
-    def clock():
-        reads.append(len(host.seen))
-        return float(len(reads))
+    def clock():  # every command on the writer takes a second
+        return float(len(host.seen))
 
-    freeze.snapshot_frozen(host, MP, lambda: None, limit=30, discard=lambda: None, clock=clock)
-    assert reads[0] == 1  # after `sync -f` (1 command), before recover and arm
+    _result, window = freeze.snapshot_frozen(host, MP, lambda: None, limit=30, discard=lambda: None, clock=clock)
+    assert steps(host) == ["check", "sync", "recover", "arm", "freeze", "thaw", "disarm"]
+    # the check and the sync (2 s) are before the timer was set and not counted; from recover on, all is
+    assert window == 5.0
+
+
+def test_a_writer_counts_what_passed_before_its_timer_from_the_callers_request():
+    """The agent's freeze counts from when its process started (``since``): what the caller's window must not
+    count, as the timer was set after it."""
+    host = writer()
+    lead = freeze.Here(host, MP, clock=lambda: 12.5).freeze(30, since=10.0)
+    assert lead == 2.5 and steps(host) == ["check", "sync", "recover", "arm", "freeze"]
+
+
+@pytest.mark.parametrize("mounted", [(1, "", ""), (0, "/dev/sdb ext4 ro,noload\n", "")])
+def test_a_writer_not_mounted_read_write_is_refused_and_nothing_is_set_or_thawed(mounted):
+    host = writer(mounted=mounted)
+    with pytest.raises(freeze.FreezeRefused, match="not mounted read-write"):
+        freeze.snapshot_frozen(host, MP, lambda: pytest.fail("snapshot taken"), limit=30, discard=lambda: None,
+                               clock=ticking(0.0, 0.1))
+    assert steps(host) == ["check"]
 
 
 def test_a_thaw_that_fails_otherwise_says_what_to_run_and_keeps_the_timer():
@@ -143,7 +170,7 @@ def test_an_earlier_freeze_still_in_flight_refuses_to_arm():
     host = writer(recover=(freeze.BUSY, "", ""))
     with pytest.raises(freeze.FreezeInFlight):
         freeze.snapshot_frozen(host, MP, lambda: None, limit=30, discard=lambda: None, clock=ticking(0.0, 0.1))
-    assert steps(host) == ["sync", "recover"]
+    assert steps(host) == ["check", "sync", "recover"]
 
 
 def test_the_bound_is_checked_and_a_dry_run_only_plans():

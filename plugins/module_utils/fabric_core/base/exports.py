@@ -36,12 +36,23 @@ class Export:
         return f"{self.name}@{self.version}"
 
     @property
+    def step(self) -> int | None:
+        """The training step of a checkpoint restore (version ``s<STEP>``); None for anything else."""
+        return int(self.version[1:]) if self.kind == "ck" and self.version[1:].isdigit() else None
+
+    @property
     def target_name(self) -> str:
         return f"{self.kind}.{self.name}.{self.version}"
 
     @property
     def lun_name(self) -> str:
         return f"{self.name}.{self.version}"
+
+    @property
+    def description(self) -> str:
+        """What its mount unit on a host says it is (``fabric dataset version imagenet@v1``, ``fabric checkpoint
+        llama@rw``): the same whoever mounts it (fabricctl over a shell key, or the host's agent)."""
+        return f"fabric {KINDS[self.kind]} {self.ref}"
 
     @property
     def device(self) -> str:

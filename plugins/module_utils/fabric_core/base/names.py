@@ -78,6 +78,18 @@ def snapshot_name(step: int) -> str:
     return f"step-{step}"
 
 
+STEP_MAX_DIGITS = 18  # a training step: any count a job reaches, and its target name stays far within an IQN's 223
+
+
+def validate_step(step) -> int:
+    """A checkpoint's training step: a whole number 0 or more (at most 18 digits), as an int."""
+    text = str(step) if isinstance(step, int) and not isinstance(step, bool) else step
+    if not isinstance(text, str) or not text.isascii() or not text.isdigit() or len(text) > STEP_MAX_DIGITS:
+        raise InvalidName(f"invalid step {str(step)[:40]!r}: a whole number, 0 or more (at most {STEP_MAX_DIGITS} "
+                          "digits)", "give the checkpoint's training step, e.g. 12000")
+    return int(text)
+
+
 def validate_snapshot_name(name: str) -> str:
     """DATASET@SNAPSHOT."""
     if not isinstance(name, str) or name.count("@") != 1:

@@ -34,7 +34,7 @@ from ..base import lock
 from ..base.errors import Busy, FabricError, NotFound, UserError
 from ..base.exports import dataset_on_node, dataset_target_prefix
 from ..base.names import validate_tag
-from ..base.rules import validate_filesystem
+from ..base.rules import OPEN_ISCSI, validate_filesystem
 from ..base.runner import Runner
 from . import attach as hostside
 from . import iscsi, manifest, mounts, multipath
@@ -51,6 +51,7 @@ from .attachments import (
     remove_holder,
     validate_holder,
 )
+from .checkpoints import Checkpoints
 from .config import LOCK_PATH, NodeConfig
 
 OWNER = "fabric-node"  # the owner marker of the agent's persistent mount units (mounts.OWNER_MARK)
@@ -104,6 +105,12 @@ class Agent:
     def dry_run(self) -> bool:
         return self.runner.dry_run
 
+    @property
+    def checkpoints(self) -> Checkpoints:
+        """fabricctl's checkpoint exports on this node (a job's writable volume, its restores, the writer's
+        freeze): ``node.checkpoints``."""
+        return Checkpoints(self)
+
     # ---- names
 
     def version(self, ref: str) -> tuple[str, str, str, str]:
@@ -142,7 +149,7 @@ class Agent:
         name, version, target, mountpoint = self.version(ref)
         validate_holder(holder)
         with self.locked(f"fabric-node attach {name}@{version} --holder {holder}"):
-            self._check_initiator()
+            self.check_initiator()
             att = self.store.load(f"{name}@{version}") or Attachment(name, version, target, mountpoint)
             added = add_holder(att, holder, since=now_text(), boot_id=self.boot_id)
             self._save(att)  # the holder is counted before anything changes: a killed attach is found again
@@ -174,7 +181,7 @@ class Agent:
                 "fstype": att.fstype, "multipath": att.multipath, "persistent": att.persistent,
                 "target": att.target, "state": att.state}
 
-    def _check_initiator(self) -> None:
+    def check_initiator(self) -> None:
         actual = iscsi.read_initiator_name(self.runner)
         if actual != self.config.initiator:
             raise UserError(f"this node's initiator name is {actual!r}, its fabric-node configuration says "
@@ -464,6 +471,28 @@ class Agent:
         else:  # logout, delete_record: ensure_session logs out (refused while mounted) and deletes the record
             iscsi.ensure_session(runner, portal=iscsi.normalize_portal(s.portal), target_iqn=s.target,
                                  state="logged_out")
+
+    # ---- credentials
+
+    def refresh_credentials(self) -> dict:
+        """Every node record of the fabric's targets (dataset versions and checkpoints, under the IQN base) at
+        this node's storage nodes gets this node's own current CHAP credentials (credentials.json: a rotated
+        secret), from stdin; nothing else changes (no login, no logout: a session keeps running and the new secret
+        counts at its next login). Returns {records: [{target, portal}], changed, commands}."""
+        prefix = f"{self.config.iqn_base}:"
+        portals = {n.portal for n in self.config.storage_nodes}
+        chap = self.config.chap.fields(OPEN_ISCSI, compact=True) if self.config.chap else None
+        out: dict = {"records": [], "changed": False, "commands": []}
+        with self.locked("fabric-node refresh-credentials"):
+            records = sorted({(r["target"], iscsi.normalize_portal(r["portal"])) for r in self._node_records()})
+            for target, portal in records:
+                if not target.startswith(prefix) or portal not in portals:
+                    continue  # another tool's record, or a portal this node was not given: not the fabric's
+                res = iscsi.refresh_record(self.runner, portal=portal, target_iqn=target, chap=chap)
+                out["records"].append({"target": target, "portal": portal})
+                out["changed"] = out["changed"] or res["changed"]
+                out["commands"] += res["commands"]
+        return out
 
     # ---- what fabricctl asks of a host: the current link, a verification
 

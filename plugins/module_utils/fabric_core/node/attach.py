@@ -10,6 +10,9 @@ reads the real state.
   after ``MULTIPATH_REPLACEMENT_TIMEOUT`` seconds, so its I/O goes on over the other paths.
 * ``device``: what to mount: the session's disk, or on a host with multipathd its map (``multipath.claim``),
   named by WWID, so the same version from another storage node (same GUID, same serial) is one more path.
+* ``attach_export``: the three above and a mount unit, for an export fabricctl manages on the host (a checkpoint
+  volume read-write for its one writer, a checkpoint restore, a dataset version over a shell key): the session
+  comes back at boot, and so does the mount.
 * ``in_use``/``detach``: who uses the mount; unmount, the map released, logout (refused while in use unless
   forced); a map with another storage node's path left keeps its mount and only this portal's path goes.
 * ``read_link``/``switch_link``: MOUNT_ROOT/NAME/current, replaced atomically.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..base.errors import UserError
 from ..base.rules import OPEN_ISCSI, Chap
 from ..base.runner import Runner
 from . import iscsi, mounts, multipath
@@ -82,6 +86,37 @@ def device(runner: Runner, mountpoint: str, session: dict, paths: bool,
     step("multipath")
     claimed = multipath.claim(runner, session["device"])
     return claimed["device"], claimed
+
+
+def attach_export(runner: Runner, *, portal: str, target_iqn: str, mountpoint: str, fstype: str, writable: bool,
+                  chap: Chap | None, description: str, others: tuple | list = (), host: str = "this host",
+                  step: Callable[[str], None] = quiet) -> dict:
+    """An export mounted on this host through a persistent mount unit (it comes back at boot, and so does its
+    session: ``node.startup=automatic``): the session at ``portal`` with the host's own CHAP (``login``), the
+    device (a read-only export on a host with multipathd: its multipath map, ``device``), every portal of
+    ``others`` logged in too as further paths of the map (refused without multipathd), then the mount unit
+    (read-only ``ro,noload``, or read-write for a writable volume's one writer). The caller checked the host's
+    initiator name. Returns {changed, device, mountpoint, commands, multipath}."""
+    paths = not writable and multipath.active(runner)
+    others = [iscsi.normalize_portal(p) for p in others if iscsi.normalize_portal(p) != iscsi.normalize_portal(portal)]
+    if others and not paths:
+        raise UserError(f"{host} does not run multipathd: a version read from several storage nodes needs it (one "
+                        "disk, several paths)", "converge the host with the iscsi_initiator role "
+                        "(iscsi_initiator_multipath: true), or publish from one storage node")
+    step("login")
+    session = login(runner, portal=portal, target_iqn=target_iqn, chap=chap, startup="automatic", map_path=paths)
+    dev, claimed = device(runner, mountpoint, session, paths, step)
+    commands = session["commands"] + claimed["commands"]
+    for other in others:
+        step(f"login {other}")
+        commands += login(runner, portal=other, target_iqn=target_iqn, chap=chap, startup="automatic",
+                          map_path=True)["commands"]
+    step("mount")
+    mount = mounts.ensure_mount(runner, device=dev, mountpoint=mountpoint, fstype=fstype, readonly=not writable,
+                                description=description)
+    commands += mount["commands"]
+    return {"changed": bool(commands), "device": dev, "mountpoint": mountpoint, "commands": commands,
+            "multipath": claimed.get("wwid")}
 
 
 def mount_wwid(runner: Runner, mountpoint: str) -> str | None:

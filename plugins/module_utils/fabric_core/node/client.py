@@ -6,7 +6,9 @@ whatever the key asks for, sshd runs the agent, which serves only its own verbs 
 through a runner that passes its argv as the request (fabricctl's SSH runner in its ``forced`` mode) and reads
 the agent's one JSON object back; a failure comes back as the agent's own problem and fix
 (``AgentError``, with the agent's exit status). The publishing service (``services.publish.Publisher``) asks
-its hosts this way; nothing else runs on a GPU node.
+its hosts this way (dataset versions, a job's checkpoint volume and restores, node records' credentials), and
+fabricctl's checkpoint snapshot freezes and thaws its writer through ``AgentWriter``; nothing else runs on a GPU
+node. The checkpoint verbs name no storage node: the agent acts for the one the key is bound to.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 
 from ..base.errors import EXIT_PARTIAL, EXIT_USER, FabricError
 from ..base.runner import Runner
+from .freeze import FreezeInFlight, FreezeRefused
 
 HOLDER = "manual"  # a storage node's attachments are an operator's (fabric_node.ssh refuses any other holder)
 
@@ -78,3 +81,71 @@ class AgentClient:
 
     def verify(self, ref: str, workers: int) -> dict:
         return self.ask("verify", ref, "--workers", str(workers))
+
+    # ---- a job's checkpoints (node.checkpoints), for the storage node this key belongs to
+
+    def attach_writable(self, job: str, fstype: str) -> dict:
+        return self.ask("attach-writable", job, "--fs", fstype, mutating=True)
+
+    def detach_writable(self, job: str, *, force: bool = False) -> dict:
+        return self.ask("detach-writable", job, *(["--force"] if force else []), mutating=True)
+
+    def attach_restore(self, job: str, step: int, fstype: str) -> dict:
+        return self.ask("attach-restore", job, str(step), "--fs", fstype, mutating=True)
+
+    def detach_restore(self, job: str, step: int, *, force: bool = False) -> dict:
+        return self.ask("detach-restore", job, str(step), *(["--force"] if force else []), mutating=True)
+
+    def freeze(self, job: str, seconds: int, *, check: bool = False) -> dict:
+        """Freeze JOB's volume on its writer (``check``: only what the freeze checks first, nothing set).
+        FreezeRefused when the agent refused before setting anything (exit 1: not mounted read-write there, a bad
+        request), FreezeInFlight when an earlier freeze has not returned there."""
+        try:
+            return self.ask("freeze", job, "--seconds", str(seconds), *(["--dry-run"] if check else []),
+                            mutating=not check)
+        except AgentError as err:
+            if err.reason == FreezeInFlight.reason:
+                raise FreezeInFlight(err.problem, err.fix) from None
+            if err.exit_code == EXIT_USER:  # the agent's exit 1: refused, nothing changed
+                raise FreezeRefused(err.problem, err.fix) from None
+            raise
+
+    def thaw(self, job: str, seconds: int) -> dict:
+        """Thaw JOB's volume (its timer stopped once nothing is frozen); FreezeInFlight: the timer stays."""
+        try:
+            return self.ask("thaw", job, "--seconds", str(seconds))
+        except AgentError as err:
+            if err.reason == FreezeInFlight.reason:
+                raise FreezeInFlight(err.problem, err.fix) from None
+            raise
+
+    def writer_state(self, jobs: list[str]) -> dict:
+        return self.ask("writer-state", *jobs)
+
+    def refresh_credentials(self) -> dict:
+        return self.ask("refresh-credentials", mutating=True)
+
+
+class AgentWriter:
+    """A checkpoint's writer frozen and thawed by its node agent (``freeze.frozen``'s writer, as ``freeze.Here``
+    is through a runner): the same steps, run by the agent on the writer (``node.checkpoints``)."""
+
+    def __init__(self, client: AgentClient, job: str, mountpoint: str):
+        self.client, self.job, self.mountpoint = client, job, mountpoint
+
+    def check(self, limit: int) -> None:
+        """What the freeze checks first (a dry run): the volume mounted read-write on the writer."""
+        self.client.freeze(self.job, limit, check=True)
+
+    def freeze(self, limit: int) -> float:
+        """sync, the safety timer, the freeze; the seconds the agent spent before it set the timer."""
+        res = self.client.freeze(self.job, limit)
+        if res.get("path") != self.mountpoint:  # frozen all the same: the caller thaws it
+            raise FabricError(f"{self.client.name or 'the writer'} froze {res.get('path')}, this storage node's "
+                              f"configuration says job {self.job} is mounted at {self.mountpoint}",
+                              "give fabricctl_checkpoint_mount_root and fabric_node_checkpoint_mount_root the same "
+                              "value (playbooks/site.yml)")
+        return float(res.get("lead_seconds") or 0.0)
+
+    def thaw(self, limit: int) -> None:
+        self.client.thaw(self.job, limit)

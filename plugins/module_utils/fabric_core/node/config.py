@@ -5,9 +5,10 @@ is refused, since it is what the agent trusts):
 
 * ``/etc/fabric-node/config.json``: this node (its inventory name, its initiator name), the storage nodes it
   may attach from (name -> portal), the IQN base of fabricctl's targets (``fabricctl_iqn_base``: the target of
-  NAME@VERSION is ``exports.dataset_on_node``'s), the mount root, the state directory, the lock's wait and,
-  optionally, the command that says whether a job still runs (``job_alive_command``: argv with ``{job}``,
-  e.g. ``["squeue", "-h", "-o", "%T", "-j", "{job}"]``; the Slurm hooks install it);
+  NAME@VERSION is ``exports.dataset_on_node``'s), the mount root, the checkpoint mount root (where fabricctl's
+  checkpoint volumes and restores are mounted: ``checkpoint_mount_root``, fabricctl's), the state directory,
+  the lock's wait and, optionally, the command that says whether a job still runs (``job_alive_command``: argv
+  with ``{job}``, e.g. ``["squeue", "-h", "-o", "%T", "-j", "{job}"]``; the Slurm hooks install it);
 * ``/etc/fabric-node/credentials.json``: this node's own CHAP credentials in open-iscsi's names
   (``{"chap": {"username", "password", "username_in", "password_in"}}``), written into node records from
   stdin (``iscsi.RECORD_WRITER``), never on a command line; ``{"chap": null}`` only with
@@ -33,8 +34,8 @@ STATE_DIR = "/var/lib/fabric-node"
 LOCK_PATH = "/run/fabric/node.lock"  # the node lock (base.lock): the agent's calls and the roles' changes in turn
 LOCK_WAIT = 300.0  # an attach may wait this long for another (a login to a storage node that is down: ~2 min)
 ROLE_FIX = "re-run playbooks/site.yml (role fabric_node writes it)"
-KEYS = ("host", "initiator", "iqn_base", "mount_root", "storage_nodes", "state_dir", "lock_wait_seconds",
-        "job_alive_command", "insecure_no_chap", "multipath")
+KEYS = ("host", "initiator", "iqn_base", "mount_root", "checkpoint_mount_root", "storage_nodes", "state_dir",
+        "lock_wait_seconds", "job_alive_command", "insecure_no_chap", "multipath")
 NODE_KEYS = ("portal",)
 CREDENTIAL_KEYS = ("chap",)
 
@@ -52,6 +53,7 @@ class NodeConfig:
     iqn_base: str  # of fabricctl's targets
     storage_nodes: tuple = ()  # (StorageNode, ...), in the configuration's order
     mount_root: str = "/datasets"
+    checkpoint_mount_root: str = "/checkpoints"  # fabricctl's: a job's volume at ROOT/JOB, its restores below
     state_dir: str = STATE_DIR
     lock_wait: float = LOCK_WAIT
     job_alive_command: tuple = ()  # argv with "{job}"; () none: only a reboot makes a job holder stale
@@ -62,6 +64,14 @@ class NodeConfig:
     def node_of(self, portal: str) -> str:
         """The storage node of a portal (the portal itself when none is configured with it)."""
         return next((n.name for n in self.storage_nodes if n.portal == portal), portal)
+
+    def storage_node(self, name: str) -> StorageNode:
+        """A storage node of this configuration by name (UserError naming the known ones otherwise)."""
+        found = next((n for n in self.storage_nodes if n.name == name), None)
+        if found is None:
+            raise UserError(f"{name!r} is not one of this node's storage nodes "
+                            f"({', '.join(n.name for n in self.storage_nodes)})", ROLE_FIX)
+        return found
 
 
 def _read(path: str, what: str, *, secret: bool) -> dict:
@@ -101,6 +111,7 @@ def parse(raw: dict, credentials: dict, source: str = CONFIG_PATH,
         initiator = validate_iqn(raw.get("initiator"))
         iqn_base = validate_iqn_base(raw.get("iqn_base"))
         mount_root = validate_path(raw.get("mount_root", "/datasets"), mount_root=True)
+        checkpoint_mount_root = validate_path(raw.get("checkpoint_mount_root", "/checkpoints"), mount_root=True)
         state_dir = validate_path(raw.get("state_dir", STATE_DIR))
     except UserError as err:
         raise UserError(where + err.problem, err.fix or ROLE_FIX) from None
@@ -117,6 +128,8 @@ def parse(raw: dict, credentials: dict, source: str = CONFIG_PATH,
             nodes.append(StorageNode(validate_hostname(name), normalize_portal(node.get("portal"))))
         except UserError as err:
             raise UserError(f"{where}storage_nodes.{name}: {err.problem}", err.fix) from None
+    if mount_root.rstrip("/") == checkpoint_mount_root.rstrip("/"):
+        raise UserError(f"{where}checkpoint_mount_root is the same directory as mount_root", ROLE_FIX)
     portals = [n.portal for n in nodes]
     if len(set(portals)) != len(portals):
         raise UserError(f"{where}two storage nodes share a portal", "give each storage node its own address")
@@ -139,7 +152,8 @@ def parse(raw: dict, credentials: dict, source: str = CONFIG_PATH,
         raise UserError(f"{credentials_source} has no CHAP credentials: every host logs in with its own",
                         f"{ROLE_FIX}; only on an isolated lab, insecure_no_chap: true (fabric_insecure_no_chap)")
     return NodeConfig(host=host, initiator=initiator, iqn_base=iqn_base, storage_nodes=tuple(nodes),
-                      mount_root=mount_root, state_dir=state_dir, lock_wait=float(wait),
+                      mount_root=mount_root, checkpoint_mount_root=checkpoint_mount_root, state_dir=state_dir,
+                      lock_wait=float(wait),
                       job_alive_command=tuple(command), insecure_no_chap=insecure, multipath=multipath, chap=chap)
 
 

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ..base.errors import FabricError, UserError
+from . import mounts
 
 T = TypeVar("T")
 MIN_SECONDS, MAX_SECONDS = 5, 3600
@@ -77,8 +78,15 @@ class ThawedEarly(FabricError):
     """The freeze lasted as long as the safety timer: the snapshot may not be consistent (it was discarded)."""
 
 
+class FreezeRefused(UserError):
+    """The writer refused the freeze before setting anything (its volume is not mounted read-write there, a bad
+    bound): nothing to thaw."""
+
+
 class FreezeInFlight(FabricError):
     """A freeze of the mount point has not returned on the writer yet: its safety timer thaws it once it lands."""
+
+    reason = "in_flight"  # how the node agent's answer names it (node.client.AgentWriter raises it again)
 
 
 def thaw_unit(mountpoint: str) -> str:
@@ -141,46 +149,97 @@ def disarm(runner, unit: str) -> None:
     runner.run(["systemctl", "stop", f"{unit}.timer", f"{unit}.service"], check=False, mutating=True)
 
 
+class Here:
+    """A writer's file system frozen and thawed through a runner that runs commands on the writer: the node agent's
+    local runner (``fabric-node freeze``/``thaw``, what fabricctl asks for through its key), or fabricctl's SSH
+    runner where its key runs commands. ``node.client.AgentWriter`` is the same two steps asked of the agent."""
+
+    def __init__(self, runner, mountpoint: str, clock: Callable[[], float] = time.monotonic):
+        self.runner, self.mountpoint, self.clock = runner, mountpoint, clock
+
+    def check(self, limit: int) -> None:
+        """What the freeze checks before it sets anything: the bound, and the volume mounted read-write here
+        (FreezeRefused otherwise; reads only)."""
+        if not MIN_SECONDS <= limit <= MAX_SECONDS:
+            raise FreezeRefused(f"the thaw timer must be {MIN_SECONDS}-{MAX_SECONDS} s, got {limit}",
+                                "set defaults.thaw_after_seconds in the fabricctl configuration")
+        mounted = mounts.current_mount(self.runner, self.mountpoint)
+        if not mounted or "rw" not in mounted["options"]:
+            raise FreezeRefused(f"{self.mountpoint} is not mounted read-write on the writer",
+                                "attach the job's volume there again: `fabricctl checkpoint volume create JOB --size "
+                                "SIZE --writer HOST` on the storage node")
+
+    def freeze(self, limit: int, *, since: float | None = None) -> float:
+        """``check``, ``sync -f``, the safety timer (``arm``: FreezeInFlight when an earlier freeze has not
+        returned, then nothing is armed), the freeze (``freeze_argv``). Returns the seconds spent before the timer
+        was set, from ``since`` (this clock's time the caller's request started; default: now): the caller's
+        freeze window counts from the timer, not from its request."""
+        start = self.clock() if since is None else since
+        self.check(limit)
+        self.runner.run(["sync", "-f", self.mountpoint])
+        lead = self.clock() - start
+        arm(self.runner, self.mountpoint, limit)
+        self.runner.run(freeze_argv(self.mountpoint))
+        return lead
+
+    def thaw(self, limit: int) -> None:
+        """The thaw under the lock, and the timer stopped once it found nothing frozen and nothing in flight.
+        FreezeInFlight (a freeze has not returned: the timer stays and thaws it once it lands), UserError (the
+        thaw failed: the timer stays and keeps trying)."""
+        unit = thaw_unit(self.mountpoint)
+        thaw = self.runner.run(thaw_argv(self.mountpoint), check=False)
+        if thaw.rc == BUSY:
+            raise FreezeInFlight(f"the freeze of {self.mountpoint} had not returned on the writer when it was thawed",
+                                 f"nothing to do: the safety timer {unit}.timer thaws it once it lands (within a "
+                                 f"second after {limit} s); take the checkpoint again")
+        if thaw.rc != 0 and NOT_FROZEN not in thaw.stderr:  # EINVAL: not frozen (never, or the timer thawed it)
+            raise UserError(f"could not thaw {self.mountpoint}: {thaw.stderr.strip()}",
+                            f"run `fsfreeze -u {self.mountpoint}` on the writer now (the safety timer {unit}.timer "
+                            f"keeps trying from {limit} s on)")
+        disarm(self.runner, unit)  # nothing frozen, nothing in flight (the thaw held the lock): the timer is done
+
+
 def snapshot_frozen(runner, mountpoint: str, take: Callable[[], T], *, limit: int,
                     discard: Callable[[], object], clock: Callable[[], float] = time.monotonic) -> tuple[T, float]:
-    """``sync -f``, the safety timer, the freeze (``freeze_argv``), ``take()`` (the snapshot), then the thaw
-    (``thaw_argv``) whatever happened, and the timer stopped once the thaw found nothing frozen and nothing in
-    flight. Returns (what take returned, the freeze window in seconds, counted from before the timer was set).
-    When the window reached ``limit`` (the timer may have thawed the writer before the snapshot), ``discard()``
-    removes the snapshot and ThawedEarly is raised. The timer is left armed when the thaw could not be made
-    or confirmed (a lost connection, a freeze still in flight, a failed thaw): it thaws the writer itself."""
-    runner.run(["sync", "-f", mountpoint])
-    armed = clock()  # before the timer starts: a window shorter than ``limit`` means the timer has not fired
-    unit = arm(runner, mountpoint, limit)
+    """``frozen`` on a writer reached through ``runner`` (``Here``)."""
+    return frozen(Here(runner, mountpoint, clock), take, limit=limit, discard=discard, clock=clock)
+
+
+def frozen(writer, take: Callable[[], T], *, limit: int, discard: Callable[[], object],
+           clock: Callable[[], float] = time.monotonic) -> tuple[T, float]:
+    """``writer.freeze`` (sync, the safety timer, the freeze), ``take()`` (the snapshot), then ``writer.thaw``
+    whatever happened (a freeze that failed on this side may still land on the writer), which stops the timer
+    once it found nothing frozen and nothing in flight. ``writer``: ``Here`` (commands on the writer) or
+    ``node.client.AgentWriter`` (the writer's node agent). Returns (what take returned, the freeze window in
+    seconds, counted from before the timer was set). When the window reached ``limit`` (the timer may have thawed
+    the writer before the snapshot), ``discard()`` removes the snapshot and ThawedEarly is raised. The timer is
+    left armed when the thaw could not be made or confirmed (a lost connection, a freeze still in flight, a failed
+    thaw): it thaws the writer itself. An earlier freeze still in flight refuses the freeze before anything is
+    armed (FreezeInFlight, and no thaw)."""
+    start = clock()  # before the timer starts: a window shorter than ``limit`` means the timer has not fired
     error: BaseException | None = None
     result = None
+    lead = 0.0
     try:
-        runner.run(freeze_argv(mountpoint))
+        lead = writer.freeze(limit)
         result = take()
+    except (FreezeInFlight, FreezeRefused):
+        raise  # refused before arming: nothing of this run to thaw
     except BaseException as exc:  # noqa: BLE001 - re-raised after the thaw (a failed freeze may still land)
         error = exc
     try:
-        thaw = runner.run(thaw_argv(mountpoint), check=False)
-    except BaseException as exc:  # the writer could not be reached: its timer thaws it
+        writer.thaw(limit)
+    except BaseException as exc:  # the writer could not be reached, a freeze in flight, a failed thaw: the timer
         if error is not None:
             raise exc from error
         raise
-    window = clock() - armed
-    if thaw.rc == BUSY:
-        raise FreezeInFlight(f"the freeze of {mountpoint} had not returned on the writer when fabricctl thawed",
-                             f"nothing to do: the safety timer {unit}.timer thaws it once it lands (within a "
-                             f"second after {limit} s); take the checkpoint again") from error
-    if thaw.rc != 0 and NOT_FROZEN not in thaw.stderr:  # EINVAL: not frozen (never frozen, or the timer thawed it)
-        raise UserError(f"could not thaw {mountpoint}: {thaw.stderr.strip()}",
-                        f"run `fsfreeze -u {mountpoint}` on the writer now (the safety timer {unit}.timer keeps "
-                        f"trying from {limit} s on)") from error
-    disarm(runner, unit)  # nothing frozen, nothing in flight (the thaw held the lock): the timer is done
+    window = clock() - start - lead
     if error is not None:
         raise error
     if window >= limit:
         discard()
-        raise ThawedEarly(f"{mountpoint} stayed frozen {window:.1f} s, as long as the safety timer ({limit} s): it "
-                          "may have been thawed before the snapshot, which was therefore discarded",
+        raise ThawedEarly(f"{writer.mountpoint} stayed frozen {window:.1f} s, as long as the safety timer ({limit} s): "
+                          "it may have been thawed before the snapshot, which was therefore discarded",
                           "take the checkpoint again; if the pool is that slow, raise defaults.thaw_after_seconds")
     return result, window
 

@@ -661,6 +661,25 @@ def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = 
     return apply_session(runner, spec, live, plan, device_timeout=device_timeout, sleep=sleep)
 
 
+def refresh_record(runner, *, portal: str, target_iqn: str, chap: dict | None) -> dict:
+    """A node record's CHAP settings made ``chap``'s (a rotated secret; the secrets into the record file from
+    stdin) and nothing else: its startup and other settings kept, no login, no logout; a session keeps running
+    and the new secret counts at its next login. No record: nothing. Returns {changed, commands}."""
+    spec = session_spec(portal=portal, target_iqn=target_iqn, chap=chap)
+    record = read_node_record(runner, spec.target_iqn, spec.portal, secrets=True)
+    if record is None:
+        return {"changed": False, "commands": []}
+    spec = SessionSpec(spec.portal, spec.target_iqn, startup=record.get("node.startup") or "automatic",
+                       chap=spec.chap)
+    # planned as if logged in: a record with no session is updated, never logged in
+    plan = plan_session(spec, SessionLive({}, record), dry_run=runner.dry_run)
+    commands = []
+    for step in plan.steps:
+        commands.append(step.command)
+        runner.run(step.argv, mutating=True, data=step.data)
+    return {"changed": bool(commands), "commands": commands}
+
+
 def _mounted_disks(runner, session: dict) -> list[str]:
     """Mount points of the session's disks (and their partitions)."""
     mounted = []

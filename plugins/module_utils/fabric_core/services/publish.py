@@ -43,10 +43,10 @@ from ..base.exports import (  # noqa: F401 - the service's names of exports (one
     checkpoint_volume_export,
     dataset_export,
 )
-from ..base.rules import Chap
+from ..base.rules import OPEN_ISCSI, Chap
 from ..base.runner import Runner
 from ..node import attach as hostside
-from ..node import iscsi, mounts, multipath
+from ..node import iscsi
 from ..node.attach import read_link, switch_link
 from ..node.client import HOLDER, AgentClient
 from ..storage import blockfs, lio, lioacls, lzc, zfs
@@ -258,6 +258,13 @@ def _quiet(_text: str) -> None:
     """A host step's progress, when nobody shows it."""
 
 
+def _same_path(host, export: Export, answer: dict, variables: str) -> None:
+    """The host's agent mounted the export where this node's configuration says (else the roots differ)."""
+    if answer.get("path") != export.mountpoint:
+        raise UserError(f"{host.name} mounts {export.ref} at {answer.get('path')}, this node's configuration says "
+                        f"{export.mountpoint}", f"give {variables} the same value (playbooks/site.yml)")
+
+
 class Publisher:
     """Exports on this node (``local``: its runner) and their hosts (``connect(host)``: a runner on it).
 
@@ -441,7 +448,7 @@ class Publisher:
         ``portals``: other storage nodes' portals exporting the same version (``publish --from-nodes``), each
         logged in too, as further paths of the map (refused on a host without multipathd).
         Returns {changed, device, mountpoint, commands, multipath[, current, switched]}."""
-        if self.agents is not None and export.kind == "ds":
+        if self.agents is not None:
             return self._agent_attach(export, host, step, created)
         runner = self.connect(host)
         step("check initiator")
@@ -450,27 +457,10 @@ class Publisher:
             raise UserError(f"{host.name} has initiator name {actual!r}, the config says {host.initiator!r}",
                             "run playbooks/site.yml (it sets both from the inventory) or fix hosts in the fabricctl "
                             "config")
-        paths = not export.writable and multipath.active(runner)
-        others = [iscsi.normalize_portal(p) for p in portals if iscsi.normalize_portal(p) != self.settings.portal]
-        if others and not paths:
-            raise UserError(f"{host.name} does not run multipathd: a version read from several storage nodes "
-                            "needs it (one disk, several paths)", "converge the host with the iscsi_initiator "
-                            "role (iscsi_initiator_multipath: true), or publish from one storage node")
-        step("login")
-        session = self.login(runner, host, self.settings.target_iqn(export), map_path=paths)
-        device, claimed = hostside.device(runner, export.mountpoint, session, paths, step)
-        commands = session["commands"] + claimed["commands"]
-        for portal in others:
-            step(f"login {portal}")
-            commands += self.login(runner, host, self.settings.target_iqn(export), map_path=True,
-                                   portal=portal)["commands"]
-        step("mount")
-        mount = mounts.ensure_mount(runner, device=device, mountpoint=export.mountpoint,
-                                    fstype=export.fstype, readonly=not export.writable,
-                                    description=f"fabric {KINDS[export.kind]} {export.name}@{export.version}")
-        commands += mount["commands"]
-        res = {"changed": bool(commands), "device": device, "mountpoint": export.mountpoint, "commands": commands,
-               "multipath": claimed.get("wwid")}
+        res = hostside.attach_export(runner, portal=self.settings.portal, target_iqn=self.settings.target_iqn(export),
+                                     mountpoint=export.mountpoint, fstype=export.fstype, writable=export.writable,
+                                     chap=self.settings.chap_of(host.initiator), description=export.description,
+                                     others=tuple(portals), host=host.name, step=step)
         if created is not None and export.current_link:
             step("current")
             now = read_link(runner, export.current_link)
@@ -481,15 +471,19 @@ class Publisher:
         return res
 
     def _agent_attach(self, export: Export, host, step, created) -> dict:
-        """The host side through the host's agent: attach as the manual holder (it logs in to every storage node
-        granting the version), then ``current`` when this version is the newest the host has."""
+        """The host side through the host's agent: a dataset version attached as the manual holder (it logs in to
+        every storage node granting the version), then ``current`` when this version is the newest the host has;
+        a job's checkpoint volume (read-write, its writer) or restore from this storage node."""
         agent = self.agents(host)
         step("attach")
+        if export.kind == "ck":
+            res = (agent.attach_writable(export.name, export.fstype) if export.writable else
+                   agent.attach_restore(export.name, export.step, export.fstype))
+            _same_path(host, export, res, "fabricctl_checkpoint_mount_root and fabric_node_checkpoint_mount_root")
+            return {"changed": bool(res.get("changed")), "device": res.get("device"), "mountpoint": export.mountpoint,
+                    "commands": list(res.get("commands") or []), "multipath": res.get("multipath")}
         res = agent.attach(export.ref)
-        if res.get("path") != export.mountpoint:
-            raise UserError(f"{host.name} mounts {export.ref} at {res.get('path')}, this node's configuration says "
-                            f"{export.mountpoint}", "give fabricctl_mount_root and fabric_node_mount_root the same "
-                            "value (playbooks/site.yml)")
+        _same_path(host, export, res, "fabricctl_mount_root and fabric_node_mount_root")
         out = {"changed": bool(res.get("changed")), "device": res.get("device"), "mountpoint": export.mountpoint,
                "commands": list(res.get("commands") or []), "multipath": res.get("multipath"),
                "holders": list(res.get("holders") or [])}
@@ -502,23 +496,22 @@ class Publisher:
             out["changed"] = out["changed"] or switched
         return out
 
-    def login(self, runner: Runner, host, target_iqn: str, *, map_path: bool = False, portal: str = "") -> dict:
-        """The host's session to a target, with its own CHAP credentials written to the node record (never on a
-        command line); a session already there stays, its record gets the current secrets
-        (``iscsi.ensure_session``). With ``map_path`` (a path of a multipath map) it gives up on a lost connection
-        after node.attach.MULTIPATH_REPLACEMENT_TIMEOUT seconds (its I/O then goes on over the other paths); ``portal``:
-        another storage node's (default: this node's)."""
-        return hostside.login(runner, portal=portal or self.settings.portal, target_iqn=target_iqn,
-                              chap=self.settings.chap_of(host.initiator), startup="automatic", map_path=map_path)
-
     def refresh(self, host, targets: Iterable[str], step: Callable[[str], None] = _quiet) -> dict:
-        """On a host: the node records of its sessions to ``targets`` get its current CHAP credentials (a rotated
-        secret counts at the next login; no session is dropped). Returns {changed, commands}."""
+        """On a host: the node records of its sessions to ``targets`` get its current CHAP credentials, and nothing
+        else (``iscsi.refresh_record``: a rotated secret counts at the next login; no session is dropped, no
+        startup changes). Through the host's agent, every record of the fabric's targets there gets the agent's own
+        credentials (``refresh-credentials``: no secret travels). Returns {changed, commands}."""
+        if self.agents is not None:
+            step("refresh-credentials")
+            res = self.agents(host).refresh_credentials()
+            return {"changed": bool(res.get("changed")), "commands": list(res.get("commands") or [])}
         runner = self.connect(host)
+        chap = self.settings.chap_of(host.initiator)
         out: dict = {"changed": False, "commands": []}
         for target in targets:
             step(f"record {target.rsplit(':', 1)[-1]}")
-            res = self.login(runner, host, target)
+            res = iscsi.refresh_record(runner, portal=self.settings.portal, target_iqn=target,
+                                       chap=chap.fields(OPEN_ISCSI, compact=True) if chap else None)
             out["changed"] = out["changed"] or res["changed"]
             out["commands"] += res["commands"]
         return out
@@ -550,7 +543,7 @@ class Publisher:
         ``index`` and ``created``, a ``current`` link pointing at this version moves to the newest other
         version published to the host (or goes). A multipath map with another storage node's path left keeps
         its mount: only this node's path is logged out. Returns {changed, commands, paths_left[, current]}."""
-        if self.agents is not None and export.kind == "ds":
+        if self.agents is not None:
             return self._agent_detach(export, host, step, force=force, index=index, created=created)
         runner = self.connect(host)
         res = hostside.detach(runner, target_iqn=self.settings.target_iqn(export), mountpoint=export.mountpoint,
@@ -569,6 +562,11 @@ class Publisher:
         unmounts and logs out of every storage node); ``current`` moves as ``detach`` says."""
         agent = self.agents(host)
         step("detach")
+        if export.kind == "ck":  # fabricctl's own export on the host: no holders, this storage node's session
+            res = (agent.detach_writable(export.name, force=force) if export.writable else
+                   agent.detach_restore(export.name, export.step, force=force))
+            return {"changed": bool(res.get("changed")), "commands": list(res.get("commands") or []),
+                    "paths_left": int(res.get("paths_left") or 0)}
         res = agent.detach(export.ref, force=force)
         out = {"changed": bool(res.get("changed")), "commands": list(res.get("commands") or []), "paths_left": 0,
                "holders": list(res.get("holders") or [])}
