@@ -3,9 +3,8 @@
 #
 # usage: build-wheel.sh REPO CACHE_DIR PYTHON
 # Prints the path of the wheel. The wheel is built from a clean copy of exactly the files the package
-# is made of (pyproject.toml, README.md, fabricctl/, fabric_node/, fabric_csi/, plugins/module_utils/fabric_core/), so no
-# stale build
-# directory can leak into it, with SOURCE_DATE_EPOCH fixed so that the same sources always give the
+# is made of (pyproject.toml, README.md, fabricctl/, fabric_node/, fabric_csi/, plugins/module_utils/fabric_core/),
+# so no stale build directory can leak into it, with SOURCE_DATE_EPOCH fixed so that the same sources always give the
 # same bytes (the role then copies and installs it only when it changed). Cached under
 # CACHE_DIR/<sha256 of the sources>/; a second call with the same sources builds nothing.
 set -euo pipefail
