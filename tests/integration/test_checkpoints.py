@@ -33,8 +33,16 @@ def writable(host, timeout: int = 20) -> bool:
 
 def test_volume_for_one_writer(hosts, storage, fctl):
     step("fabricctl checkpoint volume create")
+    since = hosts["gpu1"].check_output("date +%s")
     out = fctl.json("checkpoint", "volume", "create", JOB, "--size", "1G", "--writer", "gpu1")
     assert out["writer"] == "gpu1"
+    # the production path: storage1's key runs only gpu1's agent, which attached the volume (issue 29 item 3)
+    key = storage.check_output("cut -d' ' -f2 /etc/fabricctl/id_ed25519.pub")
+    line = next(x for x in hosts["gpu1"].check_output("cat /root/.ssh/authorized_keys").splitlines() if key in x)
+    assert line.startswith('command="/usr/local/sbin/fabric-node --ssh --from storage1",restrict,'), line
+    asked = hosts["gpu1"].check_output(f"journalctl -t fabric-node -o cat --no-pager -q --since @{since}")
+    assert any(f"a storage node's request: attach-writable {JOB} --fs " in x and "--from storage1" in x
+               for x in asked.splitlines()), asked
     assert storage.check_output(f"zfs get -H -o value fabric:writer,fabric:kind {VOL}").split() == [
         "gpu1", "checkpoint-volume"]
     assert storage.check_output(f"ls {TARGET}/acls") == "iqn.2026-11.io.fabric.lab:gpu1"

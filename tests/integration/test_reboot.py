@@ -203,7 +203,7 @@ def test_gpu_mounts_come_back_read_only(rebooted):
 
 def test_fabricctl_still_reaches_gpu1_after_its_reboot(rebooted, lab):
     """The key the fabricctl role authorized on gpu1 survives gpu1's reboot (the lab's boot-time seed
-    adds its own key and leaves the others)."""
+    adds its own key and leaves the others); it runs gpu1's agent (its forced command), which answers."""
     login = ssh("storage1", "ssh -i /etc/fabricctl/id_ed25519 -o UserKnownHostsFile=/etc/fabricctl/known_hosts "
-                            f"-o StrictHostKeyChecking=yes -o BatchMode=yes root@{lab.addr('gpu1')} hostname")
-    assert login.returncode == 0 and login.stdout.strip() == "gpu1", login.stderr
+                            f"-o StrictHostKeyChecking=yes -o BatchMode=yes root@{lab.addr('gpu1')} list --json")
+    assert login.returncode == 0 and json.loads(login.stdout)["host"] == "gpu1", login.stderr

@@ -845,8 +845,9 @@ def test_a_snapshot_killed_while_the_writer_is_frozen_is_thawed_by_the_timer(hos
 # ---- least privilege over SSH -----------------------------------------------------------------------
 
 def test_fabricctl_key_is_restricted_on_gpu_nodes(hosts, storage, fabric, lab):
-    """fabricctl's key on gpu1: a command runs; no pty, no port forwarding; and from another address of the
-    storage network the same key is refused (from=)."""
+    """fabricctl's key on gpu1: it runs only gpu1's agent, bound to storage1 (an agent's verb answers, `true` is
+    refused); no pty, no port forwarding; and from another address of the storage network the same key is refused
+    (from=)."""
     user, port = fabric.ssh.get("user", "root"), fabric.ssh.get("port", 22)
     address = fabric.address("gpu1")
     base = ("ssh -i /etc/fabricctl/id_ed25519 -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes "
@@ -858,10 +859,14 @@ def test_fabricctl_key_is_restricted_on_gpu_nodes(hosts, storage, fabric, lab):
     line = next((x for x in lines if key in x), "")
     assert line, "fabricctl's key is not in gpu1's authorized_keys"
     options = line.split(" ssh-", 1)[0]
-    assert options.startswith("restrict,") and 'from="' in options, options
+    assert options.startswith('command="/usr/local/sbin/fabric-node --ssh --from storage1",restrict,'), options
+    assert 'from="' in options, options
     allowed = options.split('from="', 1)[1].split('"', 1)[0].split(",")
     assert lab.addr("storage1") in allowed and fabric.address("gpu2") not in allowed, allowed
-    assert storage.run(f"{base} {dest} true").rc == 0
+    listed = storage.run(f"{base} {dest} list --json")
+    assert listed.rc == 0 and json.loads(listed.stdout)["host"] == "gpu1", (listed.stdout, listed.stderr)
+    refused = storage.run(f"{base} {dest} true; echo exit=$?")
+    assert "exit=1" in refused.stdout and "refused" in refused.stderr, (refused.stdout, refused.stderr)
     # (each ssh's own exit status is printed: testinfra takes an exit 255 of its command for a lost connection)
     pty = storage.run(f"{base} -tt {dest} tty; echo exit=$?")
     assert "PTY allocation request failed" in pty.stderr or "not a tty" in pty.stdout, pty.stdout + pty.stderr
@@ -872,7 +877,7 @@ def test_fabricctl_key_is_restricted_on_gpu_nodes(hosts, storage, fabric, lab):
     assert iface, "storage1's storage-network interface not found"
     try:
         storage.check_output(f"ip addr add {SPARE_ADDRESS}/32 dev {iface}")
-        elsewhere = storage.run(f"{base} -b {SPARE_ADDRESS} {dest} true; echo exit=$?")
+        elsewhere = storage.run(f"{base} -b {SPARE_ADDRESS} {dest} list; echo exit=$?")
     finally:
         storage.run(f"ip addr del {SPARE_ADDRESS}/32 dev {iface}")
     assert "exit=255" in elsewhere.stdout and "Permission denied" in elsewhere.stderr, (elsewhere.stdout,

@@ -76,7 +76,8 @@ def test_the_checkpoint_verbs_with_valid_arguments_are_served(text, argv):
     "freeze llama", "freeze llama --seconds 4", "freeze llama --seconds 3601", "freeze llama --seconds x",
     "freeze llama --seconds -5", "freeze ../x --seconds 30", "freeze llama bert --seconds 30",
     "thaw llama", "thaw llama --seconds 30 --force", "thaw llama --seconds 30 --dry-run",
-    "writer-state", "writer-state llama llama", "writer-state ../x", "writer-state " + " ".join(f"j{n}" for n in range(65)),
+    "writer-state", "writer-state llama llama", "writer-state ../x",
+    "writer-state " + " ".join(f"j{n}" for n in range(65)),
     "refresh-credentials gpu1", "refresh-credentials --password x", "refresh-credentials --config /tmp/x.json",
     # no other option, no shell
     "detach-writable llama --all", "attach-writable llama --fs ext4; id", "freeze llama --seconds 30 && id",
@@ -263,7 +264,8 @@ def test_refresh_credentials_writes_this_nodes_own_secret_into_the_fabrics_recor
     node.records[(v3, P2)] = {"node.startup": "manual", "node.session.auth.password": "old"}  # a job's, no session
     other = ("iqn.2003-01.org.example:other", P1)
     node.records[other] = {"node.startup": "automatic", "node.session.auth.password": "theirs"}
-    rotated = node_config.parse({"host": "gpu1", "initiator": GPU1, "iqn_base": BASE, "state_dir": str(tmp_path / "gpu1"),
+    rotated = node_config.parse({"host": "gpu1", "initiator": GPU1, "iqn_base": BASE,
+                                 "state_dir": str(tmp_path / "gpu1"),
                                  "storage_nodes": {"storage1": {"portal": P1}, "storage2": {"portal": P2}}},
                                 {"chap": {"username": "gpu1", "password": "gpu1-rotated-22",  # credentials.json rotated
                                           "username_in": "storage1", "password_in": "gpu1-mutual-1"}})
@@ -483,3 +485,42 @@ def test_status_reads_the_writers_through_their_agents(agents, fabricctl_node, m
     out = json.loads(capsys.readouterr().out)
     assert "writer-state llama --json" in agents["gpu1"].requests
     assert "/checkpoints/llama" in json.dumps(out)
+
+
+# ---- the rules the verbs stand on ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("step, ok", [(0, True), ("12000", True), (10**17, True), ("1" * 18, True), ("1" * 19, False),
+                                      (-1, False), ("-1", False), ("1e3", False), ("", False), (True, False),
+                                      ("１２", False), ("12\n", False), (None, False)])
+def test_a_checkpoint_step_is_a_whole_number(step, ok):
+    from fabric_core.base.errors import InvalidName
+    from fabric_core.base.names import validate_step
+
+    if ok:
+        assert validate_step(step) == int(step)
+    else:
+        with pytest.raises(InvalidName, match="invalid step"):
+            validate_step(step)
+
+
+def test_the_agents_checkpoint_mount_root_is_its_own_directory(tmp_path):
+    assert node_cfg(tmp_path).checkpoint_mount_root == "/checkpoints"
+    raw = {"host": "gpu1", "initiator": GPU1, "iqn_base": BASE, "storage_nodes": {"storage1": {"portal": P1}}}
+    chap = {"chap": {"username": "gpu1", "password": "gpu1-s3cret-1"}}
+    assert node_config.parse(raw, chap).checkpoint_mount_root == "/checkpoints"  # fabricctl's default
+    for bad in ("/datasets", "/etc", "relative", "/a/../b"):
+        with pytest.raises(Exception, match="checkpoint_mount_root|system directory|absolute"):
+            node_config.parse({**raw, "checkpoint_mount_root": bad}, chap)
+
+
+def test_a_shell_keys_refresh_rewrites_the_records_secret_and_nothing_else(lio_state):
+    """ssh.access shell (before the agent): access sync's refresh writes the host's secret from fabricctl's
+    configuration into the records of its sessions (iscsi.refresh_record, from stdin), keeping their startup; it
+    never logs in."""
+    node = WriterNode(GPU1, grants={P1: {RW}})
+    node.records[(RW, P1)] = {"node.startup": "manual", "node.session.auth.password": "old"}
+    pub = publish.Publisher(test_publishing.SETTINGS, None, lambda host: node, test_publishing.HOSTS)
+    out = pub.refresh(test_publishing.HOSTS[0], [RW])
+    assert out["changed"] and node.records[(RW, P1)]["node.session.auth.password"] == "gpu1-s3cret-1"
+    assert node.records[(RW, P1)]["node.startup"] == "manual" and not node.sessions
+    assert not any("gpu1-s3cret-1" in json.dumps(a) for a in node.seen + out["commands"])
