@@ -57,12 +57,13 @@ class PartialFailure(FabricError):
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Attach dataset versions granted to this GPU node, count "
-                                "their holders, and let go (root only).",
+                                "their holders, and let go; mount a job's checkpoints and freeze its writer for "
+                                "fabricctl (root only).",
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="exit: 0 ok, 1 refused or bad input (nothing changed), 2 usage, 3 partial, "
                                        "4 node lock held, 5 unexpected")
     p.add_argument("--ssh", action="store_true", help="serve a storage node's request from SSH_ORIGINAL_COMMAND "
-                   "(the forced command of its key; only the agent's verbs)")
+                   "(the forced command of its key, `--ssh --from NODE`; only the agent's verbs)")
     p.add_argument("--config", default=node_config.CONFIG_PATH, help=argparse.SUPPRESS)
     p.add_argument("--credentials", default=node_config.CREDENTIALS_PATH, help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="verb", metavar="VERB")
@@ -105,10 +106,13 @@ def _checkpoint_verbs(verb) -> None:
         v.add_argument("--from", dest="storage_node", required=True, metavar="NODE",
                        help="the storage node exporting it (one of this node's configuration)")
 
-    for kind, what in (("writable", "a job's checkpoint volume read-write (this node is its writer)"),
-                       ("restore", "a job's checkpoint read-only")):
-        for action, text in (("attach", f"mount {what}"), ("detach", f"unmount {what} and log out")):
-            v = verb(f"{action}-{kind}", text, dry_run=True)
+    texts = {("attach", "writable"): "mount a job's checkpoint volume read-write (this node is its writer)",
+             ("detach", "writable"): "unmount a job's checkpoint volume and log out",
+             ("attach", "restore"): "mount a job's checkpoint of a step read-only",
+             ("detach", "restore"): "unmount a job's checkpoint of a step and log out"}
+    for kind in ("writable", "restore"):
+        for action in ("attach", "detach"):
+            v = verb(f"{action}-{kind}", texts[action, kind], dry_run=True)
             v.add_argument("job", metavar="JOB")
             if kind == "restore":
                 v.add_argument("step", metavar="STEP", help="the checkpoint's training step")

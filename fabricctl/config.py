@@ -425,8 +425,8 @@ TOP_KEYS = ("pool", "dataset_root", "checkpoint_root", "iqn_base", "initiator_ba
             "insecure_no_chap", "defaults", "metrics", "retention", "rotation", "lock", "health", "node",
             "storage_nodes")
 SSH_KEYS = ("user", "key_file", "known_hosts", "connect_timeout", "port", "access")
-# what this node's key may do on the GPU nodes (role fabric_node, fabric_node_storage_key): ask the node agent
-# only (its forced command), run commands (an older installation), or nothing at all (pull only)
+# what this node's key may do on the GPU nodes (role fabricctl, fabricctl_gpu_access): ask the node agent only
+# (its forced command, every command that acts on a host), run commands (an older installation), or nothing (pull only)
 GPU_ACCESS = ("agent", "shell", "none")
 PORTAL_KEYS = ("ip", "port")
 HOST_KEYS = ("address", "initiator", "chap")

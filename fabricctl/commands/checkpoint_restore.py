@@ -2,7 +2,8 @@
 
 The same machinery as dataset publishing: the snapshot JOB@step-N is held while exported,
 an LIO target exports it read-only with one ACL per host, and every host logs in and mounts it
-read-only at CHECKPOINT_MOUNT_ROOT/JOB/restore/N, in parallel. Re-running finishes an
+read-only at CHECKPOINT_MOUNT_ROOT/JOB/restore/N, in parallel (each host's node agent does,
+`fabric-node attach-restore`, where this node's key runs only the agent). Re-running finishes an
 interrupted restore; `--remove` takes it off the hosts again: each host that let go loses its
 ACL on this node in the same command (it cannot log in again; an unreachable one keeps it unless
 --force), and with no host left the target goes and the hold is released.

@@ -1,6 +1,7 @@
 """Take a consistent checkpoint snapshot of a job: freeze on the writer, snapshot, thaw.
 
-On the writer host: `sync -f`, then a systemd timer that thaws the file system after
+On the writer host (asked of its node agent, `fabric-node freeze`/`thaw`, where this node's key runs only
+the agent): `sync -f`, then a systemd timer that thaws the file system after
 defaults.thaw_after_seconds (30) whatever happens to fabricctl (killed, connection lost), then
 `fsfreeze -f` on CHECKPOINT_MOUNT_ROOT/JOB (new writes wait, everything written so far is on the
 volume); on this node: one libzfs_core call creates JOB@step-N together with its user properties

@@ -3,7 +3,8 @@
 The volume is CHECKPOINT_ROOT/JOB (a zvol with a file system, fully reserved). The LIO target
 has one ACL, the writer's: two initiators writing one block device would corrupt it, so a second
 writer is refused (the same rule as the Ansible role's). The writer logs in and mounts it
-read-write at CHECKPOINT_MOUNT_ROOT/JOB through a systemd unit. Running it again with the same
+read-write at CHECKPOINT_MOUNT_ROOT/JOB through a systemd unit (its node agent does, `fabric-node
+attach-writable`, where this node's key runs only the agent). Running it again with the same
 writer changes nothing.
 
 Examples:
