@@ -126,7 +126,7 @@ bench-checkpoint: venv ## issue 5 benchmark on the running lab: rotate vs sanoid
 	$(PY) bench/checkpoint_bench.py
 
 lint: venv ## ruff, ansible-lint (production profile) and ansible-test sanity on the built collection (docs/testing.md, "Linters")
-	$(VENV)/bin/ruff check lab fabricctl fabric_node tests plugins bench
+	$(VENV)/bin/ruff check lab fabricctl fabric_node fabric_csi tests plugins bench
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/ansible-lint -q
 	tests/sanity/run.sh $(VENV)
 

@@ -123,7 +123,7 @@ def test_commands_ask_the_publishing_service_and_never_import_main(name):
 @pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("fabric_core")))
 def test_the_core_imports_neither_ansible_nor_a_front_end(name):
     for target, _ in imports(name):
-        assert not target.startswith(("ansible", "fabricctl", "fabric_node")), target
+        assert not target.startswith(("ansible", "fabricctl", "fabric_node", "fabric_csi")), target
 
 
 # --- the core's folders: its layers and sides ---------------------------------------------------------------
