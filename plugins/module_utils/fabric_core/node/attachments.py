@@ -5,8 +5,8 @@ An attachment is one dataset version mounted read-only at MOUNT_ROOT/NAME/VERSIO
 ``manual`` (an operator's publish: it stays across reboots), ``job:<id>`` (a scheduler's job: it lives as long as
 the job) or ``csi:<NAME@VERSION>`` (a CSI volume staged on this node, fabric_csi: it lives until the kubelet
 unstages it, and never past a reboot, after which the kubelet stages it again). Two jobs sharing a version share one
-mount, and the last holder out detaches it. Each attachment is one JSON file, ``<state
-dir>/attachments/NAME@VERSION.json`` (0600 in a 0700 directory), written through the one atomic writer
+mount, and the last holder out detaches it. Each attachment is one JSON file,
+``<state dir>/attachments/NAME@VERSION.json`` (0600 in a 0700 directory), written through the one atomic writer
 (``base.atomic``): a reader, or the node after a crash, sees the old record or the new one.
 
 A record is written with its new holder *before* the agent logs in or mounts anything (state ``attaching``),
