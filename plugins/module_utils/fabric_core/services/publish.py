@@ -36,7 +36,6 @@ from dataclasses import dataclass, field, replace
 
 from ..base.errors import UserError
 from ..base.exports import (  # noqa: F401 - the service's names of exports (one rule, base.exports)
-    KINDS,
     WRITABLE_VERSION,
     Export,
     checkpoint_restore_export,
