@@ -524,3 +524,13 @@ def test_a_shell_keys_refresh_rewrites_the_records_secret_and_nothing_else(lio_s
     assert out["changed"] and node.records[(RW, P1)]["node.session.auth.password"] == "gpu1-s3cret-1"
     assert node.records[(RW, P1)]["node.startup"] == "manual" and not node.sessions
     assert not any("gpu1-s3cret-1" in json.dumps(a) for a in node.seen + out["commands"])
+
+
+def test_a_writer_with_many_jobs_is_asked_in_requests_that_fit(tmp_path):
+    """`status --writers` on a writer of 100 jobs with 30-character names: several writer-state requests, each
+    within the forced command's 512 characters, merged into one answer."""
+    gpu1 = OverSSH(tmp_path, granted(RW))
+    jobs = [f"job-{n:03d}-" + "x" * 22 for n in range(100)]
+    res = AgentClient(gpu1, "gpu1").writer_state(jobs)
+    assert len(gpu1.requests) > 1 and all(len(r) <= ssh.MAX_REQUEST for r in gpu1.requests)
+    assert sorted(res["jobs"]) == sorted(jobs) and res["frozen"] == {} and res["blocked"] == []

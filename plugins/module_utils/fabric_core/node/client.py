@@ -17,9 +17,11 @@ import json
 
 from ..base.errors import EXIT_PARTIAL, EXIT_USER, FabricError
 from ..base.runner import Runner
+from .checkpoints import MAX_JOBS
 from .freeze import FreezeInFlight, FreezeRefused
 
 HOLDER = "manual"  # a storage node's attachments are an operator's (fabric_node.ssh refuses any other holder)
+WRITER_STATE_CHARS = 400  # the job names of one writer-state request (a request is at most 512 characters)
 
 
 class AgentError(FabricError):
@@ -120,7 +122,22 @@ class AgentClient:
             raise
 
     def writer_state(self, jobs: list[str]) -> dict:
-        return self.ask("writer-state", *jobs)
+        """What of JOBS' volumes is frozen on this writer, and the tasks waiting on a frozen file system: one
+        request per batch of jobs that fits a request (fabric_node.ssh's 512 characters), merged."""
+        batches: list[list[str]] = []
+        for job in jobs:
+            if batches and len(batches[-1]) < MAX_JOBS and len(" ".join(batches[-1] + [job])) <= WRITER_STATE_CHARS:
+                batches[-1].append(job)
+            else:
+                batches.append([job])
+        out: dict = {"jobs": {}, "frozen": {}, "blocked": []}
+        for n, batch in enumerate(batches):
+            res = self.ask("writer-state", *batch)
+            out["jobs"].update(res.get("jobs") or {})
+            out["frozen"].update(res.get("frozen") or {})
+            if n == 0:  # the node's waiting tasks, the same in every answer
+                out["blocked"] = list(res.get("blocked") or [])
+        return out
 
     def refresh_credentials(self) -> dict:
         return self.ask("refresh-credentials", mutating=True)
