@@ -140,11 +140,12 @@ def _settled(have: list[MountEntry], src: MountEntry, flags: tuple) -> bool:
 def _umount_all(runner, path: str, count: int) -> list[str]:
     """Unmount every layer at ``path`` (``count`` of them), top first. A layer in use is refused (Busy)."""
     commands = []
-    for _ in range(count):
+    for layer in range(count, 0, -1):
         try:
             runner.run(["umount", path], mutating=True)
         except CommandError as err:
-            raise FabricError(f"cannot unmount {path}: {(err.stderr or err.stdout).strip() or f'exit {err.rc}'}",
+            raise FabricError(f"cannot unmount {path} (layer {layer} of {count}): "
+                              f"{(err.stderr or err.stdout).strip() or f'exit {err.rc}'}",
                               "stop what uses it (`fuser -vm PATH`), then try again") from None
         commands.append(f"umount {path}")
     return commands
