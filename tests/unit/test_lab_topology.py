@@ -105,6 +105,17 @@ def test_inventory_groups_and_yaml():
     assert set(children["storage_nodes"]["hosts"]) == {"storage1", "storage2"}
     assert set(children["gpu_nodes"]["hosts"]) == {"gpu1", "gpu2"}
     assert parsed["all"]["vars"]["ansible_ssh_common_args"] == "-F /s/ssh_config"
+    assert "ansible_control_path_dir" not in parsed["all"]["vars"]
+
+
+def test_each_lab_keeps_ansibles_control_sockets_apart():
+    """Ansible's ControlPath (on ssh's command line, over the ssh_config's) hashes host, port and user, the same
+    in every lab: each lab's inventory names a directory of its own, under its namespace's control directory."""
+    plan = topology.plan()
+    a = topology.inventory(plan, ssh_config_path=Path("/a/ssh_config"), control_dir=Path("/run/fabric-lab/cm-a"))
+    b = topology.inventory(plan, ssh_config_path=Path("/b/ssh_config"), control_dir=Path("/run/fabric-lab/cm-b"))
+    dirs = {inv["all"]["vars"]["ansible_control_path_dir"] for inv in (a, b)}
+    assert dirs == {"/run/fabric-lab/cm-a/ansible", "/run/fabric-lab/cm-b/ansible"}
 
 
 def test_each_checkout_gets_its_own_namespace():
