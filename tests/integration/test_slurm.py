@@ -21,8 +21,8 @@ USER = "fabricjob"
 PLUGIN = "/usr/local/lib/slurm-fabric/fabric_dataset.so"
 AGENT = "/usr/local/sbin/fabric-node"
 # The tree's digest: every file's SHA-256 in path order, .fabric/ (the version's own records) left out.
-DIGEST = ("find . -type f -not -path './.fabric/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum "
-          "| sha256sum | cut -c1-64")
+DIGEST = ("find . -path ./lost+found -prune -o -type f -not -path './.fabric/*' -print0 | LC_ALL=C sort -z "
+          "| xargs -0 sha256sum | sha256sum | cut -c1-64")
 
 
 # ---- set-up ----------------------------------------------------------------------------------------------------
@@ -83,8 +83,9 @@ def submit(gpu1, script: str, *opts: str, check: bool = True):
     name = f"job-{time.monotonic_ns()}.sh"
     gpu1.check_output(f"printf %s {shlex.quote(script)} > /home/{USER}/{name} && chown {USER}: /home/{USER}/{name}")
     argv = " ".join(shlex.quote(o) for o in opts)
+    # sbatch exits 255 when it refuses an option, which testinfra takes for a failed ssh connection: said as 1
     res = gpu1.run(f"cd /home/{USER} && runuser -u {USER} -- timeout 120 sbatch --parsable "
-                   f"--output=/tmp/fabric-job-%j.out {argv} {name}")
+                   f"--output=/tmp/fabric-job-%j.out {argv} {name} || exit 1")
     if not check:
         return res
     assert res.rc == 0, f"sbatch {argv} failed ({res.rc}): {res.stderr}"
