@@ -14,8 +14,12 @@ UNIT_DIR = "/etc/systemd/system"
 
 
 class FakeNode(Runner):
-    def __init__(self, initiator: str, *, grants: dict | None = None, down: tuple = (), dry_run: bool = False):
+    def __init__(self, initiator: str, *, grants: dict | None = None, down: tuple = (), dry_run: bool = False,
+                 unknown_rc: int = 24):
         super().__init__(dry_run=dry_run)
+        # a login to a target the portal does not grant: 24 (LIO: no ACL for this host), or what LIO's "target error
+        # (03/01)" for a target it does not have ends as after open-iscsi's retries (5, or 8 when it timed out)
+        self.unknown_rc = unknown_rc
         self.initiator = initiator
         self.grants = {p: set(t) for p, t in (grants or {}).items()}  # portal -> targets granted to this host
         self.down = set(down)  # portals that do not answer
@@ -75,6 +79,8 @@ class FakeNode(Runner):
                 if portal in self.down:
                     return 8, "", "iscsiadm: Could not login: transport timeout\n"
                 if target not in self.grants.get(portal, ()):
+                    if self.unknown_rc != 24:
+                        return self.unknown_rc, "", "iscsiadm: Could not log into all portals\n"
                     return 24, "", "iscsiadm: Login failed due to authorization failure\n"
                 self.disks += 1
                 self.sessions[key] = f"sd{chr(ord('a') + self.disks)}"
@@ -95,6 +101,8 @@ class FakeNode(Runner):
             return 0, "1\n", ""
         if a[:2] == ["udevadm", "settle"]:
             return 0, "", ""
+        if a[:3] == ["timeout", "3", "bash"] and a[4] == 'exec 3<>"/dev/tcp/$0/$1"':  # the agent's TCP probe
+            return (1, "", "") if f"{a[5]}:{a[6]}" in self.down else (0, "", "")
         if a[:2] == ["readlink", "-e"]:
             for (t, p), disk in self.sessions.items():
                 if self._by_path(t, p) == a[2]:

@@ -98,6 +98,18 @@ def test_a_version_not_granted_is_refused_naming_the_grant_and_changes_nothing(t
     assert at.Store(str(tmp_path / "state")).refs() == []
 
 
+@pytest.mark.parametrize("rc", [5, 8])
+def test_a_target_the_storage_node_does_not_have_is_not_granted_not_unreachable(tmp_path, rc):
+    # LIO answers a login to a target it does not have with "target error (03/01)"; open-iscsi retries until it
+    # gives up with 5 or 8 (seen on the lab): the portal took a TCP connection, so the node is up
+    node = FakeNode(GPU1, grants={P1: {f"{BASE}:ds.other.v1"}}, unknown_rc=rc)
+    with pytest.raises(agent_mod.NotGranted) as err:
+        agent(tmp_path, node).attach("imagenet@v3", "job:1")
+    assert "not granted to this host (gpu1" in err.value.problem
+    assert ["timeout", "3", "bash", "-c", 'exec 3<>"/dev/tcp/$0/$1"', *P1.split(":")] in node.seen
+    assert not node.records and not node.sessions and not node.mounts
+
+
 def test_a_tag_is_not_resolved_by_the_agent_and_the_message_says_so(tmp_path):
     with pytest.raises(agent_mod.NotGranted) as err:
         agent(tmp_path, FakeNode(GPU1)).attach("imagenet@prod", "job:1")

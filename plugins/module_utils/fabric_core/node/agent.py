@@ -60,6 +60,8 @@ ADOPTED_OWNERS = ("fabricctl",)  # units fabricctl wrote on this host before the
 # login_timeout (15 s) instead of open-iscsi's 8: a job waits about 30 s, not 2 minutes, for a node that is down
 LOGIN_RETRIES = 2
 RC_NOT_FOUND = 19  # iscsiadm: non-retryable login failure (LIO: no such target)
+RC_REJECTED = (5, *iscsi.RC_UNREACHABLE)  # a login that failed or timed out: refused, or the node is down
+PROBE_SECONDS = 3  # the TCP probe that tells the two apart
 MANIFEST = posixpath.join(".fabric", "manifest.tsv")
 
 
@@ -278,12 +280,25 @@ class Agent:
             return ok, [c for _node, res, _err in outcomes if res is not None for c in res["commands"]]
         raise self._refused(target, {node.name: err for node, _res, err in outcomes})
 
+    def _answers(self, portal: str) -> bool:
+        """Whether a storage node's portal (HOST:PORT) takes a TCP connection within PROBE_SECONDS."""
+        host, _sep, port = portal.rpartition(":")
+        res = self.runner.run(["timeout", str(PROBE_SECONDS), "bash", "-c", 'exec 3<>"/dev/tcp/$0/$1"',
+                               host.strip("[]"), port], check=False)
+        return res.rc == 0
+
     def _refused(self, target: str, errors: dict) -> FabricError:
         ref = target.rsplit(":ds.", 1)[-1].replace(".", "@", 1)
         host = self.config.host
         denied = [n for n, e in errors.items() if isinstance(e, iscsi.AuthorizationFailed)
                   or (isinstance(e, iscsi.LoginFailed) and e.rc == RC_NOT_FOUND)]
-        down = [n for n, e in errors.items() if isinstance(e, iscsi.PortalUnreachable)]
+        # LIO answers a login to a target it does not have with "target error (03/01)", which open-iscsi retries
+        # until the login times out: iscsiadm then exits 5 or 8, as for a node that is down. A node whose portal
+        # takes a TCP connection is up: its refusal means the version is not there for this host.
+        portals = {node.name: node.portal for node in self.config.storage_nodes}
+        denied += [n for n, e in errors.items() if n not in denied and n in portals
+                   and isinstance(e, iscsi.LoginFailed) and e.rc in RC_REJECTED and self._answers(portals[n])]
+        down = [n for n, e in errors.items() if n not in denied and isinstance(e, iscsi.PortalUnreachable)]
         _name, _sep, version = ref.partition("@")
         tag = ""
         with contextlib.suppress(UserError):
