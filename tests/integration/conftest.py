@@ -241,9 +241,22 @@ def pytest_collection_modifyitems(session, config, items):
     items[:] = [item for name in order for item in files[name]]
 
 
+# Test files written but never yet run on the lab, kept out of `make test` until one run on the lab has passed
+# (each named with why, in every run's header and in docs/testing.md; FABRIC_TEST_UNPROVEN=1 collects them).
+# A file that has never run would more likely fail CI for a fault of its own fixtures than find a fault of the
+# fabric, and its minutes are not yet known against CI's limit.
+UNPROVEN = {
+    "test_csi.py": "issue 30's CSI plugin: written 2026-11-27, needs the image with python3-grpcio, not run yet",
+}
+collect_ignore = [] if os.environ.get("FABRIC_TEST_UNPROVEN") else sorted(UNPROVEN)
+
+
 def pytest_report_header(config):
     seed = config.getoption("--shuffle-files")
-    return f"test files shuffled with seed {seed}" if seed not in (None, "") else None
+    lines = [f"test files shuffled with seed {seed}"] if seed not in (None, "") else []
+    lines += [f"NOT COLLECTED: {name} ({why}; FABRIC_TEST_UNPROVEN=1 runs it)"
+              for name, why in sorted(UNPROVEN.items()) if name in collect_ignore]
+    return lines or None
 
 
 def pytest_collection_finish(session):
