@@ -8,7 +8,7 @@ from fabric_core.base.errors import UserError
 from fabric_core.services import replicate
 
 from . import datasets
-from .replication import Peer, PeerError
+from .replication import MAX_EXPORT_HOSTS, Peer, PeerError
 
 
 def named_peers(ctx, spec: str, name: str, version: str) -> list:
@@ -62,3 +62,26 @@ def peers(ctx, spec: str | None, name: str, version: str) -> tuple[list, dict[st
     if spec:
         return named_peers(ctx, spec, name, version), {}
     return holding_peers(ctx, name, version)
+
+
+def ask_each(ctx, peers: list, names: list[str], record, ask) -> tuple[dict[str, list[dict]], dict[str, str]]:
+    """Ask every peer about the hosts ``names`` (``grant`` and ``revoke``): in requests of at most
+    ``MAX_EXPORT_HOSTS`` hosts each (what replica-serve accepts), ``ask(peer, guid, chunk)`` giving one answer.
+    A dry run asks nothing and records ``record(peer, guid)``'s request instead. Each peer's reach goes into the
+    journal record (``ctx.hosts``). Returns the answers by peer and, for a peer that failed, its problem."""
+    answers: dict[str, list[dict]] = {}
+    failed: dict[str, str] = {}
+    for peer, guid in peers:
+        if ctx.dry_run:
+            ctx.local.record(record(peer, guid))
+            continue
+        ctx.hosts.setdefault(peer.name, "contacted")
+        try:
+            answers[peer.name] = [ask(peer, guid, names[i:i + MAX_EXPORT_HOSTS])
+                                  for i in range(0, len(names), MAX_EXPORT_HOSTS)]
+        except PeerError as exc:
+            failed[peer.name] = exc.problem
+            ctx.hosts[peer.name] = "failed"
+            continue
+        ctx.hosts[peer.name] = "ok"
+    return answers, failed

@@ -23,7 +23,6 @@ from fabric_core.services.grants import Grants
 
 from .. import datasets, serving
 from ..errors import PartialFailure
-from ..replication import MAX_EXPORT_HOSTS, PeerError
 
 PATH = ("grant",)
 HELP = "let GPU nodes attach a sealed version (ACLs with their own CHAP; hosts not contacted)"
@@ -46,26 +45,17 @@ def run(ctx, args) -> int:
     peers, unreachable = serving.peers(ctx, args.from_nodes, name, version)
     here = Grants(ctx.publisher).grant(export, hosts)
     nodes = {ctx.config.node or "this node": here}
-    failed = dict(unreachable)
-    for peer, guid in peers:
-        names = [h.name for h in hosts]
-        if ctx.dry_run:
-            ctx.local.record(("replica-serve", peer.name, "export", datasets.volume(ctx.config, name), version, guid,
-                              *names))
-            continue
-        ctx.hosts.setdefault(peer.name, "contacted")
-        try:
-            answers = [peer.export(datasets.volume(ctx.config, name), version, guid, names[i:i + MAX_EXPORT_HOSTS])
-                       for i in range(0, len(names), MAX_EXPORT_HOSTS)]
-        except PeerError as exc:
-            failed[peer.name] = exc.problem
-            ctx.hosts[peer.name] = "failed"
-            continue
-        ctx.hosts[peer.name] = "ok"
-        nodes[peer.name] = {"portal": answers[0]["portal"], "target": answers[0]["target"],
-                            "new": sorted(n for a in answers for n in a["storage"].get("new", []))}
+    names = [h.name for h in hosts]
+    volume = datasets.volume(ctx.config, name)
+    answered, failed = serving.ask_each(
+        ctx, peers, names, lambda peer, guid: ("replica-serve", peer.name, "export", volume, version, guid, *names),
+        lambda peer, guid, chunk: peer.export(volume, version, guid, chunk))
+    for peer, answers in answered.items():
+        nodes[peer] = {"portal": answers[0]["portal"], "target": answers[0]["target"],
+                       "new": sorted(n for a in answers for n in a["storage"].get("new", []))}
+    failed = {**unreachable, **failed}
     out = {"ref": f"{name}@{version}", "target": here["target"], "dry_run": ctx.dry_run,
-           "hosts": [h.name for h in hosts], "nodes": nodes, "unreachable": failed, "planned": ctx.planned()}
+           "hosts": names, "nodes": nodes, "unreachable": failed, "planned": ctx.planned()}
     if version != parse_ref(args.ref)[1]:
         out["tag"] = parse_ref(args.ref)[1]
     for node, why in failed.items():

@@ -19,7 +19,6 @@ from fabric_core.services.grants import Grants
 
 from .. import datasets, serving
 from ..errors import PartialFailure
-from ..replication import MAX_EXPORT_HOSTS, PeerError
 
 PATH = ("revoke",)
 HELP = "take a grant back from GPU nodes (refused while one is logged in, unless --force)"
@@ -45,24 +44,16 @@ def run(ctx, args) -> int:
     peers, unreachable = serving.peers(ctx, args.from_nodes, name, version)
     here = Grants(ctx.publisher).revoke(export, hosts, force=args.force)
     nodes = {ctx.config.node or "this node": here}
-    failed = dict(unreachable)
     names = [h.name for h in hosts]
-    for peer, _guid in peers:
-        if ctx.dry_run:
-            ctx.local.record(("replica-serve", peer.name, "revoke", datasets.volume(ctx.config, name), version,
-                              *(["--force"] if args.force else []), *names))
-            continue
-        ctx.hosts.setdefault(peer.name, "contacted")
-        try:
-            answers = [peer.revoke(datasets.volume(ctx.config, name), version, names[i:i + MAX_EXPORT_HOSTS],
-                                   force=args.force) for i in range(0, len(names), MAX_EXPORT_HOSTS)]
-        except PeerError as exc:
-            failed[peer.name] = exc.problem
-            ctx.hosts[peer.name] = "failed"
-            continue
-        ctx.hosts[peer.name] = "ok"
-        nodes[peer.name] = {"revoked": sorted(n for a in answers for n in a["storage"]["revoked"]),
-                            "withdrawn": any(a["storage"]["withdrawn"] for a in answers)}
+    volume = datasets.volume(ctx.config, name)
+    force = ["--force"] if args.force else []
+    answered, failed = serving.ask_each(
+        ctx, peers, names, lambda peer, _guid: ("replica-serve", peer.name, "revoke", volume, version, *force, *names),
+        lambda peer, _guid, chunk: peer.revoke(volume, version, chunk, force=args.force))
+    for peer, answers in answered.items():
+        nodes[peer] = {"revoked": sorted(n for a in answers for n in a["storage"]["revoked"]),
+                       "withdrawn": any(a["storage"]["withdrawn"] for a in answers)}
+    failed = {**unreachable, **failed}
     out = {"ref": f"{name}@{version}", "target": here["target"], "dry_run": ctx.dry_run, "hosts": names,
            "nodes": nodes, "unreachable": failed, "planned": ctx.planned()}
     for node, why in failed.items():
