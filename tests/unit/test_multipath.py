@@ -46,6 +46,8 @@ def test_claim_lists_the_wwid_and_makes_the_map_once():
                    "commands": [f"multipath -a {WWID}", "multipath /dev/sdb"]}
     assert dry.planned == [("multipath", "-a", WWID), ("multipath", "/dev/sdb")]
     done = node(listed=True, mapped=True)
+    done.answers[("readlink", "-e")] = (0, "/dev/sdc\n", "")
+    done.answers[("multipathd", "show")] = (0, f"{WWID} sdc active ready\n", "")
     assert multipath.claim(done, "/dev/sdc") == {"changed": False, "wwid": WWID, "device": multipath.device_of(WWID),
                                                  "commands": []}
     assert not any(argv[0] == "multipath" for argv in done.seen)
@@ -91,3 +93,25 @@ def test_claim_hands_multipath_the_kernel_name_not_the_udev_link():
     runner = node(listed=True, mapped=False, dry_run=True)
     runner.answers[("readlink", "-e")] = (0, "/dev/sdc\n", "")
     assert multipath.claim(runner, link)["commands"] == ["multipath /dev/sdc"]  # a link's name is blacklisted
+
+
+def test_a_new_path_is_reported_only_once_multipathd_has_it_in_the_map():
+    """A second storage node's session: the map is there already, the disk joins it on multipathd's uevent a moment
+    later (the lab's test_reboot saw one path up right after publish returned)."""
+    runner = node(listed=True, mapped=True)
+    runner.answers[("readlink", "-e")] = (0, "/dev/sdc\n", "")
+    shows = iter([(0, f"{WWID} sdb active ready\n", ""), (0, f"{WWID} sdb active ready\n{WWID} sdc undef undef\n", ""),
+                  (0, PATHS.replace("sdc failed faulty", "sdc active ready"), "")])
+    runner.answers[("multipathd", "show")] = lambda argv: next(shows)
+    slept = []
+    assert multipath.claim(runner, "/dev/sdc", sleep=slept.append)["changed"] is False
+    assert len(slept) == 2
+
+
+def test_a_disk_that_never_joins_its_map_is_an_error_naming_it():
+    runner = node(listed=True, mapped=True)
+    runner.answers[("readlink", "-e")] = (0, "/dev/sdc\n", "")
+    runner.answers[("multipathd", "show")] = (0, f"{WWID} sdb active ready\n", "")
+    ticks = iter(range(0, 1000, 10))
+    with pytest.raises(multipath.MapTimeout, match="/dev/sdc did not join multipath map"):
+        multipath.claim(runner, "/dev/sdc", timeout=30, sleep=lambda s: None, clock=lambda: next(ticks))

@@ -99,7 +99,32 @@ def claim(runner, device: str, *, timeout: float = 60.0, sleep=time.sleep, clock
                     raise MapTimeout(f"no multipath map for {device} (WWID {ident}) within {timeout:g}s",
                                      "see `multipath -v3 " + device + "` and `journalctl -u multipathd` on the host")
                 sleep(0.5)
+    if not runner.dry_run:
+        joined(runner, ident, device, timeout=timeout, sleep=sleep, clock=clock)
     return {"changed": bool(commands), "wwid": ident, "device": dm, "commands": commands}
+
+
+def joined(runner, ident: str, device: str, *, timeout: float = 60.0, sleep=time.sleep, clock=time.monotonic) -> bool:
+    """Wait until ``device`` (a kernel name, /dev/sdX) is a path of map ``ident`` that carries I/O: multipathd adds a
+    new session's disk to an existing map on its own uevent, a moment after the login returns, and a caller that
+    reports the path must not report it before. A disk that never joins the map is an error (the map would read
+    through the other paths alone); one that joins but is not ready by the deadline is left to the path checker
+    (False). multipathd not answering: nothing to wait for (True)."""
+    name = device.rsplit("/", 1)[-1]
+    deadline = clock() + timeout
+    while True:
+        res = runner.run(["multipathd", "show", "paths", "raw", "format", "%w %d %t %T"], check=False)
+        if res.rc != 0:
+            return True
+        mine = [p for p in parse_paths(res.stdout).get(ident, []) if p["dev"] == name]
+        if mine and paths_up(mine):
+            return True
+        if clock() >= deadline:
+            if mine:
+                return False
+            raise MapTimeout(f"{device} did not join multipath map {ident} within {timeout:g}s",
+                             f"see `multipath -v3 {device}` and `journalctl -u multipathd` on the host")
+        sleep(0.5)
 
 
 def release(runner, ident: str) -> dict:
