@@ -99,7 +99,7 @@ class FakeNode(Runner):
                 return 2, "", "no node record\n"
             self.records[key].update(json.loads(data))
             return 0, "1\n", ""
-        if a[:2] == ["udevadm", "settle"]:
+        if a[:2] in (["udevadm", "settle"], ["udevadm", "wait"]):
             return 0, "", ""
         if a[:3] == ["timeout", "3", "bash"] and a[4] == 'exec 3<>"/dev/tcp/$0/$1"':  # the agent's TCP probe
             return (1, "", "") if f"{a[5]}:{a[6]}" in self.down else (0, "", "")

@@ -59,7 +59,7 @@ SESSIONS = ["iscsiadm", "-m", "session", "-P", "3"]
 
 
 def device_steps(iqn, kernel="sda"):
-    return [step(["udevadm", "settle", "--timeout=60"]),
+    return [step(["udevadm", "wait", "--timeout=60", by_path(PORTAL, iqn)]),
             step(["readlink", "-e", by_path(PORTAL, iqn)], stdout=f"/dev/{kernel}\n")]
 
 
@@ -379,7 +379,7 @@ def test_failed_update_error_is_redacted():
 def test_device_that_never_appears_times_out():
     clock = iter([0.0, 0.0, 1.0, 2.5])
     runner = ScriptedRunner([
-        step(["udevadm", "settle", "--timeout=2"]),
+        step(["udevadm", "wait", "--timeout=2", by_path(PORTAL, EXT4)]),
         *[step(["readlink", "-e", by_path(PORTAL, EXT4)], rc=1) for _ in range(3)],
     ])
     from fabric_core.node.iscsi import wait_for_device

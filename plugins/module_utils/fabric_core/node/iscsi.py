@@ -404,8 +404,9 @@ def desired_settings(chap: dict | None, startup: str, extra: dict | None = None)
 
 def wait_for_device(runner, path: str, *, timeout: float = 60.0, interval: float = 0.5, sleep=time.sleep,
                     clock=time.monotonic) -> str:
-    """Wait (udevadm settle, then a bounded poll) for a by-path link; return the kernel device (/dev/sdX)."""
-    runner.run(["udevadm", "settle", f"--timeout={int(max(timeout, 1))}"], check=False)
+    """Wait for a by-path link (``udevadm wait``: that one device made and initialised by udev, not the whole event
+    queue as `udevadm settle` waits for; then a bounded poll); return the kernel device (/dev/sdX)."""
+    runner.run(["udevadm", "wait", f"--timeout={int(max(timeout, 1))}", path], check=False)
     deadline = clock() + timeout
     while True:
         res = runner.run(["readlink", "-e", path], check=False)
