@@ -21,7 +21,7 @@ LEVERS       ?=
 export ANSIBLE_VAULT_IDENTITY_LIST := lab@$(CURDIR)/inventory/lab/vault-password.txt
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-versions bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers bench-native bench-prolog bench-csi lab-panic-repro lint docs lock clean test-tools
+.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-versions bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers bench-native bench-prolog bench-grant bench-csi lab-panic-repro lint docs lock clean test-tools
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -121,6 +121,9 @@ bench-native: venv ## issue 27 benchmark on the running lab (root): the target r
 
 bench-prolog: venv ## issue 29 benchmark on the running lab (with its Slurm: playbooks/lab-slurm.yml): seconds a --fabric-dataset request adds to a job's start on 1 and 2 nodes (ROUNDS=N) -> docs/benchmarks.md, bench/results/attach.json
 	$(PY) bench/bench_prolog.py $(if $(ROUNDS),--rounds $(ROUNDS))
+
+bench-grant: venv ## issue 29 benchmark on the running lab: the grant path to 500 synthetic hosts vs rtslib making the same ACLs + one save, a 501st host vs one save (ROUNDS=N) -> docs/benchmarks.md, bench/results/attach.json
+	$(PY) bench/grant_bench.py $(if $(ROUNDS),--rounds $(ROUNDS))
 
 bench-csi: venv ## issue 30 benchmark on the running lab (the node plugin on gpu1: gpu.yml --tags agent -e fabric_node_csi=true): NodeStage+NodePublish over the plugin's socket vs the agent's attach alone (ROUNDS=N) -> docs/benchmarks.md, bench/results/csi.json
 	$(PY) bench/csi_bench.py $(if $(ROUNDS),--rounds $(ROUNDS))
