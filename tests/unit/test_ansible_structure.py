@@ -68,3 +68,28 @@ def test_playbooks_pass_syntax_check(inv_arg):
         proc = subprocess.run([str(ansible_playbook), "--syntax-check", "-i", inv_arg, f"playbooks/{playbook}"],
                               cwd=REPO, capture_output=True, text=True, env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
         assert proc.returncode == 0, f"{playbook}: {proc.stdout}{proc.stderr}"
+
+
+def _task_names(tasks) -> list[str]:
+    names = []
+    for task in tasks or []:
+        if not isinstance(task, dict):
+            continue
+        if task.get("name"):
+            names.append(task["name"])
+        for key in ("block", "rescue", "always"):
+            names += _task_names(task.get(key))
+    return names
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_check_mode_stand_in_is_named_after_the_task_it_stands_for(role):
+    """A task that cannot act in check mode reports its change through a stand-in named like it plus
+    " (check mode)": test_site compares check mode's changes with the real run's task by task, and a stand-in with
+    another name counts as a change the real run did not make (CI's run at a69ecd3)."""
+    names = set()
+    for path in (REPO / "roles" / role / "tasks").glob("*.yml"):
+        names.update(_task_names(yaml.safe_load(path.read_text())))
+    for name in sorted(n for n in names if n.endswith(" (check mode)")):
+        assert name.removesuffix(" (check mode)") in names, \
+            f"{role}: {name!r} stands for no task of that name (without ' (check mode)')"
