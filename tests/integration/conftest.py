@@ -530,6 +530,11 @@ def peers(lab, hosts, storage2):
     step("fabricctl.yml on both storage nodes (peers, keys for replica-serve)")
     res = ansible_playbook(lab, "playbooks/fabricctl.yml")
     assert res.rc == 0, res.output[-6000:]
+    # the GPU nodes' agents learn storage2's portal, as an operator adding a storage node converges them (site.yml):
+    # an agent logs in only at the storage nodes its configuration lists
+    step("gpu.yml --tags agent (the agents' configuration names storage2)")
+    res = ansible_playbook(lab, "playbooks/gpu.yml", "--tags", "agent")
+    assert res.rc == 0, res.output[-6000:]
     return hosts["storage1"], hosts["storage2"]
 
 

@@ -172,3 +172,23 @@ def test_the_agent_clients_errors_are_the_agents_own():
     AgentClient(dry).list()
     assert dry.seen == [("detach", "imagenet@v1", "--holder", "manual", "--force", "--json", "--dry-run"),
                         ("list", "--json")]
+
+
+def test_a_publish_whose_host_reads_around_this_storage_node_says_so():
+    """CI's test_reboot: storage2 published to gpu1, whose agent did not list storage2, and gpu1 kept reading through
+    storage1 alone; the publish now says so and names the fix. One path (no multipathd) or an older agent: no check."""
+    from types import SimpleNamespace
+
+    from fabric_core.base.errors import UserError
+    from fabric_core.services import publish as svc
+
+    host = SimpleNamespace(name="gpu1")
+    export = SimpleNamespace(ref="shared@v1")
+    answer = {"multipath": "3600140", "storage_nodes": ["storage1"], "portals": ["10.77.0.11:3260"]}
+    with pytest.raises(UserError) as err:
+        svc._through_here(host, export, answer, "10.77.0.12:3260")
+    assert "through storage1 only, not through this storage node (10.77.0.12:3260)" in err.value.problem
+    assert "playbooks/gpu.yml --tags agent" in err.value.fix
+    svc._through_here(host, export, {**answer, "portals": ["10.77.0.11:3260", "10.77.0.12:3260"]}, "10.77.0.12:3260")
+    svc._through_here(host, export, {**answer, "multipath": None}, "10.77.0.12:3260")
+    svc._through_here(host, export, {k: v for k, v in answer.items() if k != "portals"}, "10.77.0.12:3260")

@@ -187,6 +187,7 @@ class Agent:
     def _describe(self, att: Attachment) -> dict:
         return {"ref": att.ref, "name": att.name, "version": att.version, "path": att.mountpoint,
                 "device": att.device, "holders": sorted(att.holders), "storage_nodes": sorted(att.portals),
+                "portals": sorted(att.portals.values()),
                 "fstype": att.fstype, "multipath": att.multipath, "persistent": att.persistent,
                 "target": att.target, "state": att.state}
 

@@ -264,6 +264,23 @@ def _same_path(host, export: Export, answer: dict, variables: str) -> None:
                         f"{export.mountpoint}", f"give {variables} the same value (playbooks/site.yml)")
 
 
+def _through_here(host, export: Export, answer: dict, portal: str) -> None:
+    """A host reading a version through a multipath map logs in at every storage node that grants it: this node among
+    them (else its agent does not know this node, or its login here failed, and the publish made a path nobody
+    uses). An agent older than ``portals`` in its answer, or a host without multipathd (one path, wherever it
+    was first), is not checked."""
+    portals = answer.get("portals")
+    if not answer.get("multipath") or portals is None:
+        return
+    if portal not in {iscsi.normalize_portal(p) for p in portals}:
+        via = ", ".join(answer.get("storage_nodes") or []) or "no storage node"
+        raise UserError(f"{host.name} reads {export.ref} through {via} only, not through this storage node ({portal}): "
+                        "its agent does not list this node, or its login here failed",
+                        "converge the GPU nodes' agent with an inventory naming this storage node (`ansible-playbook "
+                        "playbooks/gpu.yml --tags agent`, or site.yml), then publish again (`fabric-node list` on the host names the "
+                        "storage nodes it has sessions with)")
+
+
 class Publisher:
     """Exports on this node (``local``: its runner) and their hosts (``connect(host)``: a runner on it).
 
@@ -483,6 +500,7 @@ class Publisher:
                     "commands": list(res.get("commands") or []), "multipath": res.get("multipath")}
         res = agent.attach(export.ref)
         _same_path(host, export, res, "fabricctl_mount_root and fabric_node_mount_root")
+        _through_here(host, export, res, self.settings.portal)
         out = {"changed": bool(res.get("changed")), "device": res.get("device"), "mountpoint": export.mountpoint,
                "commands": list(res.get("commands") or []), "multipath": res.get("multipath"),
                "holders": list(res.get("holders") or [])}
