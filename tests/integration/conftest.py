@@ -351,6 +351,16 @@ def _lab_identity() -> dict:
     return {v["name"]: v["pid"] for v in _status()["vms"]}
 
 
+def site_converged_here(lab: LabInfo) -> bool:
+    """Whether the site was converged on these VMs (a record of site runs made on them): a record left by an earlier
+    lab in the same checkout does not count."""
+    record = _site_record(lab)
+    try:
+        return json.loads(record.read_text()).get("lab") == _lab_identity()
+    except (OSError, ValueError):
+        return False
+
+
 def _is_fresh(hosts) -> bool:
     """No part of the site is on the lab yet (no pool tank on storage1, no fabricctl, no GPU mount)."""
     probe = hosts["storage1"].run("zpool list -H -o name tank 2>/dev/null; test -e /opt/fabricctl && echo fabricctl")
