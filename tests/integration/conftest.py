@@ -204,12 +204,20 @@ def parse_recap(stdout: str) -> dict:
     return recap
 
 
+# The suite runs Ansible through Mitogen, the site's opt-in (ansible.cfg): a converged site run takes a fraction of
+# the time of ansible-core's own strategies, which are the default; test_site runs the default path
+# (ansible_playbook(..., default_strategy=True)) and `make demo` runs it whole.
+os.environ.setdefault("ANSIBLE_STRATEGY", "fabric_linear")
+
+
 def ansible_playbook(lab: LabInfo, playbook: str, *args: str, extra_vars: dict | None = None,
-                     timeout: float = 1800, gather_facts: bool = True, env: dict | None = None) -> PlaybookRun:
+                     timeout: float = 1800, gather_facts: bool = True, env: dict | None = None,
+                     default_strategy: bool = False) -> PlaybookRun:
     """Run ansible-playbook from the repository root against the lab inventory.
 
     gather_facts=False skips the implicit fact gathering (for runs whose tasks need no facts,
     such as preflight refusals): under emulation it is the slowest part of a short run.
+    default_strategy: with ansible-core's own strategies, as a site that did not opt in to Mitogen runs.
     """
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory), playbook, *args]
     if extra_vars is not None:
@@ -218,6 +226,8 @@ def ansible_playbook(lab: LabInfo, playbook: str, *args: str, extra_vars: dict |
                    **(env or {}))
     if not gather_facts:
         environ["ANSIBLE_GATHERING"] = "explicit"
+    if default_strategy:
+        environ.pop("ANSIBLE_STRATEGY", None)
     proc = run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=environ)
     return PlaybookRun(proc.returncode, proc.stdout, proc.stderr, parse_recap(proc.stdout))
 

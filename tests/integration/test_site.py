@@ -44,6 +44,16 @@ def test_check_mode_on_the_converged_fabric_reports_no_change(converged: Site):
     assert set(BASE) <= set(run.changed()) and set(run.changed().values()) == {0}, run.changes()
 
 
+def test_a_default_run_uses_ansible_cores_own_strategies_and_prints_no_deprecation_warning(lab, converged: Site):
+    """Issue 32 item 1: a site that did not opt in to Mitogen runs site.yml with ansible.builtin's strategies (its
+    free plays included), without ansible-core's warning that other strategy plugins are deprecated."""
+    run = ansible_playbook(lab, "playbooks/site.yml", "--check", "--limit", "gpu2", "--tags", "initiator",
+                           default_strategy=True)
+    assert run.rc == 0, run.output[-4000:]
+    assert "DEPRECATION WARNING" not in run.output, run.output[-4000:]
+    assert run.changed() == {"gpu2": 0}, run.output[-4000:]
+
+
 def test_check_mode_on_the_fresh_fabric_plans_changes_on_every_host(converged: Site):
     if converged.check_fresh is None:
         pytest.skip("this lab was converged before the site record began (make demo?): "

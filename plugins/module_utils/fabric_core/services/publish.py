@@ -277,8 +277,8 @@ def _through_here(host, export: Export, answer: dict, portal: str) -> None:
         raise UserError(f"{host.name} reads {export.ref} through {via} only, not through this storage node ({portal}): "
                         "its agent does not list this node, or its login here failed",
                         "converge the GPU nodes' agent with an inventory naming this storage node (`ansible-playbook "
-                        "playbooks/gpu.yml --tags agent`, or site.yml), then publish again (`fabric-node list` on the host names the "
-                        "storage nodes it has sessions with)")
+                        "playbooks/gpu.yml --tags agent`, or site.yml), then publish again (`fabric-node list` on the "
+                        "host names the storage nodes it has sessions with)")
 
 
 class Publisher:
