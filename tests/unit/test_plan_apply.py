@@ -41,14 +41,16 @@ def test_a_missing_record_is_created_then_every_setting_and_the_login_are_planne
                           "node.session.auth.authmethod": "None"}
 
 
-def test_a_missing_record_is_planned_alike_in_a_dry_run_and_a_real_run():
-    """The record is made from the target name given (the portal is never asked for a discovery), so a dry
-    run and a real run plan the same steps, with nothing to warn about."""
+def test_a_missing_record_is_planned_from_the_target_name_with_no_dry_run_input():
+    """The record is made from the target name given (the portal is never asked for a discovery); the planner takes
+    no dry-run flag (issue 28: a dry run is the runner's alone), so a dry run and a real run plan the same steps."""
+    import inspect
+
+    assert "dry_run" not in inspect.signature(plan_session).parameters
     spec = session_spec(portal=PORTAL, target_iqn=IQN)
-    real = plan_session(spec, SessionLive(None, None))
-    dry = plan_session(spec, SessionLive(None, None), dry_run=True)
-    assert real.steps == dry.steps and real.conflicts == dry.conflicts == [] and dry.warnings == []
-    assert dry.steps[0].op == "create_record" and dry.steps[-1].op == "login"
+    plan = plan_session(spec, SessionLive(None, None))
+    assert plan.conflicts == [] and plan.warnings == []
+    assert plan.steps[0].op == "create_record" and plan.steps[-1].op == "login"
 
 
 def test_a_converged_session_plans_nothing():
@@ -72,11 +74,11 @@ def test_new_credentials_on_a_live_session_warn_and_predict_a_masked_change():
     assert json.loads(step.data) == {"node.session.auth.password": "hdsecret12345"}  # on stdin only
 
 
-def test_a_logout_under_a_mount_is_a_conflict_unless_the_caller_plans_that_unmount_in_a_dry_run():
+def test_a_logout_under_a_mount_is_a_conflict_unless_the_caller_names_that_unmount():
     spec = session_spec(portal=PORTAL, target_iqn=IQN, state="logged_out")
     live = SessionLive(SESSION, record(), mounted=["/dev/sda on /datasets/a/v1"])
     assert isinstance(plan_session(spec, live).conflicts[0], Busy)
-    dry = plan_session(spec, live, dry_run=True, unmounting=("/datasets/a/v1",))
+    dry = plan_session(spec, live, unmounting=("/datasets/a/v1",))
     assert dry.conflicts == [] and [s.op for s in dry.steps] == ["logout", "delete_record"]
     assert dry.after == {"logged_in": False, "record": False}
 

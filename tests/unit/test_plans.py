@@ -149,7 +149,7 @@ def test_a_missing_pool_plans_one_create_checked_by_zpool_create_n():
     [step] = plan.steps
     assert step.argv == zpool.create_argv(POOL, FULL, 12, {"autotrim": "on"}, {"compression": "lz4"})
     assert step.dry_run_argv == zpool.create_argv(POOL, FULL, 12, {"autotrim": "on"}, {"compression": "lz4"},
-                                                  dry_run=True)
+                                                  check_only=True)
     assert step.dry_run_strict and step.description.startswith(f"create pool {POOL} (ashift 12): data raidz1 of ")
     assert plan.created and plan.reshapes and plan.health == ""
     assert plan.before == {"pool": POOL, "exists": False, "vdevs": []}

@@ -262,7 +262,7 @@ def test_create_argv_is_the_recorded_command():
     forced = PoolLayout(vdevs=FULL.vdevs, force=True)
     argv = zpool.create_argv(POOL, forced, 12, {"autotrim": True}, {"compression": "lz4", "atime": False})
     assert argv == recorded_command("create_full.txt")
-    assert zpool.create_argv(POOL, FULL, 12, {}, {}, dry_run=True) == [
+    assert zpool.create_argv(POOL, FULL, 12, {}, {}, check_only=True) == [
         "zpool", "create", "-n", "-o", "ashift=12", "-O", "fabric:managed=true", POOL, "raidz1", R1, R2, R3,
         "special", "mirror", NV1, NV2, "log", "mirror", LOG1, LOG2, "cache", CACHE, "spare", SPARE]
     mirrors = PoolLayout(vdevs=[Vdev("data", "mirror", [M1, M2]), Vdev("data", "mirror", [M3, M4])])
@@ -270,7 +270,8 @@ def test_create_argv_is_the_recorded_command():
 
 
 def test_add_argv():
-    assert zpool.add_argv(POOL, [Vdev("cache", "disk", [CACHE])], dry_run=True) == recorded_command("add_n_cache.txt")
+    check = zpool.add_argv(POOL, [Vdev("cache", "disk", [CACHE])], check_only=True)
+    assert check == recorded_command("add_n_cache.txt")
     assert zpool.add_argv(POOL, [Vdev("cache", "disk", [CACHE])]) == recorded_command("add_cache.txt")
     assert zpool.add_argv("t", [Vdev("spare", "disk", [SSD[1]]), Vdev("special", "mirror", [NVME[0], SSD[0]]),
                                 Vdev("log", "mirror", [HDD[2], HDD[3]])], ashift=12) == \
@@ -549,7 +550,7 @@ def test_create_and_add_force_only_when_the_plan_accepted_a_redundancy_mismatch(
     vdevs = [Vdev("data", "mirror", ["/dev/disk/by-id/a", "/dev/disk/by-id/b"]),
              Vdev("special", "disk", ["/dev/disk/by-id/n"])]
     assert "-f" not in zpool.create_argv("tank", PoolLayout(vdevs=vdevs))
-    forced = zpool.create_argv("tank", PoolLayout(vdevs=vdevs, force=True), dry_run=True)
+    forced = zpool.create_argv("tank", PoolLayout(vdevs=vdevs, force=True), check_only=True)
     assert forced[:4] == ["zpool", "create", "-n", "-f"]
     assert zpool.add_argv("tank", vdevs[1:], force=True)[:3] == ["zpool", "add", "-f"]
     assert "-f" not in zpool.add_argv("tank", vdevs[1:])
@@ -580,7 +581,7 @@ def recorded_more(file: str) -> list[str]:
 
 
 def test_ensure_pool_dry_run_create_runs_zpool_create_n_only():
-    check = zpool.create_argv("z23x_rz", X_RAIDZ2, 12, {}, {}, dry_run=True)
+    check = zpool.create_argv("z23x_rz", X_RAIDZ2, 12, {}, {}, check_only=True)
     assert check == recorded_more("x_create_n.txt")
     runner = ScriptedRunner([X_MISSING, bstep(check, "x_create_n.txt")], dry_run=True)
     out = zpool.ensure_pool(runner, name="z23x_rz", layout=X_RAIDZ2, disks=[disk(p) for p in (XA, XB, XC, XD)])
@@ -596,7 +597,7 @@ def test_a_dry_run_refused_by_zfs_is_a_command_error_unless_a_wipe_comes_first()
     # the applier runs a step's dry-run validation in a dry run; the recorded refusal of `zpool add -n` (exit 1)
     # fails the run, or is a warning when the plan wipes disks first (ZFS saw their old signatures)
     add = zpool.add_argv("z23x_rz", [Vdev("data", "disk", [XE])])
-    check = zpool.add_argv("z23x_rz", [Vdev("data", "disk", [XE])], dry_run=True)
+    check = zpool.add_argv("z23x_rz", [Vdev("data", "disk", [XE])], check_only=True)
     assert check == recorded_more("x_add_n_mismatch.txt")
     refused = {"command": check, "rc": 1, "stdout": data("zfs23b", "x_add_n_mismatch.txt"),
                "stderr": data("zfs23b", "x_add_n_mismatch.stderr")}

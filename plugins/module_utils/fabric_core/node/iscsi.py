@@ -536,13 +536,14 @@ class SessionPlan:
         return any(step.op == "create_record" for step in self.steps)
 
 
-def plan_session(spec: SessionSpec, live: SessionLive, *, dry_run: bool = False, unmounting: tuple = (),
+def plan_session(spec: SessionSpec, live: SessionLive, *, unmounting: tuple = (),
                  paths_left: bool = False) -> SessionPlan:
     """The steps from ``live`` to ``spec`` (pure). A missing record is planned as created with none of the
     wanted settings (the applier plans again from the record ``-o new`` made); the CHAP secrets are one
-    ``write_secrets`` step (into the record file, from stdin). In a dry run, mount points in ``unmounting``
-    (the caller's own planned unmounts) do not count as mounted. ``paths_left``: the disk is one path of a
-    multipath map with other paths left, so its logout is safe while the map is mounted."""
+    ``write_secrets`` step (into the record file, from stdin). Mount points in ``unmounting`` do not count as
+    mounted: a dry run's own planned unmounts (``ensure_session`` passes them only in a dry run, where nothing
+    was unmounted; in a real run what is still mounted refuses the logout). ``paths_left``: the disk is one
+    path of a multipath map with other paths left, so its logout is safe while the map is mounted."""
     wanted = spec.wanted()
     record = live.record
     before = {"logged_in": live.session is not None, "record": record is not None,
@@ -552,8 +553,7 @@ def plan_session(spec: SessionSpec, live: SessionLive, *, dry_run: bool = False,
     warnings: list[str] = []
     if spec.state == "logged_out":
         if live.session is not None:
-            mounted = [m for m in live.mounted if not (dry_run and m.split(" on ", 1)[1] in unmounting)
-                       and not paths_left]
+            mounted = [m for m in live.mounted if m.split(" on ", 1)[1] not in unmounting and not paths_left]
             if mounted:
                 conflicts.append(Busy(f"{spec.target_iqn} at {spec.portal} is in use: {', '.join(mounted)}",
                                       "unmount it first (stop and disable its .mount unit); logging out under a "
@@ -658,7 +658,7 @@ def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = 
     spec = session_spec(portal=portal, target_iqn=target_iqn, chap=chap, startup=startup, state=state, lun=lun,
                         settings=settings)
     live = read_session(runner, spec)
-    plan = plan_session(spec, live, dry_run=runner.dry_run, unmounting=unmounting, paths_left=paths_left)
+    plan = plan_session(spec, live, unmounting=unmounting if runner.dry_run else (), paths_left=paths_left)
     return apply_session(runner, spec, live, plan, device_timeout=device_timeout, sleep=sleep)
 
 
@@ -673,7 +673,7 @@ def refresh_record(runner, *, portal: str, target_iqn: str, chap: dict | None) -
     spec = SessionSpec(spec.portal, spec.target_iqn, startup=record.get("node.startup") or "automatic",
                        chap=spec.chap)
     # planned as if logged in: a record with no session is updated, never logged in
-    plan = plan_session(spec, SessionLive({}, record), dry_run=runner.dry_run)
+    plan = plan_session(spec, SessionLive({}, record))
     commands = []
     for step in plan.steps:
         commands.append(step.command)

@@ -236,10 +236,10 @@ def _validate_encryption(encryption) -> dict | None:
 
 
 def create_argv(name: str, properties: dict, encryption: dict | None = None, volume_size: str | None = None,
-                dry_run: bool = False) -> list:
+                check_only: bool = False) -> list:
     """zfs create [-n -v] -p [-V SIZE] -o k=v ... [-o encryption=... -o keyformat=... -o keylocation=prompt]
     -o fabric:managed=true NAME (a key, if any, goes on stdin)."""
-    argv = ["zfs", "create"] + (["-n", "-v"] if dry_run else []) + ["-p"]
+    argv = ["zfs", "create"] + (["-n", "-v"] if check_only else []) + ["-p"]  # -n: ZFS's own validation
     if volume_size is not None:
         argv += ["-V", str(volume_size)]
     for key, value in properties.items():
@@ -338,7 +338,7 @@ def _plan_create(spec: DatasetSpec, live: LiveDataset, warnings: list) -> Datase
         warnings.append(f"pool {name.split('/')[0]} does not exist yet: `zfs create -n` cannot check {name} now; "
                         "it is created once the pool exists")
     else:
-        check = create_argv(name, props, enc, spec.volume_size, dry_run=True)
+        check = create_argv(name, props, enc, spec.volume_size, check_only=True)
     kind = "volume" if spec.volume_size is not None else "filesystem"
     what = f"create {kind} {name}" + (f" of {spec.volume_size}" if spec.volume_size is not None else "")
     shown = [f"{k}={v}" for k, v in props.items() if k != MANAGED_PROP]

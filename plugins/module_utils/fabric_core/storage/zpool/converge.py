@@ -288,7 +288,7 @@ def _plan_create(spec: PoolSpec) -> PoolPlan:
         + ("; with -f: the plan accepted mismatched redundancy" if spec.layout.force else ""),
         argv=create_argv(spec.name, spec.layout, spec.ashift, spec.properties, spec.fs_properties),
         dry_run_argv=create_argv(spec.name, spec.layout, spec.ashift, spec.properties, spec.fs_properties,
-                                 dry_run=True),
+                                 check_only=True),
         dry_run_strict=not wiped,
         dry_run_refusal="`zpool create -n` refused the plan before the wipe that a real run does first: "))
     return PoolPlan(name=spec.name, steps=steps, created=True, warnings=warnings,
@@ -367,7 +367,7 @@ def _plan_existing(spec: PoolSpec, live: LivePool) -> PoolPlan:
         steps.append(Step(
             description=f"add to pool {name}: {_summary(to_add)}",
             argv=add_argv(name, to_add, ashift=spec.ashift, force=spec.layout.force),
-            dry_run_argv=add_argv(name, to_add, dry_run=True, ashift=spec.ashift, force=spec.layout.force),
+            dry_run_argv=add_argv(name, to_add, check_only=True, ashift=spec.ashift, force=spec.layout.force),
             dry_run_strict=not any(d in wiped for v in to_add for d in v.disks),
             dry_run_refusal="`zpool add -n` refused the plan before the wipe that a real run does first: "))
     if diff.expansions and live.expanding:

@@ -81,13 +81,13 @@ def prop_text(value) -> str:
 
 
 def create_argv(name: str, layout: PoolLayout, ashift: int = 12, pool_properties: dict | None = None,
-                fs_properties: dict | None = None, dry_run: bool = False) -> list:
+                fs_properties: dict | None = None, check_only: bool = False) -> list:
     """zpool create [-n] [-f] -o ashift=N -o k=v ... -O k=v ... -O fabric:managed=true NAME VDEVS...
 
     -f only when the plan accepted mismatched redundancy (layout.force); the project's own disk
     checks have run before, so -f overrides nothing else that matters.
     """
-    argv = ["zpool", "create"] + (["-n"] if dry_run else []) + (["-f"] if layout.force else [])
+    argv = ["zpool", "create"] + (["-n"] if check_only else []) + (["-f"] if layout.force else [])  # -n: validation
     if ashift:
         argv += ["-o", f"ashift={int(ashift)}"]
     for key, value in (pool_properties or {}).items():
@@ -100,9 +100,10 @@ def create_argv(name: str, layout: PoolLayout, ashift: int = 12, pool_properties
     return argv + [name] + vdev_args(layout.vdevs)
 
 
-def add_argv(name: str, vdevs: list, dry_run: bool = False, ashift: int | None = None, force: bool = False) -> list:
-    """zpool add [-n] [-f] [-o ashift=N] NAME special mirror A B log mirror C D cache E spare F."""
-    argv = ["zpool", "add"] + (["-n"] if dry_run else []) + (["-f"] if force else [])
+def add_argv(name: str, vdevs: list, check_only: bool = False, ashift: int | None = None, force: bool = False) -> list:
+    """zpool add [-n] [-f] [-o ashift=N] NAME special mirror A B log mirror C D cache E spare F. ``check_only``:
+    `-n`, ZFS's own validation of the addition (a step's ``dry_run_argv``; the dry run itself is the runner's)."""
+    argv = ["zpool", "add"] + (["-n"] if check_only else []) + (["-f"] if force else [])
     if ashift:
         argv += ["-o", f"ashift={int(ashift)}"]
     return argv + [name] + vdev_args(vdevs)
