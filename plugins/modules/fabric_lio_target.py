@@ -308,7 +308,7 @@ def main():
         # the node lock (shared with fabricctl) around a change; check mode changes nothing
         with nullcontext() if module.check_mode else node_lock("ansible fabric_lio_target"):
             out = reconcile(_desired(module.params), purge=module.params["purge"], force=module.params["force"],
-                            dry_run=module.check_mode, save_config=module.params["save_config"],
+                            save_config=module.params["save_config"], load_kernel=True,
                             runner=ModuleRunner(module, dry_run=module.check_mode))
     except FabricError as err:
         partial = getattr(err, "result", None) or {}

@@ -449,11 +449,11 @@ def test_check_mode_assumes_a_missing_device_is_created_earlier_in_the_run():
     state = empty()
     state["devices"] = {d: {"exists": False, "block": False, "realpath": ""} for d in DEVICES}
     with mock.patch.object(lio.kernel, "read_live", lambda desired, rts=None: copy.deepcopy(state)):
-        out = lio.reconcile(desired(), dry_run=True, rts=object())
+        out = lio.reconcile(desired(), runner=_Recording(dry_run=True), rts=object())
         assert out["changed"] and any("create_backstore" in a or "backstore" in a for a in out["actions"])
         assert any("/dev/zvol/hc_pool/rec_a does not exist yet" in w for w in out["warnings"])
         with pytest.raises(UserError, match="does not exist"):  # a real run refuses it
-            lio.reconcile(desired(), dry_run=False, rts=object())
+            lio.reconcile(desired(), runner=_Recording(dry_run=False), rts=object())
 
 
 class _Recording:
@@ -467,6 +467,9 @@ class _Recording:
     def run(self, argv, mutating=False, **kw):
         (self.planned if self.dry_run else self.executed).append(list(argv))
 
+    def record(self, entry):
+        (self.planned if self.dry_run else self.executed).append(list(entry))
+
 
 def test_check_mode_on_a_node_without_lio_loads_nothing_and_plans_from_empty(tmp_path, monkeypatch):
     """Issue 18: check mode on a fresh storage node loaded iscsi_target_mod (rtslib's read creates
@@ -476,14 +479,17 @@ def test_check_mode_on_a_node_without_lio_loads_nothing_and_plans_from_empty(tmp
     monkeypatch.setattr(lio.kernel, "ISCSI_TARGET_MODULE", str(tmp_path / "module"))
     runner = _Recording(dry_run=True)
     with mock.patch.object(lio.kernel, "_rtslib", side_effect=AssertionError("rtslib must not be touched")):
-        out = lio.reconcile(desired(), dry_run=True, runner=runner)
+        out = lio.reconcile(desired(), runner=runner, load_kernel=True)
     assert out["changed"] is True
     assert out["actions"][:2] == [f"mount configfs at {tmp_path / 'config'}",
                                   "load iscsi_target_mod (and target_core_mod)"]
     assert any(a.startswith("create_target") for a in out["actions"])
     assert any("check mode would" in w and "empty configuration" in w for w in out["warnings"])
-    assert runner.planned == [["mount", "-t", "configfs", "none", str(tmp_path / "config")],
-                              ["modprobe", "-a", "target_core_mod", "iscsi_target_mod"]]
+    assert runner.planned[:2] == [["mount", "-t", "configfs", "none", str(tmp_path / "config")],
+                                  ["modprobe", "-a", "target_core_mod", "iscsi_target_mod"]]
+    # every LIO change of the plan is in the runner's record too, planned (issue 28: one dry-run channel)
+    assert [e[1] for e in runner.planned[2:]] == [a for a in out["actions"][2:]] and \
+        {e[0] for e in runner.planned[2:]} == {"rtslib"}
     assert runner.executed == []
 
 

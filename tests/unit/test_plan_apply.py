@@ -144,8 +144,11 @@ def test_the_applier_of_a_dry_run_predicts_and_changes_nothing():
     live = {"dump": {"storage_objects": [], "targets": []}, "sessions": [], "devices": DEVICES}
     state = lio.parse_desired(desired([{"initiator": "iqn.2026-11.io.fabric.lab:gpu1",
                                         "chap": {"userid": "gpu1", "password": "hcsecret0001"}}]))
-    out = lio.converge(state, live, lio.plan(state, live), dry_run=True, rts=object())
+    runner = Recorder(dry_run=True)
+    out = lio.converge(state, live, lio.plan(state, live), runner=runner, rts=object())
     assert out["changed"] and out["before"]["targets"] == {} and "done" not in out
+    assert runner.executed == [] and ("rtslib", "create_target iqn.2026-11.io.fabric.lab:hc-new") in [
+        tuple(e[:1]) + (" ".join(e[1].split()[:2]),) for e in runner.planned]
     assert list(out["after"]["targets"]) == ["iqn.2026-11.io.fabric.lab:hc-new"]
 
 

@@ -91,13 +91,9 @@ class Grants:
         return self.publisher.dry_run
 
     def _run(self, actions: list[lio.Action]) -> list[str]:
-        """Apply the actions (one save), or in a dry run record them; returns their descriptions."""
-        lines = [a.describe() for a in actions]
-        if actions and not self.dry_run:
-            lio.apply(actions)
-        for line in lines:
-            self.publisher.local.record(("rtslib", line))
-        return lines
+        """The actions made (one save) through this node's runner, which records them (a dry run makes none);
+        returns their descriptions."""
+        return lio.run_plan(actions, self.publisher.local)
 
     def grant(self, export: Export, hosts: list) -> dict:
         """``hosts`` (objects with name and initiator) may attach ``export``. Returns {target, granted (host

@@ -332,8 +332,8 @@ class Publisher:
             revoke = self.revoke_unknown(export, index)
             initiators = (set(index.initiators(export)) - set(revoke["revoked_initiators"])
                           | {h.initiator for h in hosts})
-            result = self._lio(lio.reconcile(self.settings.desired(export, initiators), dry_run=self.dry_run,
-                                             predicted=revoke.get("predicted")))
+            result = lio.reconcile(self.settings.desired(export, initiators), runner=self.local,
+                                   predicted=revoke.get("predicted"))
         except Exception:
             if held:  # this run's hold guards nothing when the export was not made
                 self._release_unexported(export)
@@ -378,7 +378,7 @@ class Publisher:
                                   planned_logouts=detached if self.dry_run else frozenset(),
                                   cut_off=self.unknown(export, index))
         gone = lio.revoked(actions)
-        result = self._lio(lio.converge(self._state(), index.live, actions, dry_run=self.dry_run))
+        result = lio.converge(self._state(), index.live, actions, runner=self.local)
         # a dry run's next plan starts from LIO as these changes would leave it
         return {"revoked": [index.name_of(i) for i in gone], "revoked_initiators": gone,
                 "lio_actions": result["actions"],
@@ -406,7 +406,7 @@ class Publisher:
                                    target_iqns=[self.settings.target_iqn(export)], force=force,
                                    planned_logouts=(detached if self.dry_run else frozenset()) | unknown)
         try:
-            result = self._lio(lio.converge(self._state(), index.live, actions, dry_run=self.dry_run))
+            result = lio.converge(self._state(), index.live, actions, runner=self.local)
         except lio.LioApplyError:
             self._release_unexported(export)  # a later step failed: the hold goes if its backstore went
             raise
@@ -442,17 +442,11 @@ class Publisher:
             if not lio.changes(actions):
                 continue
             gone = lio.revoked(actions)
-            result = self._lio(lio.converge(self._state(), index.live, actions, dry_run=self.dry_run))
+            result = lio.converge(self._state(), index.live, actions, runner=self.local)
             changed[target] = {"revoked": [index.name_of(i) for i in gone], "lio_actions": result["actions"]}
         sessions = {h.name: [t for t in index.sessions().get(h.name, []) if t in index.targets()]
                     for h in self.hosts}
         return {"targets": changed, "sessions": {h: t for h, t in sessions.items() if t}}
-
-    def _lio(self, result: dict) -> dict:
-        """Record LIO's changes (planned, or made) with this node's commands."""
-        for action in result["actions"]:
-            self.local.record(("rtslib", action))
-        return result
 
     # ---- the host side (node.attach, the GPU-node agent's own code, run over the host's runner)
 

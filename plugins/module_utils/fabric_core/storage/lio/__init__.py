@@ -37,6 +37,7 @@ from .kernel import (
     read_live,
     read_reservations,
     reconcile,
+    run_plan,
     save_config,
 )
 from .operations import OPERATIONS, RANK, Action, changes, discovery_closed, simulate, summarize
@@ -58,6 +59,6 @@ __all__ = [
     "CONFIGFS", "DEFAULT_BACKSTORE_PREFIX", "DISCOVERY_CREDENTIALS", "OPERATIONS", "RANK", "REDACTED", "RESTORE_UNIT",
     "SAVE_FILE", "TPG_TAG", "Action", "DesiredState", "LioApplyError", "apply", "changes", "converge", "device_facts",
     "discovery_closed", "empty_live", "emulate_pr", "ensure_kernel", "kernel_ready", "parse_desired", "plan",
-    "plan_access", "plan_removal", "read_live", "read_reservations", "reconcile", "revoked", "save", "save_config",
-    "simulate", "snapshot_serial", "summarize", "unit_serial",
+    "plan_access", "plan_removal", "read_live", "read_reservations", "reconcile", "revoked", "run_plan", "save",
+    "save_config", "simulate", "snapshot_serial", "summarize", "unit_serial",
 ]

@@ -282,18 +282,42 @@ def empty_live(desired: DesiredState | None = None) -> dict:
             "devices": device_facts(sorted(paths))}
 
 
-def reconcile(desired: dict | DesiredState, *, purge: bool = False, force: bool = False, dry_run: bool = False,
-              save_config: bool = True, save_file: str = SAVE_FILE, rts=None, runner=None,
-              predicted: dict | None = None) -> dict:
-    """Read, plan, apply (unless dry_run); return a plain result for modules and fabricctl.
+def run_plan(actions: list[Action], runner, *, rts=None, save_config: bool = True,
+             save_file: str = SAVE_FILE) -> list[str]:
+    """The one way a plan's LIO changes are made: through rtslib (``apply``, one save), unless ``runner`` is a dry
+    run, which makes none; every change is recorded in the runner as ("rtslib", what it does), planned or executed
+    (on a failure, those done before it). Returns the changes' descriptions (in a dry run, what would be done)."""
+    todo = changes(actions)
+    if not todo:
+        return []
+    if runner.dry_run:
+        done = [a.describe() for a in todo]
+    else:
+        try:
+            done = apply(actions, rts=rts, save_config=save_config, save_file=save_file)
+        except LioApplyError as err:
+            for text in err.done:
+                runner.record(("rtslib", text))
+            raise
+    for text in done:
+        runner.record(("rtslib", text))
+    return done
 
-    With a runner, LIO's kernel side is made ready first (configfs, modules); a dry run on a node
-    where it is not plans from an empty state and says what it would load, loading nothing.
-    ``predicted`` (dry runs only): plan from this live state (``simulate``'s, after a plan made earlier in the
-    same dry run) instead of reading LIO, which those planned changes did not reach."""
+
+def reconcile(desired: dict | DesiredState, *, runner, purge: bool = False, force: bool = False,
+              save_config: bool = True, save_file: str = SAVE_FILE, rts=None, load_kernel: bool = False,
+              predicted: dict | None = None) -> dict:
+    """Read, plan, apply through ``runner`` (a dry run is the runner's: it plans and records, changes nothing);
+    return a plain result for modules and fabricctl.
+
+    ``load_kernel``: LIO's kernel side is made ready first (configfs, modules); a dry run on a node where it is
+    not plans from an empty state and says what it would load, loading nothing. ``predicted`` (dry runs only):
+    plan from this live state (``simulate``'s, after a plan made earlier in the same dry run) instead of reading
+    LIO, which those planned changes did not reach."""
+    dry_run = runner.dry_run
     state = parse_desired(desired)
     warnings = []
-    loading = ensure_kernel(runner) if runner is not None else []
+    loading = ensure_kernel(runner) if load_kernel else []
     if dry_run and loading:
         warnings.append(f"LIO is not loaded on this node: check mode would {' and '.join(loading)}, and plans "
                         "from an empty configuration")
@@ -311,16 +335,17 @@ def reconcile(desired: dict | DesiredState, *, purge: bool = False, force: bool 
                 warnings.append(f"{path} does not exist yet: check mode assumes an earlier task creates it "
                                 "(a real run refuses a missing device)")
     actions = plan(state, before, purge=purge, force=force)
-    return converge(state, before, actions, dry_run=dry_run, loading=loading, warnings=warnings, rts=rts,
+    return converge(state, before, actions, runner=runner, loading=loading, warnings=warnings, rts=rts,
                     save_config=save_config, save_file=save_file)
 
 
-def converge(state: DesiredState, before: dict, actions: list[Action], *, dry_run: bool, loading: list | None = None,
+def converge(state: DesiredState, before: dict, actions: list[Action], *, runner, loading: list | None = None,
              warnings: list | None = None, rts=None, save_config: bool = True, save_file: str = SAVE_FILE) -> dict:
-    """The one applier of a plan (``plan``, ``plan_removal``) made from ``before``: applies it (unless
-    dry_run) and returns {changed, actions, kept, before, after, targets, warnings[, done, rolled_back]}.
-    In a dry run ``after`` is the simulation (``simulate``); otherwise what LIO reads afterwards.
-    ``loading``: what was done (or is planned) to make the kernel side ready first."""
+    """The one applier of a plan (``plan``, ``plan_removal``, ``plan_access``) made from ``before``: its changes
+    made through ``run_plan`` (recorded in ``runner``; none in its dry run), and {changed, actions, kept, before,
+    after, targets, warnings[, done, rolled_back]}. In a dry run ``after`` is the simulation (``simulate``);
+    otherwise what LIO reads afterwards. ``loading``: what was done (or is planned) to make the kernel side
+    ready first."""
     loading = list(loading or [])
     todo = changes(actions)
     result = {"changed": bool(todo) or bool(loading), "actions": [*loading, *(a.describe() for a in todo)],
@@ -330,13 +355,14 @@ def converge(state: DesiredState, before: dict, actions: list[Action], *, dry_ru
         result["after"] = result["before"]
         result["targets"] = result["before"]["targets"]
         return result
-    if dry_run:
+    if runner.dry_run:
+        run_plan(actions, runner)
         result["after"] = summarize(simulate(before, actions), state)
         result["targets"] = result["before"]["targets"]
         return result
     rts = rts or _rtslib()
     try:
-        result["done"] = apply(actions, rts=rts, save_config=save_config, save_file=save_file)
+        result["done"] = run_plan(actions, runner, rts=rts, save_config=save_config, save_file=save_file)
     except LioApplyError as err:
         result["done"] = err.done
         result["rolled_back"] = err.rolled_back
