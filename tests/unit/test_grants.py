@@ -129,7 +129,8 @@ def test_a_grant_to_an_existing_export_never_reads_all_of_lio_and_saves_once(tmp
         monkeypatch.setattr(lioacls, name, lambda *a, _fn=fn: _fn(*a, root))
     monkeypatch.setattr(lio, "read_live", lambda *a, **k: pytest.fail("a grant read the whole of LIO"))
     applied = []
-    monkeypatch.setattr(lio.kernel, "apply", lambda actions, **kw: applied.append(actions) or [a.describe() for a in actions])
+    monkeypatch.setattr(lio.kernel, "apply",
+                        lambda actions, **kw: applied.append(actions) or [a.describe() for a in actions])
     hosts = [Host(f"h{i}", f"iqn.2026-11.io.fabric.synthetic:h{i}") for i in range(3)]
     settings = publish.Settings(iqn_base=BASE, backstore_prefix="fctl_", portal_ip="10.77.0.11", portal_port=3260,
                                 dataset_root="tank/datasets", mount_root="/datasets",
