@@ -27,6 +27,7 @@ Examples:
 
 from __future__ import annotations
 
+from fabric_core.base.errors import UserError
 from fabric_core.base.names import parse_ref
 
 from .. import datasets, serving
@@ -53,18 +54,18 @@ def run(ctx, args) -> int:
     pub = ctx.publisher
     peers = serving.named_peers(ctx, args.from_nodes, name, version) if args.from_nodes else []
     storage = pub.export(export, hosts)
-    nodes, portals = {}, []
-    for peer, guid in peers:
-        if ctx.dry_run:
-            ctx.local.record(("replica-serve", peer.name, "export", datasets.volume(ctx.config, name), version, guid,
-                              *[h.name for h in hosts]))
-            portals.append(f"{peer.node.address}:3260")
-            continue
-        ctx.hosts.setdefault(peer.name, "contacted")
-        answer = peer.export(datasets.volume(ctx.config, name), version, guid, [h.name for h in hosts])
-        ctx.hosts[peer.name] = "ok"
-        nodes[peer.name] = answer
-        portals.append(answer["portal"])
+    volume, names = datasets.volume(ctx.config, name), [h.name for h in hosts]
+    # each other node exports it too, asked in requests of at most MAX_EXPORT_HOSTS hosts (serving.ask_each)
+    answers, failed = serving.ask_each(
+        ctx, peers, names, lambda peer, guid: ("replica-serve", peer.name, "export", volume, version, guid, *names),
+        lambda peer, guid, chunk: peer.export(volume, version, guid, chunk))
+    if failed:
+        node, problem = next(iter(sorted(failed.items())))
+        raise UserError(f"--from-nodes: {node} did not export {name}@{version}: {problem}",
+                        f"fix {node} (the message says how) and publish again, or leave it out of --from-nodes; "
+                        "what this node exported stays, and a second run converges")
+    nodes = {node: got[0] for node, got in answers.items()}
+    portals = [nodes[peer.name]["portal"] if peer.name in nodes else f"{peer.node.address}:3260" for peer, _g in peers]
     if ctx.config.ssh.access == "none":  # pull only: granted; each host attaches it itself
         out = {"ref": f"{name}@{version}", "target": pub.settings.target_iqn(export), "dry_run": ctx.dry_run,
                "storage": storage, "hosts": {h.name: {"status": "granted"} for h in hosts},
