@@ -256,8 +256,6 @@ def pytest_collection_modifyitems(session, config, items):
 # A file that has never run would more likely fail CI for a fault of its own fixtures than find a fault of the
 # fabric, and its minutes are not yet known against CI's limit.
 UNPROVEN = {
-    "test_agent.py": "issue 29's node agent: 6 of 10 passed on the lab on 2026-11-27, the other 4 fixed in fb5ae89 and "
-                     "not run again",
     "test_csi.py": "issue 30's CSI plugin: written 2026-11-27, needs the image with python3-grpcio, not run yet",
     "test_slurm.py": "issue 29's Slurm hooks: 9 passed on the lab on 2026-11-27, the 4 refusals failed on sbatch's "
                      "exit status (fixed in c3d6564) and were not run again",
