@@ -251,16 +251,24 @@ def pytest_collection_modifyitems(session, config, items):
     items[:] = [item for name in order for item in files[name]]
 
 
-# Test files not yet passed whole on the lab, kept out of `make test` until one run on the lab has passed
-# (each named with why, in every run's header and in docs/testing.md; FABRIC_TEST_UNPROVEN=1 collects them).
-# A file that has never run would more likely fail CI for a fault of its own fixtures than find a fault of the
-# fabric, and its minutes are not yet known against CI's limit.
+# Test files kept out of `make test`, each named with why in every run's header and in docs/testing.md.
+# UNPROVEN: not yet passed whole on the lab (a file that has never run would more likely fail CI for a fault of its
+# own fixtures than find a fault of the fabric); FABRIC_TEST_UNPROVEN=1 collects them.
+# OVER_BUDGET: passed whole on the lab, but CI's run would go past its 90-minute limit with them (issue 27: the suite
+# took 4,396 s of CI's 5,400 at a69ecd3 without them); FABRIC_TEST_ALL=1 collects them (and the unproven ones).
 UNPROVEN = {
-    "test_csi.py": "issue 30's CSI plugin: written 2026-11-27, needs the image with python3-grpcio, not run yet",
     "test_slurm.py": "issue 29's Slurm hooks: 9 passed on the lab on 2026-11-27, the 4 refusals failed on sbatch's "
                      "exit status (fixed in c3d6564) and were not run again",
 }
-collect_ignore = [] if os.environ.get("FABRIC_TEST_UNPROVEN") else sorted(UNPROVEN)
+OVER_BUDGET = {
+    "test_agent.py": "issue 29's node agent: its 10 tests passed on a fresh lab on 2026-11-27 (cd3ac37) in about 22 "
+                     "min, storage2's boot included; CI's 90 minutes have no room for it yet (issue 27)",
+    "test_csi.py": "issue 30's CSI plugin: its 6 tests passed on a fresh lab on 2026-11-27 (cd3ac37) in about 17 min; "
+                   "CI's 90 minutes have no room for it yet (issue 27)",
+}
+_ALL = bool(os.environ.get("FABRIC_TEST_ALL"))
+collect_ignore = sorted(({} if _ALL or os.environ.get("FABRIC_TEST_UNPROVEN") else UNPROVEN).keys()
+                        | ({} if _ALL else OVER_BUDGET).keys())
 
 
 def pytest_report_header(config):
@@ -268,6 +276,8 @@ def pytest_report_header(config):
     lines = [f"test files shuffled with seed {seed}"] if seed not in (None, "") else []
     lines += [f"NOT COLLECTED: {name} ({why}; FABRIC_TEST_UNPROVEN=1 runs it)"
               for name, why in sorted(UNPROVEN.items()) if name in collect_ignore]
+    lines += [f"NOT COLLECTED: {name} ({why}; FABRIC_TEST_ALL=1 runs it)"
+              for name, why in sorted(OVER_BUDGET.items()) if name in collect_ignore]
     return lines or None
 
 
@@ -360,13 +370,15 @@ def _lab_identity() -> dict:
 
 
 def site_converged_here(lab: LabInfo) -> bool:
-    """Whether the site was converged on these VMs (a record of site runs made on them): a record left by an earlier
-    lab in the same checkout does not count."""
-    record = _site_record(lab)
+    """Whether the site was converged on these VMs (a record of site runs made on them, each of its VMs still the
+    same process): a record left by an earlier lab in the same checkout does not count, a VM booted since (storage2)
+    does not take it away."""
     try:
-        return json.loads(record.read_text()).get("lab") == _lab_identity()
+        made_on = json.loads(_site_record(lab).read_text()).get("lab") or {}
     except (OSError, ValueError):
         return False
+    running = _lab_identity()
+    return bool(made_on) and all(running.get(name) == pid for name, pid in made_on.items())
 
 
 def _is_fresh(hosts) -> bool:
@@ -411,11 +423,9 @@ def converged(lab, hosts) -> Site:
     """
     record = _site_record(lab)
     identity = _lab_identity()
-    if record.exists():
-        saved = json.loads(record.read_text())
-        if saved.get("lab") == identity:
-            step("site: converged earlier on this lab (record reused)")
-            return _site_from(saved)
+    if site_converged_here(lab):
+        step("site: converged earlier on this lab (record reused)")
+        return _site_from(json.loads(record.read_text()))
     runlog = record.with_suffix(".jsonl")
     runlog.unlink(missing_ok=True)
     if _is_fresh(hosts):
