@@ -78,6 +78,9 @@ def parser() -> argparse.ArgumentParser:
     v = verb("attach", "mount NAME@VERSION read-only for a holder", dry_run=True)
     v.add_argument("ref", metavar="NAME@VERSION")
     v.add_argument("--holder", required=True, help="job:<id> or manual")
+    v.add_argument("--from", dest="storage_node", metavar="NODE",
+                   help="a storage node of this node's configuration that exports it now (a storage node's key adds "
+                        "its own name): an attachment read without a path through it logs in there too")
     v = verb("detach", "count a holder out (the last one unmounts and logs out)", dry_run=True)
     v.add_argument("ref", metavar="NAME@VERSION", nargs="?")
     v.add_argument("--holder", required=True, help="job:<id> or manual")
@@ -167,7 +170,7 @@ def run(args, *, agent=None) -> int:
     out_json = bool(getattr(args, "json", False))
     verb = args.verb
     if verb == "attach":
-        res = agent.attach(args.ref, args.holder)
+        res = agent.attach(args.ref, args.holder, via=args.storage_node)
         _emit(res, out_json) if out_json else print(
             f"{res['ref']} {'would be ' if dry else ''}mounted read-only at {res['path']} ({res['device']}); holders: "
             f"{', '.join(res['holders'])}")

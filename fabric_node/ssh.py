@@ -65,6 +65,7 @@ VALUES = {  # verb -> the options it takes with a value
     "attach-writable": ("--fs",), "attach-restore": ("--fs",), "freeze": ("--seconds",), "thaw": ("--seconds",),
 }
 BOUND = ("attach-writable", "detach-writable", "attach-restore", "detach-restore")  # logged in/out at --from NODE
+VIA = ("attach",)  # --from NODE added when the key is bound: the node asking exports the version (a path through it)
 FIX = ("a storage node's key runs only the agent's verbs: attach/detach NAME@VERSION --holder manual, list, in-use "
        "NAME@VERSION, verify NAME@VERSION [--workers N], current NAME [VERSION|--none], attach-writable/"
        "detach-writable JOB, attach-restore/detach-restore JOB STEP, freeze/thaw JOB --seconds N, writer-state "
@@ -109,6 +110,8 @@ def parse(text: str | None, storage_node: str | None = None) -> list[str]:
             if not storage_node:
                 raise _refuse(f"{verb} acts for the storage node the key belongs to, and this key is bound to none "
                               "(its forced command has no --from NODE: an older role wrote it)")
+            out += ["--from", validate_hostname(storage_node)]
+        elif verb in VIA and storage_node:
             out += ["--from", validate_hostname(storage_node)]
     except UserError as err:
         if isinstance(err, Refused):

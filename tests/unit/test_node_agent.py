@@ -346,3 +346,29 @@ def test_a_version_fabricctl_published_before_the_agent_is_adopted_without_a_rem
     assert out["holders"] == ["manual"] and node.files[unit] == text  # adopted as it is
     assert not any(a[:2] in (["systemctl", "restart"], ["systemctl", "stop"]) for a in node.seen)
     assert ag.detach("imagenet@v3", "manual")["detached"] and unit not in node.files and not node.sessions
+
+
+def test_a_storage_node_asking_for_a_version_read_around_it_makes_the_attach_converge_again(tmp_path):
+    """The lab's test_reboot: shared@v1 attached through storage1 alone, then replicated to storage2 and published
+    from there; gpu1's agent found the attachment settled and never logged in to storage2. A request bound to a
+    storage node (the key adds --from NODE to attach) that the multipath map has no path through converges again."""
+    node = granted(P1, P2)
+    ag = agent(tmp_path, node)
+    att = at.Attachment("imagenet", "v3", V3, "/datasets/imagenet/v3", state="attached", persistent=True,
+                        portals={"storage1": P1}, multipath="3600140")
+    att.holders = {"manual": {"since": "t", "boot_id": "boot-1"}}
+    node.mounts["/datasets/imagenet/v3"] = ("/dev/mapper/3600140", "ext4", "ro")
+    assert ag._settled(att) and ag._settled(att, "storage1")
+    assert not ag._settled(att, "storage2")  # no path through the node that asks
+    assert ag._settled(att, "storage9")  # not a node of this configuration: nothing to log in to
+    assert ag._settled(at.Attachment("imagenet", "v3", V3, "/datasets/imagenet/v3", state="attached",
+                                     portals={"storage1": P1}), "storage2")  # one path (no multipathd): as it is
+
+
+def test_the_storage_nodes_key_names_itself_on_an_attach_and_the_request_cannot():
+    from fabric_node import ssh
+
+    assert ssh.parse("attach imagenet@v3 --holder manual --json", "storage2") == [
+        "attach", "imagenet@v3", "--holder", "manual", "--from", "storage2", "--json"]
+    with pytest.raises(ssh.Refused):
+        ssh.parse("attach imagenet@v3 --holder manual --from storage1", "storage2")

@@ -152,9 +152,13 @@ class Agent:
 
     # ---- attach
 
-    def attach(self, ref: str, holder: str, step: Callable[[str], None] = hostside.quiet) -> dict:
-        """Mount NAME@VERSION read-only for ``holder`` (see the module's docstring). Returns {ref, name, version,
-        path, device, holders, storage_nodes, fstype, multipath, persistent, changed, commands}."""
+    def attach(self, ref: str, holder: str, step: Callable[[str], None] = hostside.quiet, *,
+               via: str | None = None) -> dict:
+        """Mount NAME@VERSION read-only for ``holder`` (see the module's docstring). ``via``: a storage node of the
+        configuration that exports it now (the one whose key asks): an attachment read through a multipath map
+        without a path through it converges again, logging in there too (a version replicated and granted there
+        after it was attached). Returns {ref, name, version, path, device, holders, storage_nodes, portals,
+        fstype, multipath, persistent, changed, commands}."""
         name, version, target, mountpoint = self.version(ref)
         validate_holder(holder)
         with self.locked(f"fabric-node attach {name}@{version} --holder {holder}"):
@@ -163,7 +167,7 @@ class Agent:
             added = add_holder(att, holder, since=now_text(), boot_id=self.boot_id)
             self._save(att)  # the holder is counted before anything changes: a killed attach is found again
             try:
-                commands = [] if self._settled(att) else self._converge(att, step)
+                commands = [] if self._settled(att, via) else self._converge(att, step)
             except BaseException:
                 if added:
                     remove_holder(att, holder)
@@ -178,9 +182,13 @@ class Agent:
             self._save(att)
         return {**self._describe(att), "changed": bool(commands) or added, "commands": commands}
 
-    def _settled(self, att: Attachment) -> bool:
+    def _settled(self, att: Attachment, via: str | None = None) -> bool:
         """An attachment that needs nothing for its new holder: attached, as persistent as its holders want, and
-        mounted (a second job of a version only counts itself in)."""
+        mounted (a second job of a version only counts itself in); read through a multipath map, with a path
+        through ``via`` when that storage node of the configuration exports it."""
+        if via is not None and att.multipath and via not in att.portals and \
+                any(node.name == via for node in self.config.storage_nodes):
+            return False
         return (att.state == "attached" and att.persistent == att.wants_persistent()
                 and mounts.current_mount(self.runner, att.mountpoint) is not None)
 
