@@ -87,6 +87,9 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--all", action="store_true", help="everything the holder holds (a job's epilog)")
     v.add_argument("--force", action="store_true", help="unmount even while processes use it (lazily: they get "
                    "I/O errors); without it a version in use is refused, unless the holder's job has ended")
+    v.add_argument("--from", dest="storage_node", metavar="NODE",
+                   help="the storage node that stops publishing it (a storage node's key adds its own name): with "
+                        "paths through other nodes too, only that node's path goes and the version stays mounted")
     verb("list", "attachments, holders, sessions and mounts")
     verb("gc", "drop stale job holders; remove sessions, node records and mounts no holder references",
          dry_run=True)
@@ -195,7 +198,7 @@ def run(args, *, agent=None) -> int:
             return 0
         if not args.ref:
             raise UserError("detach needs NAME@VERSION, or --all", f"`{PROG} detach imagenet@v3 --holder job:42`")
-        res = agent.detach(args.ref, args.holder, force=args.force, is_alive=alive)
+        res = agent.detach(args.ref, args.holder, force=args.force, is_alive=alive, via=args.storage_node)
         if out_json:
             _emit(res, True)
         elif not res["held"]:

@@ -65,7 +65,7 @@ VALUES = {  # verb -> the options it takes with a value
     "attach-writable": ("--fs",), "attach-restore": ("--fs",), "freeze": ("--seconds",), "thaw": ("--seconds",),
 }
 BOUND = ("attach-writable", "detach-writable", "attach-restore", "detach-restore")  # logged in/out at --from NODE
-VIA = ("attach",)  # --from NODE added when the key is bound: the node asking exports the version (a path through it)
+VIA = ("attach", "detach")  # --from NODE added when the key is bound: the node asking (a path through it)
 FIX = ("a storage node's key runs only the agent's verbs: attach/detach NAME@VERSION --holder manual, list, in-use "
        "NAME@VERSION, verify NAME@VERSION [--workers N], current NAME [VERSION|--none], attach-writable/"
        "detach-writable JOB, attach-restore/detach-restore JOB STEP, freeze/thaw JOB --seconds N, writer-state "

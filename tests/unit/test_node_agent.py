@@ -372,3 +372,28 @@ def test_the_storage_nodes_key_names_itself_on_an_attach_and_the_request_cannot(
         "attach", "imagenet@v3", "--holder", "manual", "--from", "storage2", "--json"]
     with pytest.raises(ssh.Refused):
         ssh.parse("attach imagenet@v3 --holder manual --from storage1", "storage2")
+    assert ssh.parse("detach imagenet@v3 --holder manual --force", "storage2") == [
+        "detach", "imagenet@v3", "--holder", "manual", "--from", "storage2", "--force"]
+
+
+def test_an_unpublish_from_one_storage_node_takes_only_its_path_when_others_serve_the_version(tmp_path):
+    """The lab's test_reboot: storage2's unpublish of shared@v1 took gpu1's mount, which storage1 still publishes.
+    A detach of the manual holder through a storage node's key (--from NODE) with paths through other nodes logs
+    out of that node alone; the mount, the map and the holder stay. The last node's unpublish detaches whole."""
+    node = granted(P1, P2)
+    node.sessions[(V3, P1)] = "sdb"
+    node.sessions[(V3, P2)] = "sdc"
+    node.records[(V3, P1)] = {"node.startup": "automatic"}
+    node.records[(V3, P2)] = {"node.startup": "automatic"}
+    node.mounts["/datasets/imagenet/v3"] = ("/dev/mapper/3600140", "ext4", "ro")
+    ag = agent(tmp_path, node)
+    att = at.Attachment("imagenet", "v3", V3, "/datasets/imagenet/v3", state="attached", persistent=True,
+                        portals={"storage1": P1, "storage2": P2}, multipath="3600140",
+                        holders={"manual": {"since": "t", "boot_id": "boot-1"}})
+    ag.store.save(att)
+    out = ag.detach("imagenet@v3", "manual", via="storage2")
+    assert out["paths_left"] == 1 and out["holders"] == ["manual"] and not out["detached"]
+    assert (V3, P2) not in node.sessions and (V3, P2) not in node.records
+    assert (V3, P1) in node.sessions and "/datasets/imagenet/v3" in node.mounts
+    assert ag.store.load("imagenet@v3").portals == {"storage1": P1}
+    assert ag._settled(ag.store.load("imagenet@v3"), "storage1")

@@ -350,11 +350,15 @@ class Agent:
     # ---- detach
 
     def detach(self, ref: str, holder: str, *, force: bool = False,
-               is_alive: Callable[[str], bool | None] | None = None, step=hostside.quiet) -> dict:
+               is_alive: Callable[[str], bool | None] | None = None, step=hostside.quiet,
+               via: str | None = None) -> dict:
         """Count ``holder`` out of NAME@VERSION; the last one out unmounts (refused while a process uses the
         mount, unless ``force`` or the holder is a job that has ended: then lazily), logs out and deletes the node
         records and the record. A holder that does not hold it changes nothing (an epilog may run twice).
-        Returns {ref, path, held, detached, holders, changed, commands[, users]}."""
+        ``via``: the storage node whose key asks (an operator's unpublish there): when the manual holder reads the
+        version through a multipath map with paths through other nodes too, only that node's path goes (its
+        session and node record) and the holder stays, as the others still publish it.
+        Returns {ref, path, held, detached, holders, changed, commands[, users, paths_left]}."""
         name, version, target, mountpoint = self.version(ref)
         validate_holder(holder)
         with self.locked(f"fabric-node detach {name}@{version} --holder {holder}"):
@@ -363,8 +367,22 @@ class Agent:
                 # published by fabricctl before the agent: its operator's publish is the manual holder
                 att = Attachment(name, version, target, mountpoint, holders={MANUAL: {"since": "", "boot_id": ""}},
                                  state="attached", persistent=True)
+            if att is not None and holder == MANUAL and holder in att.holders and att.multipath and \
+                    via in att.portals and len(att.portals) > 1:
+                return self._drop_path(att, via, step)
             return self._detach(att, f"{name}@{version}", mountpoint, holder, force=force, is_alive=is_alive,
                                 step=step)
+
+    def _drop_path(self, att: Attachment, node: str, step) -> dict:
+        """One storage node's path of a multipath attachment logged out (its node record deleted); the map, the
+        mount and the holders stay on the other paths."""
+        step(f"logout {node}")
+        portal = att.portals.pop(node)
+        commands = iscsi.ensure_session(self.runner, portal=iscsi.normalize_portal(portal), target_iqn=att.target,
+                                        state="logged_out", paths_left=True)["commands"]
+        self._save(att)
+        return {"ref": att.ref, "path": att.mountpoint, "held": True, "detached": False, "changed": bool(commands),
+                "commands": commands, "holders": sorted(att.holders), "paths_left": len(att.portals)}
 
     def _detach(self, att: Attachment | None, ref: str, mountpoint: str, holder: str, *, force: bool, is_alive,
                 step) -> dict:

@@ -570,7 +570,9 @@ class Publisher:
 
     def _agent_detach(self, export: Export, host, step, *, force: bool, index, created) -> dict:
         """The host side of an unpublish through the host's agent: the manual holder counted out (the last holder
-        unmounts and logs out of every storage node); ``current`` moves as ``detach`` says."""
+        unmounts and logs out of every storage node), or, read through other storage nodes' paths too, only this
+        node's path logged out (the agent knows the asking node from its key); ``current`` moves as ``detach``
+        says."""
         agent = self.agents(host)
         step("detach")
         if export.kind == "ck":  # fabricctl's own export on the host: no holders, this storage node's session
@@ -579,6 +581,9 @@ class Publisher:
             return {"changed": bool(res.get("changed")), "commands": list(res.get("commands") or []),
                     "paths_left": int(res.get("paths_left") or 0)}
         res = agent.detach(export.ref, force=force)
+        if res.get("paths_left"):  # only this node's path went (the key named this node): others still publish it
+            return {"changed": bool(res.get("changed")), "commands": list(res.get("commands") or []),
+                    "paths_left": int(res["paths_left"])}
         out = {"changed": bool(res.get("changed")), "commands": list(res.get("commands") or []), "paths_left": 0,
                "holders": list(res.get("holders") or [])}
         if out["holders"]:
