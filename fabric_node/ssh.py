@@ -106,12 +106,10 @@ def parse(text: str | None, storage_node: str | None = None) -> list[str]:
     try:
         positional, options = _split(verb, args)
         out = [verb, *_check(verb, positional, options)]
-        if verb in BOUND:
-            if not storage_node:
-                raise _refuse(f"{verb} acts for the storage node the key belongs to, and this key is bound to none "
-                              "(its forced command has no --from NODE: an older role wrote it)")
-            out += ["--from", validate_hostname(storage_node)]
-        elif verb in VIA and storage_node:
+        if verb in BOUND and not storage_node:
+            raise _refuse(f"{verb} acts for the storage node the key belongs to, and this key is bound to none "
+                          "(its forced command has no --from NODE: an older role wrote it)")
+        if storage_node and verb in BOUND + VIA:
             out += ["--from", validate_hostname(storage_node)]
     except UserError as err:
         if isinstance(err, Refused):

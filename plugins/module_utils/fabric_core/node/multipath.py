@@ -64,10 +64,15 @@ def parse_paths(text: str) -> dict[str, list[dict]]:
     return out
 
 
+def _show_paths(runner) -> dict[str, list[dict]] | None:
+    """Every path multipathd knows, by WWID; None when multipathd does not answer."""
+    res = runner.run(["multipathd", "show", "paths", "raw", "format", "%w %d %t %T"], check=False)
+    return parse_paths(res.stdout) if res.rc == 0 else None
+
+
 def read_paths(runner) -> dict[str, list[dict]]:
     """Every path multipathd knows, by WWID ({} when multipathd does not run)."""
-    res = runner.run(["multipathd", "show", "paths", "raw", "format", "%w %d %t %T"], check=False)
-    return parse_paths(res.stdout) if res.rc == 0 else {}
+    return _show_paths(runner) or {}
 
 
 def paths_up(paths: list[dict]) -> int:
@@ -114,10 +119,10 @@ def joined(runner, ident: str, device: str, *, timeout: float = 60.0, sleep=time
     name = device.rsplit("/", 1)[-1]
     deadline = clock() + timeout
     while True:
-        res = runner.run(["multipathd", "show", "paths", "raw", "format", "%w %d %t %T"], check=False)
-        if res.rc != 0:
+        shown = _show_paths(runner)
+        if shown is None:
             return True
-        mine = [p for p in parse_paths(res.stdout).get(ident, []) if p["dev"] == name]
+        mine = [p for p in shown.get(ident, []) if p["dev"] == name]
         if mine and paths_up(mine):
             return True
         if clock() >= deadline:
