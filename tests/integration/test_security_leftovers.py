@@ -78,6 +78,7 @@ def iqn_base(storage) -> str:
 # target (its own backstore prefix), CHAP secrets made on the node (0600 file), never on a command line
 RECONCILE = r'''
 import json, os, secrets, sys
+from fabric_core.base.runner import LocalRunner
 from fabric_core.storage import lio
 p = json.loads(sys.argv[1])
 if not os.path.exists(p["secrets"]):
@@ -90,7 +91,7 @@ desired = {"base_iqn": p["base"], "backstore_prefix": "lefto_", "targets": [{
     "luns": [{"name": p["lun"], "device": p["device"]}],
     "acls": [{"initiator": i, "chap": {"userid": u, "password": chap[u]}} for u, i in p["acls"]]}]}
 try:
-    out = lio.reconcile(desired)
+    out = lio.reconcile(desired, runner=LocalRunner())
     print(json.dumps({"ok": True, "done": out.get("done", [])}))
 except lio.LioApplyError as err:
     print(json.dumps({"ok": False, "problem": err.problem, "done": err.done, "rolled_back": err.rolled_back}))
@@ -98,12 +99,13 @@ except lio.LioApplyError as err:
 # argv: target IQN: the scratch target and its backstore removed (and the configuration saved)
 REMOVE = r'''
 import sys
+from fabric_core.base.runner import LocalRunner
 from fabric_core.storage import lio
 live = lio.read_live()
 actions = lio.plan_removal(live, iqn_base=sys.argv[1].split(":")[0], backstore_prefix="lefto_",
                            target_iqns=[sys.argv[1]], force=True)
 lio.converge(lio.DesiredState(base_iqn=sys.argv[1].split(":")[0], backstore_prefix="lefto_"), live, actions,
-             dry_run=False)
+             runner=LocalRunner())
 '''
 
 
