@@ -44,7 +44,8 @@ def bound_names(tree: ast.AST) -> dict[str, object]:
 def target(func: ast.expr, names: dict):
     if isinstance(func, ast.Name):
         return names.get(func.id)
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and inspect.ismodule(names.get(func.value.id)):
+    if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+            and inspect.ismodule(names.get(func.value.id))):
         return getattr(names[func.value.id], func.attr, AttributeError(f"{func.value.id}.{func.attr}"))
     return None
 
