@@ -29,6 +29,7 @@ class FakeNode(Runner):
         self.files: dict = {}  # unit files and links: path -> text
         self.busy: dict = {}  # mountpoint -> ["PID COMMAND"]
         self.transient: set = set()  # mount points mounted by systemd-mount
+        self.loaded: dict = {}  # unit -> the unit file's text when systemd loaded it (start, show; daemon-reload)
         self.seen: list = []
         self.disks = 0
 
@@ -145,8 +146,18 @@ class FakeNode(Runner):
         if a[:2] == ["systemctl", "disable"]:
             self.files.pop(f"{UNIT_DIR}/remote-fs.target.wants/{a[-1]}", None)
             return 0, "", ""
+        if a[:2] == ["systemctl", "show"]:
+            path = f"{UNIT_DIR}/{a[-1]}"
+            if path not in self.files:
+                return 0, "LoadState=not-found\nNeedDaemonReload=no\n", ""
+            stale = self.loaded.setdefault(a[-1], self.files[path]) != self.files[path]
+            return 0, f"LoadState=loaded\nNeedDaemonReload={'yes' if stale else 'no'}\n", ""
+        if a[:2] == ["systemctl", "daemon-reload"]:
+            self.loaded = {u: self.files[f"{UNIT_DIR}/{u}"] for u in self.loaded if f"{UNIT_DIR}/{u}" in self.files}
+            return 0, "", ""
         if a[:2] == ["systemctl", "start"]:
-            text = self.files[f"{UNIT_DIR}/{a[2]}"]
+            # systemd starts the copy it loaded (a unit file changed since is not seen without a reload)
+            text = self.loaded.setdefault(a[2], self.files[f"{UNIT_DIR}/{a[2]}"])
             field = {k: v for k, _s, v in (line.partition("=") for line in text.splitlines())}
             self._mount(field["What"], field["Where"], field["Type"], field["Options"])
             return 0, "", ""

@@ -238,6 +238,7 @@ def gpu(initiator: str = GPU1, link: str | None = None, extra: dict | None = Non
         ("iscsiadm", "-m", "node"): (21, "", "iscsiadm: No records found\n"),
         ("cat",): (1, "", "No such file or directory\n"),
         ("systemctl", "is-enabled"): (1, "disabled\n", ""),
+        ("systemctl", "show"): (0, "LoadState=not-found\nNeedDaemonReload=no\n", ""),
         ("findmnt",): (1, "", ""),
         ("readlink",): (0, f"{link}\n", "") if link else (1, "", ""),
         ("test",): (1, "", ""),

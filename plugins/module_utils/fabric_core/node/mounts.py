@@ -23,6 +23,8 @@ OWNER_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 READONLY_OPTIONS = {"ext4": "ro,noload,nodev,nosuid,_netdev", "xfs": "ro,norecovery,nodev,nosuid,_netdev"}
 WRITABLE_OPTIONS = {"ext4": "rw,nodev,nosuid,_netdev", "xfs": "rw,nodev,nosuid,_netdev"}
 
+WANTED_BY = "remote-fs.target"  # the [Install] of unit_text: a version's mount comes back at boot with the network
+
 
 def options(fstype: str, readonly: bool = True) -> str:
     """The mount options of a fabric volume (rules.FILESYSTEMS)."""
@@ -79,7 +81,7 @@ def unit_text(*, device: str, mountpoint: str, fstype: str, readonly: bool, desc
         lines.append(f"Requires={device_unit}")
     lines += ["", "[Mount]", f"What={device}", f"Where={mountpoint}", f"Type={fstype}",
               f"Options={options(fstype, readonly)}", "DirectoryMode=0755", "", "[Install]",
-              "WantedBy=remote-fs.target", ""]
+              f"WantedBy={WANTED_BY}", ""]
     return "\n".join(lines)
 
 
@@ -121,15 +123,12 @@ def ensure_mount(runner, *, device: str, mountpoint: str, fstype: str, readonly:
     if written:
         runner.run(["install", "-D", "-m", "0644", "/dev/stdin", path], data=text, mutating=True)
         commands.append(f"write {path}")
-    # `systemctl enable` reloads the manager itself (a reload is 1.6 s on a busy or emulated node): the
-    # written unit is loaded by that reload, or by an explicit one when the unit was enabled already
-    # (is-enabled reads the unit files on disk, not the loaded units)
-    enabled = runner.run(["systemctl", "is-enabled", unit], check=False).stdout.strip()
-    if enabled != "enabled":
-        runner.run(["systemctl", "enable", unit], mutating=True)
-        commands.append(f"systemctl enable {unit}")
-    elif written:
-        runner.run(["systemctl", "daemon-reload"], mutating=True)
+    # no `systemctl enable`: it reloads the manager (3-6 s on a busy or emulated node, paid by every host of a
+    # publish). Its wants link is made here; systemd loads a unit file it holds no copy of when the unit is first
+    # used, so a reload is needed only when it holds an older copy (``reload_if_stale``)
+    commands += want(runner, path, unit)
+    if written and reload_if_stale(runner, unit):
+        commands.append("systemctl daemon-reload")
     mounted = current_mount(runner, mountpoint)
     if mounted and commands and old.rc == 0:
         runner.run(["systemctl", "restart", unit], mutating=True)
@@ -145,6 +144,31 @@ def ensure_mount(runner, *, device: str, mountpoint: str, fstype: str, readonly:
                             f"see `journalctl -u {unit}` on the host")
     return {"changed": bool(commands), "unit": unit, "commands": commands,
             "before": old.stdout if old.rc == 0 else "", "after": text}
+
+
+
+def want(runner, path: str, unit: str) -> list[str]:
+    """The link `systemctl enable` makes for WantedBy=remote-fs.target, made without enable's reload (boot reads
+    it; a running manager needs it not to start the unit now). Returns the commands (none when it is there)."""
+    wants_dir = f"{UNIT_DIR}/{WANTED_BY}.wants"
+    if runner.run(["readlink", f"{wants_dir}/{unit}"], check=False).stdout.strip() == path:
+        return []
+    runner.run(["mkdir", "-p", wants_dir], mutating=True)
+    runner.run(["ln", "-sfn", path, f"{wants_dir}/{unit}"], mutating=True)
+    return [f"link {wants_dir}/{unit}"]
+
+
+def reload_if_stale(runner, unit: str) -> bool:
+    """After a unit file was written: `systemctl daemon-reload` only when the manager holds an older copy of the
+    unit (NeedDaemonReload); one it never loaded, or looked up when there was no file (systemd retries a unit
+    not found once its unit directories changed), is read from disk when first used. In a dry run the file is
+    not written: a unit loaded now would need the reload. Returns whether it reloads."""
+    out = runner.run(["systemctl", "show", "--property=LoadState,NeedDaemonReload", unit], check=False).stdout
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    if props.get("NeedDaemonReload") == "yes" or (runner.dry_run and props.get("LoadState") == "loaded"):
+        runner.run(["systemctl", "daemon-reload"], mutating=True)
+        return True
+    return False
 
 
 def marked_units(runner) -> list[dict]:
@@ -321,13 +345,9 @@ def persist_mount(runner, *, device: str, mountpoint: str, fstype: str, descript
     if old.rc != 0 or old.stdout != text:
         runner.run(["install", "-D", "-m", "0644", "/dev/stdin", path], data=text, mutating=True)
         commands.append(f"write {path}")
-    wants = f"{UNIT_DIR}/remote-fs.target.wants/{unit}"
-    if runner.run(["readlink", wants], check=False).stdout.strip() != path:
-        runner.run(["mkdir", "-p", f"{UNIT_DIR}/remote-fs.target.wants"], mutating=True)
-        runner.run(["ln", "-sfn", path, wants], mutating=True)
-        commands.append(f"link {wants}")
-    if commands:
-        runner.run(["systemctl", "daemon-reload"], mutating=True)
+    commands += want(runner, path, unit)
+    if commands and reload_if_stale(runner, unit):
+        commands.append("systemctl daemon-reload")
     return {"changed": bool(commands), "commands": commands}
 
 
