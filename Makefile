@@ -40,11 +40,13 @@ demo: venv lab-up ## boot the lab, converge site.yml, print the fabric, publish 
 	lab/demo-slurm.sh
 	@echo "== lab is still up: 'make lab-status', 'python3 lab/labctl.py ssh gpu1', 'make lab-down' =="
 
-test: venv test-tools ## all tests: unit (seconds, no root), linters (make lint), then integration on the lab VMs (root); SHUFFLE=SEED shuffles the files, DEBIAN=12 runs them on Debian 12 guests
-	@# the guest image (when not cached: about 15 minutes, mostly ZFS's DKMS build) is built beside the unit tests
-	@# and linters, which leave a core idle; the lab's own image step then waits for it (one build per cache)
+test: host-deps ## all tests: unit (seconds, no root), linters (make lint), then integration on the lab VMs (root); SHUFFLE=SEED shuffles the files, DEBIAN=12 runs them on Debian 12 guests
+	@# the guest image (when not cached: about 15 minutes, mostly ZFS's DKMS build) is built first, beside the
+	@# virtualenv's set-up, the unit tests and linters, which leave a core idle; the lab's own image step then waits
+	@# for it (one build per cache). labctl needs only the system's Python.
 	@$(LABCTL) image $(if $(DEBIAN),--debian $(DEBIAN)) > .lab-image-build.log 2>&1 & \
 		echo "lab image: found or built in the background (log: .lab-image-build.log)"
+	$(MAKE) --no-print-directory venv test-tools
 	$(PYTEST) tests/unit -q
 	$(MAKE) --no-print-directory lint
 	$(if $(DEBIAN),FABRIC_LAB_DEBIAN=$(DEBIAN)) $(PYTEST) tests/integration -v --durations=60 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE))

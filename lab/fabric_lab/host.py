@@ -131,8 +131,18 @@ def ensure_packages(log) -> None:
         return
     log(f"installing host packages: {' '.join(missing)}")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    run(["apt-get", "update", "-q"], env=env)
-    run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], env=env)
+    # `make test` starts the image build beside the virtualenv's set-up, whose test tools may run apt-get too:
+    # wait for apt's locks instead of failing on them
+    wait = ["-o", "DPkg::Lock::Timeout=600"]
+    for attempt in range(3):
+        try:
+            run(["apt-get", *wait, "update", "-q"], env=env)
+            break
+        except LabError:
+            if attempt == 2:
+                raise
+            time.sleep(10)
+    run(["apt-get", *wait, "install", "-y", "-q", "--no-install-recommends", *missing], env=env)
 
 
 def ensure_netns(netns: str, state_dir: Path, log) -> None:
