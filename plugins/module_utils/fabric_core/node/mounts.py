@@ -146,7 +146,6 @@ def ensure_mount(runner, *, device: str, mountpoint: str, fstype: str, readonly:
             "before": old.stdout if old.rc == 0 else "", "after": text}
 
 
-
 def want(runner, path: str, unit: str) -> list[str]:
     """The link `systemctl enable` makes for WantedBy=remote-fs.target, made without enable's reload (boot reads
     it; a running manager needs it not to start the unit now). Returns the commands (none when it is there)."""
