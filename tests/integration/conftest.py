@@ -264,6 +264,15 @@ OVER_BUDGET = {
                    "CI's 90 minutes have no room for it yet (issue 27)",
     "test_slurm.py": "issue 29's Slurm hooks: its 13 tests passed on a fresh lab on 2026-11-27 (cd3ac37) in about 9 "
                      "min; CI's 90 minutes have no room for it yet (issue 27)",
+    # two roles tested alone, each also converged by every site run of the suite (Molecule's sequence: check,
+    # converge, idempotence, check, verify) and attacked by test_security*.py; CI at b320ca3 was stopped at its
+    # 5,400 s limit in the suite's last test, and these two are about 8 minutes of it
+    "test_iscsi_initiator.py": "the iscsi_initiator role alone on gpu1 (its purge of unlisted mounts, an xfs export, "
+                               "a wrong CHAP secret, an invalid IQN in preflight): passed on 2026-11-27 (3 tests, "
+                               "about 5 min); the site converges the role on both GPU nodes in every run (issue 27)",
+    "test_lio_target.py": "the fabric_lio_target module alone on a scratch pool (check mode, purge, refusals): "
+                          "passed on 2026-11-27 at 0642de5 (about 2.5 min); the site converges it on both storage "
+                          "nodes in every run (issue 27)",
 }
 _ALL = bool(os.environ.get("FABRIC_TEST_ALL"))
 collect_ignore = sorted(({} if _ALL or os.environ.get("FABRIC_TEST_UNPROVEN") else UNPROVEN).keys()
