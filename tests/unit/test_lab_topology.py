@@ -56,7 +56,7 @@ def test_qemu_argv_storage_node():
                               ssh_pubkey="ssh-ed25519 AAAAC3 fabric-lab")
     line = " ".join(argv)
     assert argv[0] == "qemu-system-x86_64"
-    assert "-accel tcg,thread=multi -cpu max" in line
+    assert "-accel tcg,thread=single -cpu max" in line  # the default profile (docs/lab.md)
     assert "-kernel /c/img/vmlinuz" in line and "-initrd /c/img/initrd.img" in line
     assert line.count("ide-hd,") == 10
     assert line.count("rotation_rate=7200") == 8 and line.count("rotation_rate=1") == 2
