@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,10 @@ def built_version() -> str:
 def next_wheel(tmp_path_factory) -> tuple[Path, str]:
     """A wheel of this checkout with the next version (a copy of the sources, version bumped)."""
     src = tmp_path_factory.mktemp("src")
-    for part in ("pyproject.toml", "README.md", "fabricctl", "plugins/module_utils/fabric_core"):
+    # every package directory pyproject.toml names (fabric_node and fabric_csi came with issues 29 and 30)
+    dirs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
+    tops = sorted(d for d in dirs if not any(d.startswith(f"{other}/") for other in dirs))  # not fabricctl/commands
+    for part in ("pyproject.toml", "README.md", *tops):
         target = src / part
         target.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if (REPO / part).is_dir() else shutil.copy2)(REPO / part, target)
