@@ -32,6 +32,10 @@ class Host(Runner):
         wants = f"{UNITS}/{mounts.WANTED_BY}.wants/"
         return {path[len(wants):] for path in self.files if path.startswith(wants)}
 
+    def _reload(self):
+        """systemd reads every unit file it holds a copy of again (daemon-reload, and enable's own)."""
+        self.loaded = {u: self.files[f"{UNITS}/{u}"] for u in self.loaded if f"{UNITS}/{u}" in self.files}
+
     def _where(self, unit):
         text = self.loaded.setdefault(unit, self.files.get(f"{UNITS}/{unit}", ""))  # systemd's copy
         get = {k: v for k, _, v in (line.partition("=") for line in text.splitlines())}
@@ -72,7 +76,7 @@ class Host(Runner):
             wants = f"{UNITS}/{mounts.WANTED_BY}.wants/{unit}"
             if verb == "enable":
                 self.files[wants] = f"{UNITS}/{unit}"
-                self.loaded = {u: self.files[f"{UNITS}/{u}"] for u in self.loaded if f"{UNITS}/{u}" in self.files}
+                self._reload()
             elif verb == "disable":
                 self.files.pop(wants, None)
             elif verb == "show":
@@ -81,7 +85,7 @@ class Host(Runner):
                 stale = self.loaded.setdefault(unit, self.files[f"{UNITS}/{unit}"]) != self.files[f"{UNITS}/{unit}"]
                 return 0, f"LoadState=loaded\nNeedDaemonReload={'yes' if stale else 'no'}\n", ""
             elif verb == "daemon-reload":
-                self.loaded = {u: self.files[f"{UNITS}/{u}"] for u in self.loaded if f"{UNITS}/{u}" in self.files}
+                self._reload()
             elif verb in ("start", "restart"):
                 where, fstype, opts = self._where(unit)
                 self.mounted[where] = ("/dev/sdb", fstype, opts.replace("_netdev", "").strip(","))
