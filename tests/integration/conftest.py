@@ -170,9 +170,12 @@ def wait_for(host, command: str, seconds: float, interval: float = 0.5) -> bool:
     return host.run(command).rc == 0
 
 
+_SESSION_START = time.monotonic()
+
+
 def step(msg: str) -> None:
-    """A progress line (shown with `pytest -s`, as `make demo` does)."""
-    print(f"  -> {msg}", flush=True)
+    """A progress line (shown with `pytest -s`, as `make demo` does), with the seconds since the run began."""
+    print(f"  -> [{time.monotonic() - _SESSION_START:6.0f} s] {msg}", flush=True)
 
 
 @dataclass
@@ -298,10 +301,29 @@ def pytest_collection_finish(session):
 _FILE_SECONDS: dict = {}
 
 
+_TEST_SECONDS: dict = {}
+
+
 def pytest_runtest_logreport(report):
     """Seconds per test file (setup, call and teardown of its tests, fixtures that build lab state included)."""
     name = Path(report.nodeid.split("::", 1)[0]).name
     _FILE_SECONDS[name] = _FILE_SECONDS.get(name, 0.0) + report.duration
+    if report.when == "setup":
+        _TEST_SECONDS[report.nodeid] = report.duration
+
+
+def pytest_report_teststatus(report, config):
+    """`-v`'s word for a test carries its seconds (set-up included) and the run's clock: a run that CI stops at
+    its time limit still shows where the minutes went (its summary, with --durations, is never printed)."""
+    if report.when != "call" or not config.getoption("verbose"):
+        return None
+    seconds = _TEST_SECONDS.get(report.nodeid, 0.0) + report.duration
+    clock = time.monotonic() - _SESSION_START
+    word = "PASSED" if report.passed else "FAILED" if report.failed else None
+    if word is None or hasattr(report, "wasxfail"):
+        return None
+    return report.outcome, "." if report.passed else "F", (f"{word} ({seconds:.0f} s, at {clock:.0f} s)",
+                                                            {"green": True} if report.passed else {"red": True})
 
 
 def pytest_terminal_summary(terminalreporter):
