@@ -276,6 +276,22 @@ OVER_BUDGET = {
     "test_lio_target.py": "the fabric_lio_target module alone on a scratch pool (check mode, purge, refusals): "
                           "passed on 2026-11-27 at 0642de5 (about 2.5 min); the site converges it on both storage "
                           "nodes in every run (issue 27)",
+    # CI at dda851e was stopped at its 5,400 s limit again, in test_site.py (87% of the tests, every one passed so
+    # far): these five are about 28 of the suite's minutes on this machine kind (docs/testing.md); test_reboot.py
+    # still replicates a version to storage2 and reads it over both storage nodes' paths through storage1's reboot
+    "test_replication.py": "replication's details (incremental, resume after SIGKILL and a dropped link, divergence, "
+                           "a replica changed by hand, checkpoints) and the peer key's attacks: its 15 tests passed "
+                           "in CI's run at dda851e (about 13 min); test_reboot.py replicates and reads over both "
+                           "storage nodes (issue 27)",
+    "test_versions.py": "issue 31's provenance, tags, incremental seal, log/show/diff: its 11 tests passed on a "
+                        "clean clone's lab on 2026-11-27 (a668e58, about 6.5 min) (issue 27)",
+    "test_packaging.py": "the fabricctl role's upgrade, removal and reinstall of its pip package: its 3 tests passed "
+                         "in CI's run at dda851e (about 5.5 min) (issue 27)",
+    "test_lab_lifecycle.py": "the lab's own lifecycle (Ansible through the generated inventory, lab up refusals, a "
+                             "half-up lab converged): its 4 tests passed in CI's run at dda851e (about 2 min) "
+                             "(issue 27)",
+    "test_read_bench.py": "bench-read's NFS baseline is read-only for one host and removed afterwards: passed in "
+                          "CI's run at dda851e (about 1.5 min) (issue 27)",
 }
 _ALL = bool(os.environ.get("FABRIC_TEST_ALL"))
 collect_ignore = sorted(({} if _ALL or os.environ.get("FABRIC_TEST_UNPROVEN") else UNPROVEN).keys()
