@@ -52,13 +52,18 @@ zfs create -V 3G -o volblocksize=16K rp/ck
 udevadm settle; for i in $(seq 50); do [ -e /dev/zvol/rp/ck ] && break; sleep 0.2; done
 mkfs.ext4 -q /dev/zvol/rp/ck
 mkdir -p /mnt/ck && mount /dev/zvol/rp/ck /mnt/ck
-( while true; do dd if=/dev/urandom of=/mnt/ck/f.$((RANDOM % 8)) bs=1M count=32 conv=fsync status=none; done ) \
+# the writer: 4 MiB written and synced every second, so ZFS's write taskq (z_wr_int) is busy throughout while each
+# transaction group still completes (32 MiB synced back to back made every txg, so every snapshot and every
+# destroy, wait half a minute under emulation: 5 snapshots in 3 minutes)
+( while true; do dd if=/dev/urandom of=/mnt/ck/f.$((RANDOM % 8)) bs=1M count=4 conv=fsync status=none; sleep 1; done ) \
     >/dev/null 2>&1 &
 W=$!
 t0=$(date +%s)
-# one `zfs snapshot` per checkpoint, as fabricctl takes them (one command cannot take two snapshots of one volume:
-# "multiple snapshots of same fs not allowed")
-for i in $(seq 1 {snapshots}); do zfs snapshot rp/ck@s$i; done
+# the snapshots in one transaction group (a channel program: one `zfs snapshot` cannot take two snapshots of one
+# volume, and one per command waits for a txg each); what panicked the node was destroying them one by one
+printf 'for i = 1, %d do\n  local e = zfs.sync.snapshot("rp/ck@s" .. i)\n  if e ~= 0 then error("snapshot " .. i .. ": " .. e) end\nend\n' \
+    {snapshots} > /tmp/snap.lua
+zfs program -t 100000000 -m 100000000 rp /tmp/snap.lua
 t1=$(date +%s)
 echo "@@snapshots $(zfs list -H -t snapshot -o name -r rp/ck | wc -l) in $((t1 - t0)) s"
 for i in $(seq 1 {destroy}); do zfs destroy rp/ck@s$i; done
