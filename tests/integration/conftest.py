@@ -315,9 +315,7 @@ def pytest_collection_finish(session):
 
 
 _FILE_SECONDS: dict = {}
-
-
-_TEST_SECONDS: dict = {}
+_TEST_SECONDS: dict = {}  # each test's set-up (its fixtures), added to its call's seconds in -v's line
 
 
 def pytest_runtest_logreport(report):
@@ -331,15 +329,12 @@ def pytest_runtest_logreport(report):
 def pytest_report_teststatus(report, config):
     """`-v`'s word for a test carries its seconds (set-up included) and the run's clock: a run that CI stops at
     its time limit still shows where the minutes went (its summary, with --durations, is never printed)."""
-    if report.when != "call" or not config.getoption("verbose"):
-        return None
+    if report.when != "call" or not config.getoption("verbose") or report.skipped or hasattr(report, "wasxfail"):
+        return None  # pytest's own words for skips and xfails
     seconds = _TEST_SECONDS.get(report.nodeid, 0.0) + report.duration
     clock = time.monotonic() - _SESSION_START
-    word = "PASSED" if report.passed else "FAILED" if report.failed else None
-    if word is None or hasattr(report, "wasxfail"):
-        return None
-    return report.outcome, "." if report.passed else "F", (f"{word} ({seconds:.0f} s, at {clock:.0f} s)",
-                                                            {"green": True} if report.passed else {"red": True})
+    return report.outcome, "." if report.passed else "F", (
+        f"{report.outcome.upper()} ({seconds:.0f} s, at {clock:.0f} s)", {"green" if report.passed else "red": True})
 
 
 def pytest_terminal_summary(terminalreporter):
