@@ -107,7 +107,8 @@ def read_exports(ctx) -> tuple[dict, list]:
               "discovery": "closed" if closed else "open"}
     checks = [health.chap(not cfg.insecure_no_chap), health.discovery(closed), saved_check(index.live["dump"]),
               reservations_check(index.live["dump"]),
-              health.sessions({t: [index.name_of(i) for i in inits] for t, inits in acls.items()}, logged_in),
+              health.sessions({t: [index.name_of(i) for i in index.published_initiators(t)] for t in acls},
+                              logged_in, granted=sum(len(i) for i in acls.values())),
               health.foreign_acls({t: [i for i in inits if i not in index.hosts] for t, inits in acls.items()})]
     return {"published": published, "sessions": logged_in, "access": access,
             "warnings": access_warnings(access)}, checks

@@ -91,10 +91,12 @@ class Peer:
     def state(self, dataset: str) -> replicate.Side:
         return replicate.Side.from_dict(self._ask("read the state of " + dataset, "state", dataset))
 
-    def export(self, dataset: str, version: str, guid: str, hosts: list[str]) -> dict:
+    def export(self, dataset: str, version: str, guid: str, hosts: list[str], *, published: bool = False) -> dict:
         """Ask the node to export DATASET@VERSION (which must have this GUID there) read-only to hosts of its
-        configuration (``serve``); returns its answer: {node, portal, target, storage}."""
-        return self._ask(f"export {dataset.rpartition('/')[2]}@{version}", "export", dataset, version, guid, *hosts)
+        configuration (``serve``): granted, or with ``published`` tagged as a publish's (the hosts log in there
+        too and stay); returns its answer: {node, portal, target, storage}."""
+        return self._ask(f"export {dataset.rpartition('/')[2]}@{version}", "export", dataset, version, guid,
+                         *(["--published"] if published else []), *hosts)
 
     def revoke(self, dataset: str, version: str, hosts: list[str], *, force: bool = False) -> dict:
         """Ask the node to take DATASET@VERSION's grant back from hosts of its configuration (``serve``; refused
@@ -252,13 +254,13 @@ def parse_request(words: list[str], roots: tuple[str, ...], peer: str) -> dict:
     if not words:
         raise UserError("replica-serve: no request", "this key only serves replication (fabricctl replicate)")
     verb, *rest = words
-    shapes = {"state": (1, 1), "receive": (3, 4 + 4 * replicate.MAX_PROPS), "export": (4, 3 + MAX_EXPORT_HOSTS),
+    shapes = {"state": (1, 1), "receive": (3, 4 + 4 * replicate.MAX_PROPS), "export": (4, 4 + MAX_EXPORT_HOSTS),
               "revoke": (3, 3 + MAX_EXPORT_HOSTS)}
     if verb not in shapes or not shapes[verb][0] <= len(rest) <= shapes[verb][1]:
         raise UserError(f"replica-serve: refused request {shlex.join(words)[:200]!r}",
                         "this key only serves `state DATASET`, `receive DATASET BASE ORIGIN [--force] [--prop K=V]... "
-                        "[--snapshot-prop K=V]...`, `export DATASET VERSION GUID HOST...` and `revoke DATASET "
-                        "VERSION [--force] HOST...`")
+                        "[--snapshot-prop K=V]...`, `export DATASET VERSION GUID [--published] HOST...` and "
+                        "`revoke DATASET VERSION [--force] HOST...`")
     dataset = validate_dataset_name(rest[0])
     parent, _slash, name = dataset.rpartition("/")
     allowed = roots[:1] if verb in ("export", "revoke") else roots
@@ -270,7 +272,12 @@ def parse_request(words: list[str], roots: tuple[str, ...], peer: str) -> dict:
         version, guid, *hosts = rest[1:]
         if not guid.isdigit():
             raise UserError(f"replica-serve: {guid!r} is not a snapshot GUID", "a GUID is a decimal number")
-        out.update(version=validate_version(version), guid=guid, hosts=[validate_hostname(h) for h in hosts])
+        published = hosts[:1] == ["--published"]
+        hosts = hosts[1:] if published else hosts
+        if not hosts:
+            raise UserError("replica-serve: export names no host", "export DATASET VERSION GUID [--published] HOST...")
+        out.update(version=validate_version(version), guid=guid, published=published,
+                   hosts=[validate_hostname(h) for h in hosts])
         return out
     if verb == "revoke":
         version, *hosts = rest[1:]
@@ -322,7 +329,8 @@ def describe_request(words: list[str] | None, peer: str) -> dict[str, str]:
         out["props"] = ",".join(v.partition("=")[0] for k, v in zip(rest, rest[1:], strict=False)
                                 if k in ("--prop", "--snapshot-prop"))
     elif verb == "export":
-        out["hosts"] = ",".join(rest[3:])
+        out["published"] = "yes" if "--published" in rest else "no"
+        out["hosts"] = ",".join(w for w in rest[3:] if w != "--published")
     elif verb == "revoke":
         out["force"] = "yes" if "--force" in rest else "no"
         out["hosts"] = ",".join(w for w in rest[2:] if w != "--force")
@@ -365,7 +373,8 @@ def _serve_export(ctx, request: dict) -> int:
                         "that made it (fabricctl replicate --force), then publish")
     hosts = [ctx.config.host(h) for h in request["hosts"]]
     export = datasets.export_of(ctx, row, datasets.require(ctx, name))
-    storage = Grants(ctx.publisher).grant(export, hosts)  # no read of the whole of LIO per request
+    # no read of the whole of LIO per request
+    storage = Grants(ctx.publisher).grant(export, hosts, published=request.get("published", False))
     ctx.emit({"node": ctx.config.node, "portal": ctx.publisher.settings.portal,
               "target": ctx.publisher.settings.target_iqn(export), "storage": storage})
     return 0

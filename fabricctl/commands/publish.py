@@ -53,12 +53,14 @@ def run(ctx, args) -> int:
     created = {r["snapshot"]: r["creation"] for r in datasets.sealed(ctx, name)}
     pub = ctx.publisher
     peers = serving.named_peers(ctx, args.from_nodes, name, version) if args.from_nodes else []
-    storage = pub.export(export, hosts)
+    # the hosts' ACLs tagged as a publish's (`status` checks they stay logged in), unless pull only: a grant
+    storage = pub.export(export, hosts, published=ctx.config.ssh.access != "none")
     volume, names = datasets.volume(ctx.config, name), [h.name for h in hosts]
     # each other node exports it too, asked in requests of at most MAX_EXPORT_HOSTS hosts (serving.ask_each)
     answers, failed = serving.ask_each(
         ctx, peers, names, lambda peer, guid: ("replica-serve", peer.name, "export", volume, version, guid, *names),
-        lambda peer, guid, chunk: peer.export(volume, version, guid, chunk))
+        lambda peer, guid, chunk: peer.export(volume, version, guid, chunk,
+                                              published=ctx.config.ssh.access != "none"))
     if failed:
         node, problem = next(iter(sorted(failed.items())))
         raise UserError(f"--from-nodes: {node} did not export {name}@{version}: {problem}",

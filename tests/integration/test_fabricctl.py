@@ -236,6 +236,23 @@ def test_status_shows_holds_and_sessions(fctl):
     assert any("ds.sample.v1" in t for t in st["sessions"]["gpu1"])
 
 
+def test_a_publish_tags_its_acls_in_lio_and_status_expects_their_sessions(storage, fctl):
+    """A publish's ACLs carry LIO's tag fabric-published (read back through configfs, and kept in the saved
+    configuration), so `status` can tell them from a grant's: a published host not logged in is a warning, a
+    granted one is not (tests/unit/test_health.py; test_agent.py with grants on the lab)."""
+    st = fctl.json("status")
+    target = next(p["target"] for p in st["published"] if p["ref"] == f"{NAME}@v1")
+    acls = f"/sys/kernel/config/target/iscsi/{target}/tpgt_1/acls"
+    tags = storage.check_output(f"for a in {acls}/*; do cat $a/tag; echo; done").split()
+    assert tags == ["fabric-published", "fabric-published"], tags
+    saved = json.loads(storage.check_output("cat /etc/rtslib-fb-target/saveconfig.json"))
+    acl_tags = [a.get("tag") for t in saved["targets"] if t["wwn"] == target for tpg in t["tpgs"]
+                for a in tpg["node_acls"]]
+    assert acl_tags == ["fabric-published", "fabric-published"], acl_tags
+    sessions = next(c for c in st["checks"] if c["name"] == "sessions")
+    assert not any("ds.sample.v1" in t for ts in sessions["details"]["missing"].values() for t in ts), sessions
+
+
 def test_destroy_of_a_published_version_is_refused(storage, fctl):
     res = fctl("dataset", "destroy", f"{NAME}@v1", "--yes")
     assert res.rc == 1 and "published" in res.stderr and "unpublish" in res.stderr

@@ -349,15 +349,15 @@ def fabricctl_config(*, node: str = "", groups: bool = True) -> str:
         "groups:\n  gpu_nodes: [gpu1, gpu2]\n" if groups else ""])
 
 
-def lio_target(name: str, *initiators: str, lun: str | None = None) -> dict:
+def lio_target(name: str, *initiators: str, lun: str | None = None, tagged: tuple = ()) -> dict:
     """A fabricctl target in rtslib's dump: one read-only LUN (of backstore fctl_LUN, by default fctl_NAME; ""
-    none) mapped to an ACL per initiator."""
+    none) mapped to an ACL per initiator; those of ``tagged`` with a publish's tag (``lio.PUBLISHED_TAG``)."""
     lun = name if lun is None else lun
     return {"wwn": f"{FCTL_IQN_BASE}:{name}", "fabric": "iscsi", "tpgs": [{
         "tag": 1, "enable": True, "attributes": {}, "portals": [{"ip_address": "10.77.0.11", "port": 3260}],
         "luns": [{"index": 0, "storage_object": f"/backstores/block/fctl_{lun}"}] if lun else [],
-        "node_acls": [{"node_wwn": i, "mapped_luns": [{"index": 0, "tpg_lun": 0, "write_protect": True}]}
-                      for i in initiators]}]}
+        "node_acls": [{"node_wwn": i, "mapped_luns": [{"index": 0, "tpg_lun": 0, "write_protect": True}],
+                       **({"tag": "fabric-published"} if i in tagged else {})} for i in initiators]}]}
 
 
 def ends(fn, limit: float = 60.0):

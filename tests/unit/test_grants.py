@@ -19,17 +19,18 @@ BASE = FCTL_IQN_BASE
 def recorded_configfs(root) -> str:
     """The lab's recorded configfs tree (rec_configfs.txt: find's listing, then gpu1's ACL info) made again under
     ``root``: directories for the listed paths, the files the grant reads with the recorded or stated values
-    (the recording lists the TPG as authentication=1 and enabled, gpu1's CHAP userid gpu1, password hcsecret0001)."""
+    (the recording lists the TPG as authentication=1 and enabled, gpu1's CHAP userid gpu1, password hcsecret0001,
+    no tag: the kernel's empty answer)."""
     text = (DATA / "lio" / "rec_configfs.txt").read_text()
     listing, _sep, info = text.partition("==== info\n")
     files = {"tpgt_1/enable": "1\n", "tpgt_1/attrib/authentication": "1\n"}
     acl = f"tpgt_1/acls/{REC_GPU1}"
     files |= {f"{acl}/info": info, f"{acl}/auth/userid": "gpu1\n", f"{acl}/auth/password": "hcsecret0001\n",
-              f"{acl}/auth/userid_mutual": "\n", f"{acl}/auth/password_mutual": "\n"}
+              f"{acl}/auth/userid_mutual": "\n", f"{acl}/auth/password_mutual": "\n", f"{acl}/tag": ""}
     base = root / "iscsi" / REC_TARGET
     for line in listing.splitlines():
-        if line.startswith("iscsi/") and not any(line.endswith(f) for f in ("/info", "/enable", "/userid", "/password",
-                                                                             "_mutual", "/authenticate_target")):
+        files_listed = ("/info", "/enable", "/userid", "/password", "_mutual", "/authenticate_target", "/tag")
+        if line.startswith("iscsi/") and not any(line.endswith(f) for f in files_listed):
             (root / line).mkdir(parents=True, exist_ok=True)
     for rel, content in files.items():
         (base / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -85,6 +86,28 @@ def test_a_host_granted_again_gets_only_its_changed_chap(tmp_path):
                                 current_auth=lambda i: lioacls.acl_auth(REC_TARGET, i, root))
     assert [(a.op, a.params["field"]) for a in rotated] == [("set_auth", "password")]
     assert "hcsecret0002" not in rotated[0].describe()
+
+
+def test_a_publish_through_a_peer_tags_its_acls_and_a_grant_leaves_tags_alone(tmp_path):
+    """Another node's `publish --from-nodes` asks this one to export with --published: new ACLs get the tag,
+    an existing one without it gets it alone; a plain grant never adds or removes a tag."""
+    root = recorded_configfs(tmp_path)
+    facts = lioacls.target_facts(REC_TARGET, root)
+    auth = {"current_auth": lambda i: lioacls.acl_auth(REC_TARGET, i, root)}
+    assert lioacls.acl_tag(REC_TARGET, REC_GPU1, root) is None
+    gpu1 = {REC_GPU1: Chap("gpu1", "hcsecret0001")}
+    tagged = grants.plan_grant(REC_TARGET, facts, gpu1, tag=lio.PUBLISHED_TAG,
+                               current_tag=lambda i: lioacls.acl_tag(REC_TARGET, i, root), **auth)
+    assert [(a.op, a.params) for a in tagged] == [("set_acl_tag", {"initiator": REC_GPU1,
+                                                                  "value": lio.PUBLISHED_TAG})]
+    (tmp_path / "iscsi" / REC_TARGET / "tpgt_1" / "acls" / REC_GPU1 / "tag").write_text(lio.PUBLISHED_TAG + "\n")
+    assert lioacls.acl_tag(REC_TARGET, REC_GPU1, root) == lio.PUBLISHED_TAG
+    assert grants.plan_grant(REC_TARGET, facts, gpu1, tag=lio.PUBLISHED_TAG,
+                             current_tag=lambda i: lioacls.acl_tag(REC_TARGET, i, root), **auth) == []
+    assert grants.plan_grant(REC_TARGET, facts, gpu1, **auth) == []  # a grant: the tag stays
+    new = grants.plan_grant(REC_TARGET, facts, {"iqn.2026-11.io.fabric.synthetic:h1": chap(1)},
+                            tag=lio.PUBLISHED_TAG, **auth)
+    assert [a.op for a in new] == ["create_acl", "create_mapped_lun"] + ["set_auth"] * 4 + ["set_acl_tag"]
 
 
 def test_a_target_without_authentication_gets_it_with_its_first_chap(tmp_path):

@@ -283,10 +283,10 @@ V1, V2, RW = f"{BASE}:ds.imagenet.v1", f"{BASE}:ds.imagenet.v2", f"{BASE}:ck.lla
 def test_a_host_with_an_acl_and_no_session_is_a_warning():
     acls = {V1: ["gpu1", "gpu2"], V2: ["gpu1"], RW: ["gpu1"]}
     all_in = health.sessions(acls, {"gpu1": [V1, V2, RW], "gpu2": [V1]})
-    assert all_in.state == OK and all_in.summary == "every host with an ACL is logged in (4 ACLs)"
+    assert all_in.state == OK and all_in.summary == "every host a version is published to is logged in (4 ACLs)"
     check = health.sessions(acls, {"gpu1": [V2]})
     assert check.state == WARNING
-    assert check.summary == ("2 hosts not logged in to targets they have an ACL on: gpu1 (ck.llama.rw, "
+    assert check.summary == ("2 hosts not logged in to targets published to them: gpu1 (ck.llama.rw, "
                              "ds.imagenet.v1), gpu2 (ds.imagenet.v1)")
     assert check.details["missing"] == {"gpu1": [RW, V1], "gpu2": [V1]}
 
@@ -368,11 +368,12 @@ CONFIG = fabricctl_config()
 _target = lio_target
 
 
-def live(sessions=((V1, GPU1), (V1, GPU2)), acls=(GPU1, GPU2), closed=True) -> dict:
-    """LIO with imagenet v1 published to ``acls`` and the given (target, initiator) sessions."""
+def live(sessions=((V1, GPU1), (V1, GPU2)), acls=(GPU1, GPU2), closed=True, granted=()) -> dict:
+    """LIO with imagenet v1 published to ``acls`` (their ACLs tagged as a publish's) and granted to ``granted``
+    (ACLs without the tag), and the given (target, initiator) sessions."""
     return {"dump": {"storage_objects": [{"name": "fctl_imagenet.v1", "plugin": "block", "readonly": True,
                                           "dev": "/dev/zvol/tank/datasets/imagenet@v1", "wwn": "w"}],
-                     "targets": [_target("ds.imagenet.v1", *acls)],
+                     "targets": [_target("ds.imagenet.v1", *acls, *granted, tagged=acls)],
                      "fabric_modules": [{"name": "iscsi", "discovery_enable_auth": closed}]},
             "sessions": [{"target": t, "tpg": 1, "initiator": i} for t, i in sessions], "devices": {}}
 
@@ -471,8 +472,24 @@ def test_a_host_not_logged_in_and_open_discovery_are_warnings(node, capsys):
     out = json.loads(capsys.readouterr().out)
     bad = {c["name"]: c["summary"] for c in out["checks"] if c["state"] != OK}
     assert bad == {"discovery": health.OPEN_DISCOVERY,
-                   "sessions": "1 host not logged in to targets they have an ACL on: gpu1 (ds.imagenet.v1)"}
+                   "sessions": "1 host not logged in to targets published to them: gpu1 (ds.imagenet.v1)"}
     assert out["warnings"] == [health.OPEN_DISCOVERY] and out["access"]["discovery"] == "open"
+
+
+def test_a_host_granted_a_version_and_not_attached_is_no_warning(node, capsys):
+    """A grant (`fabricctl grant`, no tag on the ACL) lets a host attach when a job asks: not logged in is its
+    normal state. A publish's ACL (tagged) without a session stays a warning beside it."""
+    node.state["live"] = live(sessions=((V1, GPU2),), acls=(GPU2,), granted=(GPU1,))
+    assert node("--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    sessions = next(c for c in out["checks"] if c["name"] == "sessions")
+    assert sessions["state"] == OK
+    assert sessions["summary"] == ("every host a version is published to is logged in (1 ACLs; 1 granted, attached "
+                                   "when a job asks)")
+    node.state["live"] = live(sessions=(), acls=(GPU2,), granted=(GPU1,))
+    assert node("--json") == 1
+    bad = {c["name"]: c["summary"] for c in json.loads(capsys.readouterr().out)["checks"] if c["state"] != OK}
+    assert bad == {"sessions": "1 host not logged in to targets published to them: gpu2 (ds.imagenet.v1)"}
 
 
 def test_a_pool_that_cannot_be_read_is_exit_3_and_the_other_checks_still_run(node, capsys):

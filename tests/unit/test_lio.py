@@ -134,6 +134,21 @@ def test_add_an_acl_maps_all_luns_read_only():
     assert [a.params["write_protect"] for a in actions if a.op == "create_mapped_lun"] == [True, True]
 
 
+def test_a_publish_tags_its_acls_and_an_untagged_declaration_leaves_the_tag_alone():
+    """A publish's ACL carries lio.PUBLISHED_TAG (status then expects its host logged in); an ACL declared without
+    a tag (a grant's, the roles') keeps whatever tag LIO has: a grant never untags a publish."""
+    tagged = [{"initiator": GPU1, "chap": CHAP1, "tag": lio.PUBLISHED_TAG}]
+    actions = lio.changes(lio.plan(desired(acls=tagged), live()))
+    assert [a.describe() for a in actions] == [f"set_acl_tag {IQN} initiator={GPU1} value={lio.PUBLISHED_TAG}"]
+    after = lio.simulate(live(), actions)
+    acl = next(t for t in after["dump"]["targets"] if t["wwn"] == IQN)["tpgs"][0]["node_acls"][0]
+    assert acl["tag"] == lio.PUBLISHED_TAG
+    assert ops(lio.plan(desired(acls=tagged), after)) == []
+    assert ops(lio.plan(desired(), after)) == []  # untagged in the declaration: left as it is
+    fresh = lio.changes(lio.plan(desired(acls=tagged), empty()))
+    assert ops(fresh)[-2:] == ["set_acl_tag", "enable_tpg"]  # after the ACL and its CHAP, before enabling
+
+
 def test_acl_restricted_to_some_luns():
     """An ACL's LUN list is its access: a LUN taken off it is unmapped without purge (withdrawal revokes);
     while the initiator is logged in only with force."""
@@ -250,6 +265,8 @@ def test_new_lun_takes_the_lowest_free_index_and_keeps_existing_ones():
     (lambda d: d["targets"][0].update(portals=[]), UserError, "no portals"),
     (lambda d: d["targets"][0].update(portals=[{"ip": "storage1"}]), UserError, "not an IP"),
     (lambda d: d["targets"][0]["luns"][0].update(wwn="abc"), UserError, "unit serial"),
+    (lambda d: d["targets"][0]["acls"][0].update(tag="a tag"), UserError, "not a LIO tag"),
+    (lambda d: d["targets"][0]["acls"][0].update(tag="x" * 64), UserError, "not a LIO tag"),
 ])
 def test_bad_input_is_refused_before_any_change(mutate, error, text):
     state = desired()

@@ -45,8 +45,8 @@ class Host:
 HOSTS = [Host("gpu1", GPU1), Host("gpu2", GPU2)]
 
 
-def target(name: str, *initiators: str, lun: str = "") -> dict:
-    return lio_target(name, *initiators, lun=lun)
+def target(name: str, *initiators: str, lun: str = "", tagged: tuple = ()) -> dict:
+    return lio_target(name, *initiators, lun=lun, tagged=tagged)
 
 
 def backstore(lun: str, dev: str, target_name: str, readonly: bool = True) -> dict:
@@ -60,7 +60,8 @@ def live() -> dict:
         backstore("imagenet.v2", "/dev/zvol/tank/datasets/imagenet@v2", "ds.imagenet.v2"),
         backstore("llama.rw", "/dev/zvol/tank/checkpoints/llama", "ck.llama.rw", readonly=False),
         {"name": "hand_made", "plugin": "block", "dev": "/dev/zvol/tank/other@snap", "readonly": True, "wwn": "w"}],
-        "targets": [target("ds.imagenet.v1", GPU1, GPU2, GPU9, lun="imagenet.v1"),
+        # imagenet v1 published to gpu1 and gpu2 (their ACLs tagged; gpu1 not logged in), the others granted
+        "targets": [target("ds.imagenet.v1", GPU1, GPU2, GPU9, lun="imagenet.v1", tagged=(GPU1, GPU2)),
                     target("ds.imagenet.v2", GPU1, lun="imagenet.v2"), target("ds.imagenet-1k.v3", GPU2),
                     target("ck.llama.rw", GPU1, lun="llama.rw"), target("ck.llama.s100", GPU2),
                     target("ck.llama.s200", GPU2)],
@@ -404,7 +405,10 @@ def test_status_says_how_access_is_guarded_and_warns_without_chap(fabricctl_node
     assert out["access"] == {"chap": "per-host", "discovery": "closed"} and out["warnings"] == []
     states = {c["name"]: c["state"] for c in out["checks"]}
     assert states["chap"] == states["discovery"] == "OK"
-    # `live()` has ACLs without sessions (gpu1 on imagenet v1, ...) and one of gpu9, no configured host: WARNING
+    # `live()` has a publish's ACL without a session (gpu1 on imagenet v1; the granted ones without sessions are no
+    # warning) and one of gpu9, no configured host: WARNING
+    sessions = next(c for c in out["checks"] if c["name"] == "sessions")
+    assert sessions["details"]["missing"] == {"gpu1": [f"{BASE}:ds.imagenet.v1"]}
     assert states["sessions"] == states["foreign_acls"] == "WARNING" and status == 1 and out["state"] == "WARNING"
     from fabricctl.commands.status import access_warnings
     warned = access_warnings({"chap": "off (insecure_no_chap)", "discovery": "open"})

@@ -209,7 +209,11 @@ def test_replica_serve_accepts_state_and_receive_under_its_roots():
                                          "origin": "storage1", "force": True, "props": {}, "snapshot_props": {}}
     assert parse_request(["receive", DS, "-", "storage1"], ROOTS, "storage1")["base"] is None
     assert parse_request(["export", DS, "v3", "1234567", "gpu1", "gpu2"], ROOTS, "storage1") == {
-        "verb": "export", "dataset": DS, "version": "v3", "guid": "1234567", "hosts": ["gpu1", "gpu2"]}
+        "verb": "export", "dataset": DS, "version": "v3", "guid": "1234567", "published": False,
+        "hosts": ["gpu1", "gpu2"]}
+    # publish --from-nodes: the other node tags the hosts' ACLs as a publish's (status checks their sessions)
+    assert parse_request(["export", DS, "v3", "1234567", "--published", "gpu1"], ROOTS, "storage1") == {
+        "verb": "export", "dataset": DS, "version": "v3", "guid": "1234567", "published": True, "hosts": ["gpu1"]}
     # the fabric:* properties of the volume and of the arriving snapshot travel in the request, not in the stream
     req = parse_request(["receive", DS, "v1", "storage1", "--prop", "fabric:kind=dataset", "--snapshot-prop",
                          "fabric:note=a=b c", "--snapshot-prop", "fabric:metric.loss=0.5"], ROOTS, "storage1")
@@ -225,7 +229,8 @@ def test_replica_serve_accepts_state_and_receive_under_its_roots():
     # export: a dataset version only (not a checkpoint job), a numeric GUID, at least one host name
     ["export", DS, "v1", "123"], ["export", "tank/checkpoints/llama", "step-10", "123", "gpu1"],
     ["export", DS, "v1", "12a", "gpu1"], ["export", DS, "v1;x", "123", "gpu1"], ["export", DS, "v1", "123", "gpu 1"],
-    ["export", DS, "v1", "123", *[f"gpu{i}" for i in range(300)]],
+    ["export", DS, "v1", "123", *[f"gpu{i}" for i in range(300)]], ["export", DS, "v1", "123", "--published"],
+    ["export", DS, "v1", "123", "gpu1", "--published"],
     # a key speaks for its own node only (the forced command's --peer): storage1's key cannot receive for storage3
     ["receive", DS, "-", "storage3"], ["receive", DS, "-", "storage1", "--force", "--force"],
     # properties: the fabric's own only, never the target's own, each once, at most MAX_PROPS
@@ -266,7 +271,8 @@ def test_a_requests_fields_go_to_the_journal_as_they_arrived():
         "peer": "storage2", "verb": "receive", "dataset": DS, "base": "-", "origin": "storage3", "force": "yes",
         "props": "fabric:kind"}
     assert describe_request(["export", DS, "v1", "42", "gpu1", "gpu2"], "storage2") == {
-        "peer": "storage2", "verb": "export", "dataset": DS, "version": "v1", "guid": "42", "hosts": "gpu1,gpu2"}
+        "peer": "storage2", "verb": "export", "dataset": DS, "version": "v1", "guid": "42", "published": "no",
+        "hosts": "gpu1,gpu2"}
     junk = describe_request(["id", ">", "/tmp/x\n"], "")
     assert junk["peer"] == "-" and junk["verb"] == "id" and "\n" not in junk["words"]
     assert len(describe_request(["receive", "x" * 500], "s")["dataset"]) == 200

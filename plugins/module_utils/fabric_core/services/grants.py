@@ -27,12 +27,14 @@ AUTH_FIELDS = lioacls.AUTH_FILES
 
 
 def plan_grant(target: str, facts: dict, wanted: Mapping[str, Chap | None], *,
-               current_auth: Callable[[str], dict], writable: bool = False) -> list[lio.Action]:
+               current_auth: Callable[[str], dict], writable: bool = False, tag: str | None = None,
+               current_tag: Callable[[str], str | None] = lambda _i: None) -> list[lio.Action]:
     """The actions giving each initiator of ``wanted`` (initiator -> its CHAP credentials, None: none) an ACL on
     ``target`` (pure). ``facts``: the target as ``lioacls.target_facts`` read it; an initiator with an ACL already
     gets only the CHAP fields that differ (``current_auth(initiator)``: its fields as LIO has them); a new one its
     ACL, the target's LUN mapped (read-only unless ``writable``) and its CHAP. The TPG authenticates once any ACL
-    has CHAP."""
+    has CHAP. ``tag``: every wanted ACL gets it (``lio.PUBLISHED_TAG``: a publish through a peer), where it has
+    another (``current_tag(initiator)``); None leaves tags as they are (a grant never untags a publish's ACL)."""
     if not facts.get("luns"):
         raise UserError(f"{target} exports no LUN (a half-made export)",
                         "publish or grant it again after `fabricctl access sync`, which converges the export")
@@ -50,6 +52,8 @@ def plan_grant(target: str, facts: dict, wanted: Mapping[str, Chap | None], *,
                 if have.get(name, "") != fields.get(name, ""):
                     actions.append(lio.Action("set_auth", target, {"initiator": initiator, "field": name,
                                                                    "value": fields.get(name, "")}, "CHAP of this host"))
+            if tag is not None and current_tag(initiator) != tag:
+                actions.append(lio.Action("set_acl_tag", target, {"initiator": initiator, "value": tag}))
             continue
         actions.append(lio.Action("create_acl", target, {"initiator": initiator}, "granted"))
         actions.append(lio.Action("create_mapped_lun", target, {"initiator": initiator, "index": 0, "tpg_lun": lun,
@@ -58,6 +62,8 @@ def plan_grant(target: str, facts: dict, wanted: Mapping[str, Chap | None], *,
             if fields.get(name):
                 actions.append(lio.Action("set_auth", target, {"initiator": initiator, "field": name,
                                                                "value": fields[name]}))
+        if tag is not None:
+            actions.append(lio.Action("set_acl_tag", target, {"initiator": initiator, "value": tag}))
     return sorted(actions, key=lambda a: lio.RANK[a.op])
 
 
@@ -95,10 +101,11 @@ class Grants:
         returns their descriptions."""
         return lio.run_plan(actions, self.publisher.local)
 
-    def grant(self, export: Export, hosts: list) -> dict:
-        """``hosts`` (objects with name and initiator) may attach ``export``. Returns {target, granted (host
-        names given an ACL), refreshed (whose CHAP was set again), already, exported (the export was made: the
-        publishing service's result), lio_actions (how many)}."""
+    def grant(self, export: Export, hosts: list, *, published: bool = False) -> dict:
+        """``hosts`` (objects with name and initiator) may attach ``export``. ``published``: their ACLs are tagged
+        as a publish's (another node's `publish --from-nodes`: the hosts log in here too and stay). Returns
+        {target, granted (host names given an ACL), refreshed (whose CHAP was set again), already, exported (the
+        export was made: the publishing service's result), lio_actions (how many)}."""
         if not hosts:
             raise UserError("no hosts to grant to", "name hosts or groups with --to")
         settings = self.publisher.settings
@@ -109,14 +116,15 @@ class Grants:
         exported = None
         if facts is None or not facts["luns"] or not facts["enabled"]:
             first = sorted(hosts, key=lambda h: h.initiator)[:1]
-            exported = self.publisher.export(export, first)  # saved then, with one ACL (a small save)
+            exported = self.publisher.export(export, first, published=published)  # saved, with one ACL
             facts = lioacls.target_facts(target) if not self.dry_run else None
             if facts is None:  # a dry run: as the export would leave it
                 facts = {"acls": [first[0].initiator], "luns": [0], "authentication": 1 if wanted[
                     first[0].initiator] else 0, "enabled": True}
         before = set(facts["acls"])
         actions = plan_grant(target, facts, wanted, current_auth=lambda i: lioacls.acl_auth(target, i),
-                             writable=export.writable)
+                             writable=export.writable, tag=lio.PUBLISHED_TAG if published else None,
+                             current_tag=lambda i: lioacls.acl_tag(target, i))
         lines = self._run(actions)
         created = {a.params["initiator"] for a in actions if a.op == "create_acl"}
         if exported is not None:

@@ -326,22 +326,27 @@ def _short(target: str) -> str:
     return target.split(":", 1)[-1]
 
 
-def sessions(acls: dict, logged_in: dict) -> Check:
-    """``acls`` {target IQN: [host names with an ACL]}, ``logged_in`` {host name: [target IQNs]}: a host with an
-    ACL on a target and no session to it is WARNING (published to it, not logged in)."""
+def sessions(acls: dict, logged_in: dict, granted: int | None = None) -> Check:
+    """``acls`` {target IQN: [host names whose ACL is a publish's]}, ``logged_in`` {host name: [target IQNs]}: a
+    host published a version and with no session to it is WARNING (asked to attach it, not logged in). A grant's
+    ACL is not in ``acls``: its host attaches when a job wants it (``granted``: how many ACLs there are in all,
+    for the summary)."""
     missing: dict = {}
     for target, hosts in sorted(acls.items()):
         for host in hosts:
             if target not in logged_in.get(host, []):
                 missing.setdefault(host, []).append(target)
     pairs = sum(len(acls[t]) for t in acls)
-    details = {"missing": {h: list(t) for h, t in sorted(missing.items())}, "acls": pairs}
+    total = pairs if granted is None else granted
+    details = {"missing": {h: list(t) for h, t in sorted(missing.items())}, "acls": total, "published": pairs}
     perf = (f"sessions_missing={sum(len(t) for t in missing.values())};1;;0",)
     if not missing:
-        return Check("sessions", OK, f"every host with an ACL is logged in ({pairs} ACLs)", details, perf)
+        grants = f"; {total - pairs} granted, attached when a job asks" if total > pairs else ""
+        return Check("sessions", OK, f"every host a version is published to is logged in ({pairs} ACLs{grants})",
+                     details, perf)
     named = [f"{h} ({', '.join(_short(t) for t in ts)})" for h, ts in sorted(missing.items())]
     return Check("sessions", WARNING, f"{len(missing)} host{'s' if len(missing) > 1 else ''} not logged in to "
-                 f"targets they have an ACL on: {_listing(named)}", details, perf)
+                 f"targets published to them: {_listing(named)}", details, perf)
 
 
 def paths(found: dict, unreachable: dict) -> Check:

@@ -52,10 +52,13 @@ from ..storage import blockfs, lio, lioacls, lzc, zfs
 
 
 def desired_state(export: Export, *, iqn_base: str, backstore_prefix: str, portal_ip: str, portal_port: int,
-                  chaps: Mapping[str, dict | None], require_chap: bool = True) -> dict:
+                  chaps: Mapping[str, dict | None], require_chap: bool = True,
+                  tagged: Iterable[str] = (), tag: str = lio.PUBLISHED_TAG) -> dict:
     """The LIO desired state of one export (a dict for ``lio.reconcile``; other targets are left alone): one
     ACL per initiator of ``chaps`` (initiator -> its own CHAP credentials in LIO's field names: userid,
-    password, mutual_userid, mutual_password; None: none, refused unless ``require_chap`` is False)."""
+    password, mutual_userid, mutual_password; None: none, refused unless ``require_chap`` is False). The ACLs
+    of ``tagged`` get ``tag`` (a publish: hosts expected to stay logged in); the others keep the tag they have."""
+    tagged = set(tagged)
     return {
         "base_iqn": iqn_base,
         "backstore_prefix": backstore_prefix,
@@ -66,16 +69,19 @@ def desired_state(export: Export, *, iqn_base: str, backstore_prefix: str, porta
             "writable": export.writable,
             "luns": [{"name": export.lun_name, "device": export.device, "readonly": not export.writable, "lun": 0,
                       **({"wwn": export.serial} if export.serial else {})}],
-            "acls": [{"initiator": i, "chap": dict(chaps[i]) if chaps[i] else None} for i in sorted(chaps)],
+            "acls": [{"initiator": i, "chap": dict(chaps[i]) if chaps[i] else None,
+                      **({"tag": tag} if i in tagged else {})} for i in sorted(chaps)],
         }],
     }
 
 
-def acl_initiators(live: dict, target_iqn: str) -> list[str]:
-    """Initiators with an ACL on the target, from ``lio.read_live()``."""
+def acl_initiators(live: dict, target_iqn: str, tag: str | None = None) -> list[str]:
+    """Initiators with an ACL on the target (with ``tag`` only: those whose ACL has that tag), from
+    ``lio.read_live()``."""
     for t in live["dump"].get("targets", []):
         if t["wwn"] == target_iqn:
-            return sorted(a["node_wwn"] for tpg in t.get("tpgs", []) for a in tpg.get("node_acls", []))
+            return sorted(a["node_wwn"] for tpg in t.get("tpgs", []) for a in tpg.get("node_acls", [])
+                          if tag is None or a.get("tag") == tag)
     return []
 
 
@@ -141,15 +147,16 @@ class Settings:
                             "insecure_no_chap: true")
         return chap
 
-    def desired(self, export: Export, initiators: Iterable[str]) -> dict:
-        """The export's LIO desired state, with an ACL for each initiator (with its own CHAP credentials)."""
+    def desired(self, export: Export, initiators: Iterable[str], published: Iterable[str] = ()) -> dict:
+        """The export's LIO desired state, with an ACL for each initiator (with its own CHAP credentials); those of
+        ``published`` tagged as a publish's (``lio.PUBLISHED_TAG``)."""
         chaps = {}
         for initiator in sorted(set(initiators)):
             chap = self.chap_of(initiator)
             chaps[initiator] = chap.fields() if chap else None
         return desired_state(export, iqn_base=self.iqn_base, backstore_prefix=self.backstore_prefix,
                              portal_ip=self.portal_ip, portal_port=self.portal_port, chaps=chaps,
-                             require_chap=not self.insecure_no_chap)
+                             require_chap=not self.insecure_no_chap, tagged=published)
 
     def access(self, initiators: Iterable[str]) -> dict[str, Chap | None]:
         """Initiator -> its CHAP credentials, for ``lio.plan_access`` (which removes every other ACL)."""
@@ -180,6 +187,11 @@ class ExportIndex:
     def target_initiators(self, target_iqn: str) -> list[str]:
         """The initiators with an ACL on a target."""
         return acl_initiators(self.live, target_iqn)
+
+    def published_initiators(self, target_iqn: str) -> list[str]:
+        """The initiators whose ACL on a target is a publish's (tagged ``lio.PUBLISHED_TAG``: the host was asked
+        to attach it and stay logged in), unlike a grant's (the host attaches when a job wants it)."""
+        return acl_initiators(self.live, target_iqn, lio.PUBLISHED_TAG)
 
     def name_of(self, initiator: str) -> str:
         """The host name of an initiator (its IQN when no known host has it)."""
@@ -313,8 +325,11 @@ class Publisher:
 
     # ---- the storage side
 
-    def export(self, export: Export, hosts: Iterable, *, hold: bool = True) -> dict:
-        """Snapshot device visible, the hold, the LIO target with ACLs for (existing + new) hosts."""
+    def export(self, export: Export, hosts: Iterable, *, hold: bool = True, published: bool = True) -> dict:
+        """Snapshot device visible, the hold, the LIO target with ACLs for (existing + new) hosts. ``published``:
+        the new hosts' ACLs are tagged as a publish's (they are asked to attach it and stay logged in, which
+        `status` checks); False for a grant's (they attach when a job wants it)."""
+        hosts = list(hosts)
         changed_snapdev = False
         if export.is_snapshot:
             volume = export.snapshot.split("@")[0]
@@ -332,7 +347,8 @@ class Publisher:
             revoke = self.revoke_unknown(export, index)
             initiators = (set(index.initiators(export)) - set(revoke["revoked_initiators"])
                           | {h.initiator for h in hosts})
-            result = lio.reconcile(self.settings.desired(export, initiators), runner=self.local,
+            tagged = {h.initiator for h in hosts} if published else ()
+            result = lio.reconcile(self.settings.desired(export, initiators, tagged), runner=self.local,
                                    predicted=revoke.get("predicted"))
         except Exception:
             if held:  # this run's hold guards nothing when the export was not made

@@ -93,6 +93,11 @@ def acl_auth(target: str, initiator: str, root: str = CONFIGFS_ISCSI) -> dict[st
     return {name: (_read(os.path.join(auth, file)) or "").strip() for name, file in AUTH_FILES.items()}
 
 
+def acl_tag(target: str, initiator: str, root: str = CONFIGFS_ISCSI) -> str | None:
+    """One ACL's LIO tag (``lio.PUBLISHED_TAG`` on a publish's ACL), None when it has none."""
+    return (_read(os.path.join(root, target, TPG, "acls", initiator, "tag")) or "").strip() or None
+
+
 def logged_in(target: str, initiator: str, root: str = CONFIGFS_ISCSI) -> bool:
     """Whether an initiator has a session on the target, from its ACL's ``info`` (the kernel's sentence for
     none). An ACL whose info cannot be read counts as logged in: revoking is refused rather than cutting off a

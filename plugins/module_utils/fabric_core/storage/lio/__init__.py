@@ -46,6 +46,7 @@ from .planner import plan, plan_access, plan_removal, revoked
 from .spec import (
     DEFAULT_BACKSTORE_PREFIX,
     DISCOVERY_CREDENTIALS,
+    PUBLISHED_TAG,
     REDACTED,
     TPG_TAG,
     DesiredState,
@@ -56,9 +57,9 @@ from .spec import (
 )
 
 __all__ = [
-    "CONFIGFS", "DEFAULT_BACKSTORE_PREFIX", "DISCOVERY_CREDENTIALS", "OPERATIONS", "RANK", "REDACTED", "RESTORE_UNIT",
-    "SAVE_FILE", "TPG_TAG", "Action", "DesiredState", "LioApplyError", "apply", "changes", "converge", "device_facts",
-    "discovery_closed", "empty_live", "emulate_pr", "ensure_kernel", "kernel_ready", "parse_desired", "plan",
-    "plan_access", "plan_removal", "read_live", "read_reservations", "reconcile", "revoked", "run_plan", "save",
-    "save_config", "simulate", "snapshot_serial", "summarize", "unit_serial",
+    "CONFIGFS", "DEFAULT_BACKSTORE_PREFIX", "DISCOVERY_CREDENTIALS", "OPERATIONS", "PUBLISHED_TAG", "RANK", "REDACTED",
+    "RESTORE_UNIT", "SAVE_FILE", "TPG_TAG", "Action", "DesiredState", "LioApplyError", "apply", "changes", "converge",
+    "device_facts", "discovery_closed", "empty_live", "emulate_pr", "ensure_kernel", "kernel_ready", "parse_desired",
+    "plan", "plan_access", "plan_removal", "read_live", "read_reservations", "reconcile", "revoked", "run_plan",
+    "save", "save_config", "simulate", "snapshot_serial", "summarize", "unit_serial",
 ]

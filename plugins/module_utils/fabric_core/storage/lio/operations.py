@@ -92,6 +92,13 @@ class DumpModel:
         else:
             acl.pop(key, None)
 
+    def set_tag(self, a: Action) -> None:
+        acl = self.acl(a.target, a.params["initiator"])
+        if a.params["value"]:
+            acl["tag"] = a.params["value"]
+        else:
+            acl.pop("tag", None)
+
     @staticmethod
     def drop(items: list, unwanted) -> None:
         items[:] = [x for x in items if not unwanted(x)]
@@ -182,6 +189,9 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
               lambda d, a: d.set_auth(a),
               lambda x, a: setattr(x.acl(a.target, a.params["initiator"]), "chap_" + a.params["field"],
                                    a.params["value"])),
+    Operation("set_acl_tag",
+              lambda d, a: d.set_tag(a),
+              lambda x, a: setattr(x.acl(a.target, a.params["initiator"]), "tag", a.params["value"])),
     Operation("enable_tpg",
               lambda d, a: d.tpg(a.target).update(enable=True),
               lambda x, a: setattr(x.tpg(a.target), "enable", True)),

@@ -278,6 +278,8 @@ class _Planner:
             for name, value in want_auth.items():
                 if (live_acl or {}).get("chap_" + name, "") != value:
                     self.add("set_auth", iqn, initiator=acl.initiator, field=name, value=value)
+            if acl.tag is not None and (live_acl or {}).get("tag") != acl.tag:
+                self.add("set_acl_tag", iqn, initiator=acl.initiator, value=acl.tag)
         if not tpg.get("enable"):
             self.add("enable_tpg", iqn)
 

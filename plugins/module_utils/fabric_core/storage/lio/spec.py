@@ -37,7 +37,11 @@ STATE_KEYS = ("base_iqn", "backstore_prefix", "targets", "require_chap")
 TARGET_KEYS = ("name", "iqn", "portals", "luns", "acls", "writable")
 PORTAL_KEYS = ("ip", "port")
 LUN_KEYS = ("name", "device", "readonly", "wwn", "lun")
-ACL_KEYS = ("initiator", "luns", "chap")
+ACL_KEYS = ("initiator", "luns", "chap", "tag")
+# the NodeACL tag of a host expected to stay logged in (a publish: the host was asked to attach), unlike a grant's
+# ACL (the host may attach when a job wants it); `status` warns only of the former without a session. LIO keeps
+# a tag in configfs and rtslib's saved configuration; the kernel does nothing with it.
+PUBLISHED_TAG = "fabric-published"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -68,6 +72,7 @@ class AclSpec:
     initiator: str
     luns: list = field(default_factory=list)  # LUN names (resolved: never empty unless the target has none)
     chap: Chap | None = None
+    tag: str | None = None  # the ACL's LIO tag (PUBLISHED_TAG); None: whatever it has is left as it is
 
 
 @dataclass
@@ -229,8 +234,14 @@ def parse_desired(raw: dict | DesiredState) -> DesiredState:
                 if lname not in all_luns:
                     raise UserError(f"{where}: ACL {initiator!r} names LUN {lname!r}, which the target does not have",
                                     f"use one of {all_luns}")
+            tag = raw_acl.get("tag")
+            if tag is not None and (not isinstance(tag, str) or not 0 < len(tag) < 64
+                                    or not all(c.isprintable() and not c.isspace() for c in tag)):
+                raise UserError(f"{where}: ACL {initiator!r} has tag {str(tag)[:80]!r}: not a LIO tag",
+                                "a tag is 1-63 printable characters without spaces (or leave it out)")
             spec.acls.append(AclSpec(initiator=initiator, luns=luns,
-                                     chap=parse_chap(raw_acl.get("chap"), LIO, where=f"{where}: ACL {initiator}: ")))
+                                     chap=parse_chap(raw_acl.get("chap"), LIO, where=f"{where}: ACL {initiator}: "),
+                                     tag=tag))
         without = [a.initiator for a in spec.acls if not a.chap]
         if without and state.require_chap:
             raise UserError(f"{where}: ACL {without[0]} has no CHAP: a host that sets this initiator name (anyone on "
