@@ -12,7 +12,9 @@ VERSION=$($LAB storage1 "fabricctl list sample --json" | python3 -c 'import json
 d = [x for x in json.load(sys.stdin)["datasets"] if x["name"] == "sample"][0]
 print(d["versions"][-1]["version"])')
 REF="sample@$VERSION"
-DIGEST="find . -type f -not -path './.fabric/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-64"
+# the patterns escaped with a backslash, not quoted: they also run inside the job script's single-quoted bash -c;
+# lost+found (the version's ext4, root only) is not the dataset's
+DIGEST="find . -path ./lost+found -prune -o -type f -not -path ./.fabric/\* -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-64"
 
 say "the version a job may attach: $REF granted to the GPU nodes (storage1 grants, the nodes attach)"
 on storage1 "fabricctl grant $REF --to gpu_nodes"
