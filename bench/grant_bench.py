@@ -103,8 +103,8 @@ def floor():
         acl = NodeACL(tpg, initiator(i))
         MappedLUN(acl, 0, lun, write_protect=True)
         c = chap(i)
-        acl.chap_userid, acl.chap_password = c.username, c.password
-        acl.chap_mutual_userid, acl.chap_mutual_password = c.username_in, c.password_in
+        acl.chap_userid, acl.chap_password = c.userid, c.password
+        acl.chap_mutual_userid, acl.chap_mutual_password = c.mutual_userid, c.mutual_password
     made = time.monotonic()
     RTSRoot().save_to_file(SAVE)
     saved = time.monotonic()
