@@ -85,7 +85,7 @@ def test_a_path_logs_out_under_a_mounted_map_only_while_other_paths_are_left():
     alone = _logout_plan(paths_left=False)
     assert alone.conflicts and isinstance(alone.conflicts[0], Busy)
     spare = _logout_plan(paths_left=True)
-    assert not spare.conflicts and [s.op for s in spare.steps] == ["logout", "delete_record"]
+    assert not spare.conflicts and [s.kind for s in spare.steps] == ["logout", "delete_record"]
 
 
 def test_claim_hands_multipath_the_kernel_name_not_the_udev_link():

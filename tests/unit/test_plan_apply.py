@@ -33,7 +33,7 @@ def record(**over) -> dict:
 def test_a_missing_record_is_created_then_every_setting_and_the_login_are_planned():
     spec = session_spec(portal="10.77.0.11", target_iqn=IQN)
     plan = plan_session(spec, SessionLive(None, None))
-    assert [(s.op, s.key) for s in plan.steps] == [("create_record", ""), ("update", "node.startup"),
+    assert [(s.kind, "".join(s.keys)) for s in plan.steps] == [("create_record", ""), ("update", "node.startup"),
                                                    ("update", "node.session.auth.authmethod"), ("login", "")]
     assert plan.conflicts == [] and plan.warnings == [] and plan.creates_record
     assert plan.before == {"logged_in": False, "record": False}
@@ -50,7 +50,7 @@ def test_a_missing_record_is_planned_from_the_target_name_with_no_dry_run_input(
     spec = session_spec(portal=PORTAL, target_iqn=IQN)
     plan = plan_session(spec, SessionLive(None, None))
     assert plan.conflicts == [] and plan.warnings == []
-    assert plan.steps[0].op == "create_record" and plan.steps[-1].op == "login"
+    assert plan.steps[0].kind == "create_record" and plan.steps[-1].kind == "login"
 
 
 def test_a_converged_session_plans_nothing():
@@ -69,8 +69,8 @@ def test_new_credentials_on_a_live_session_warn_and_predict_a_masked_change():
     assert plan.after["node.session.auth.password"] == "******** (changed)"
     assert "hdsecret12345" not in json.dumps([plan.before, plan.after, plan.warnings])
     (step,) = plan.steps
-    assert step.op == "write_secrets" and step.keys == ["node.session.auth.password"]
-    assert "hdsecret12345" not in step.command and "hdsecret12345" not in " ".join(step.argv)
+    assert step.kind == "write_secrets" and step.keys == ("node.session.auth.password",)
+    assert "hdsecret12345" not in step.description and "hdsecret12345" not in str(step.to_dict()) and "hdsecret12345" not in " ".join(step.argv)
     assert json.loads(step.data) == {"node.session.auth.password": "hdsecret12345"}  # on stdin only
 
 
@@ -79,7 +79,7 @@ def test_a_logout_under_a_mount_is_a_conflict_unless_the_caller_names_that_unmou
     live = SessionLive(SESSION, record(), mounted=["/dev/sda on /datasets/a/v1"])
     assert isinstance(plan_session(spec, live).conflicts[0], Busy)
     dry = plan_session(spec, live, unmounting=("/datasets/a/v1",))
-    assert dry.conflicts == [] and [s.op for s in dry.steps] == ["logout", "delete_record"]
+    assert dry.conflicts == [] and [s.kind for s in dry.steps] == ["logout", "delete_record"]
     assert dry.after == {"logged_in": False, "record": False}
 
 

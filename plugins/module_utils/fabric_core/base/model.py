@@ -115,7 +115,10 @@ class Step:
     ZFS's own validation of the step (`zpool create -n`, `zpool add -n`, `zfs create -n -v`), run in a
     dry run only, its output shown as ``prepared``; when ``dry_run_strict`` is false a refusal is a warning
     (``dry_run_refusal`` says why it may be wrong, e.g. a wipe the real run does first). ``follow_up``:
-    read-only commands run after the step in a real run (`udevadm settle` after `zfs create -V`).
+    read-only commands run after the step in a real run (`udevadm settle` after `zfs create -V`). ``ok_rcs``: the
+    exit statuses that are success (iscsiadm's "no objects" for a logout already done). ``kind`` names the change
+    in the mechanism's words (create_record, login, ...) for the mechanism's own applier, which orders or
+    re-plans by it; ``keys``: the settings the step changes (what a module reports as updated).
     """
 
     description: str
@@ -128,6 +131,9 @@ class Step:
     follow_up: list = field(default_factory=list)
     call: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
     entry: tuple = ()
+    ok_rcs: tuple = (0,)
+    kind: str = ""
+    keys: tuple = ()
 
     def to_dict(self) -> dict:
         if self.call is not None:
@@ -163,7 +169,7 @@ def apply_steps(runner, steps: list) -> Applied:
             done.prepared = (res.stdout + res.stderr).strip()
             if res.rc != 0:
                 done.warnings.append(f"{step.dry_run_refusal}{res.stderr.strip()}")
-        runner.run(step.argv, data=step.data, check=step.check, mutating=True)
+        runner.run(step.argv, data=step.data, check=step.check, mutating=True, ok_rcs=step.ok_rcs)
         done.commands.append(list(step.argv))
         if not runner.dry_run:
             for argv in step.follow_up:

@@ -38,7 +38,8 @@ import shlex
 import time
 from dataclasses import dataclass, field
 
-from ..base.errors import EXIT_USER, MASK, Busy, CommandError, FabricError, UserError, redact_argv
+from ..base.errors import EXIT_USER, MASK, Busy, CommandBounded, CommandError, FabricError, UserError, redact_argv
+from ..base.model import Step, apply_steps
 from ..base.names import validate_iqn
 from ..base.rules import OPEN_ISCSI, parse_chap
 
@@ -489,39 +490,29 @@ def record_writer_argv(target_iqn: str, portal: str) -> tuple:
     return ("python3", "-c", RECORD_WRITER, target_iqn, address.strip("[]"), port, *NODE_RECORD_ROOTS)
 
 
-@dataclass(frozen=True)
-class SessionStep:
-    """One change: ``op`` is create_record, update (``iscsiadm -o update``, one non-secret setting),
-    write_secrets (the CHAP secrets, written into the record file from stdin), login, logout or
-    delete_record."""
-
-    op: str
-    argv: tuple
-    key: str = ""  # the setting an update sets
-    secrets: tuple = ()  # write_secrets: ((key, value), ...), sent on stdin (never shown)
-
-    @property
-    def keys(self) -> list[str]:
-        """The settings this step changes."""
-        return [self.key] if self.op == "update" else [k for k, _secret in self.secrets]
-
-    @property
-    def data(self) -> str | None:
-        """What the step's command reads on stdin."""
-        return json.dumps(dict(self.secrets)) if self.secrets else None
-
-    @property
-    def command(self) -> str:
-        if self.op == "write_secrets":
-            target, address, port = self.argv[3:6]
-            return (f"write {', '.join(self.keys)} into the node record of {target} at {address}:{port} "
-                    "(mode 0600, from stdin)")
-        return _cmdline(self.argv)
+def session_step(kind: str, argv, *, keys: tuple = (), secrets: tuple = ()) -> Step:
+    """One change of a node record or session, as a plan step (``model.Step``): ``kind`` is create_record, update
+    (``iscsiadm -o update``, one non-secret setting, ``keys``), write_secrets (the CHAP ``secrets``, ((key, value),
+    ...), written into the record file from stdin: never on a command line, never shown), login, logout or
+    delete_record. A logout or record deletion already done (iscsiadm's "no objects") and a login to a session
+    that exists are success."""
+    argv = tuple(argv)
+    if kind == "write_secrets":
+        target, address, port = argv[3:6]
+        keys = tuple(k for k, _secret in secrets)
+        description = (f"write {', '.join(keys)} into the node record of {target} at {address}:{port} "
+                       "(mode 0600, from stdin)")
+    else:
+        description = _cmdline(argv)
+    ok_rcs = {"logout": (0, RC_NO_OBJECTS), "delete_record": (0, RC_NO_OBJECTS),
+              "login": (0, RC_SESSION_EXISTS)}.get(kind, (0,))
+    return Step(description, argv=list(argv), data=json.dumps(dict(secrets)) if secrets else None, ok_rcs=ok_rcs,
+                kind=kind, keys=tuple(keys))
 
 
 @dataclass
 class SessionPlan:
-    steps: list  # [SessionStep], in order
+    steps: list  # [model.Step] (``session_step``), in order
     conflicts: list  # FabricErrors that forbid the change (the applier raises the first, before any change)
     warnings: list
     before: dict
@@ -533,7 +524,7 @@ class SessionPlan:
 
     @property
     def creates_record(self) -> bool:
-        return any(step.op == "create_record" for step in self.steps)
+        return any(step.kind == "create_record" for step in self.steps)
 
 
 def plan_session(spec: SessionSpec, live: SessionLive, *, unmounting: tuple = (),
@@ -548,7 +539,7 @@ def plan_session(spec: SessionSpec, live: SessionLive, *, unmounting: tuple = ()
     record = live.record
     before = {"logged_in": live.session is not None, "record": record is not None,
               **(_masked({k: record.get(k, "") for k in wanted}) if record is not None else {})}
-    steps: list[SessionStep] = []
+    steps: list[Step] = []
     conflicts: list[FabricError] = []
     warnings: list[str] = []
     if spec.state == "logged_out":
@@ -558,12 +549,12 @@ def plan_session(spec: SessionSpec, live: SessionLive, *, unmounting: tuple = ()
                 conflicts.append(Busy(f"{spec.target_iqn} at {spec.portal} is in use: {', '.join(mounted)}",
                                       "unmount it first (stop and disable its .mount unit); logging out under a "
                                       "mounted file system makes it fail with I/O errors"))
-            steps.append(SessionStep("logout", tuple(spec.node_argv("--logout"))))
+            steps.append(session_step("logout", spec.node_argv("--logout")))
         if record is not None:
-            steps.append(SessionStep("delete_record", tuple(spec.node_argv("-o", "delete"))))
+            steps.append(session_step("delete_record", spec.node_argv("-o", "delete")))
         return SessionPlan(steps, conflicts, warnings, before, {"logged_in": False, "record": False})
     if record is None:
-        steps.append(SessionStep("create_record", tuple(spec.node_argv("-o", "new"))))
+        steps.append(session_step("create_record", spec.node_argv("-o", "new")))
         record = {}
     secrets = []
     for key, value in wanted.items():
@@ -572,16 +563,16 @@ def plan_session(spec: SessionSpec, live: SessionLive, *, unmounting: tuple = ()
         if key in SECRET_KEYS:
             secrets.append((key, value))  # never on a command line: into the record file, from stdin
         else:
-            steps.append(SessionStep("update", tuple(spec.node_argv("-o", "update", "-n", key, "-v", value)), key))
+            steps.append(session_step("update", spec.node_argv("-o", "update", "-n", key, "-v", value), keys=(key,)))
     if secrets:
-        steps.append(SessionStep("write_secrets", record_writer_argv(spec.target_iqn, spec.portal),
-                                 secrets=tuple(secrets)))
+        steps.append(session_step("write_secrets", record_writer_argv(spec.target_iqn, spec.portal),
+                                  secrets=tuple(secrets)))
     updated = [key for step in steps for key in step.keys]
     if live.session is not None and updated and live.record is not None:
         warnings.append(f"{spec.target_iqn}: changed node settings ({', '.join(updated)}) take effect at the "
                         "next login; the current session keeps its old ones")
     if live.session is None:
-        steps.append(SessionStep("login", tuple(spec.node_argv("--login"))))
+        steps.append(session_step("login", spec.node_argv("--login")))
     after = {"logged_in": True, "record": True, **_masked(wanted)}
     for key in SECRET_KEYS:
         if key in wanted and key in updated and wanted[key]:
@@ -602,20 +593,19 @@ def apply_session(runner, spec: SessionSpec, live: SessionLive, plan: SessionPla
     updated = plan.updated
     while steps:
         step = steps.pop(0)
-        commands.append(step.command)
-        if step.op == "login":
-            res = runner.run(step.argv, mutating=True, check=False)
-            if res.rc not in (0, RC_SESSION_EXISTS):
-                raise _login_error(step.argv, res, spec.target_iqn, spec.portal, read_initiator_name(runner))
-            continue
-        ok_rcs = (0, RC_NO_OBJECTS) if step.op in ("logout", "delete_record") else (0,)
+        commands.append(step.description)
         try:
-            runner.run(step.argv, mutating=True, ok_rcs=ok_rcs, data=step.data)
-        except CommandError as err:  # shown by its summary: the writer's argv is a whole program
-            raise CommandError([step.command], err.rc, err.stdout, err.stderr,
+            apply_steps(runner, [step])  # the one applier: a dry run records the step and runs nothing
+        except CommandBounded:
+            raise
+        except CommandError as err:
+            if step.kind == "login":
+                raise _login_error(step.argv, err, spec.target_iqn, spec.portal, read_initiator_name(runner)) from None
+            # shown by its summary: the writer's argv is a whole program
+            raise CommandError([step.description], err.rc, err.stdout, err.stderr,
                                "see `journalctl -u iscsid` on this host; a node record is a file under "
                                "/etc/iscsi/nodes") from None
-        if step.op == "create_record" and not runner.dry_run:  # what `-o new` made: plan the rest from it
+        if step.kind == "create_record" and not runner.dry_run:  # what `-o new` made: plan the rest from it
             made = read_node_record(runner, spec.target_iqn, spec.portal, secrets=bool(spec.chap)) or {}
             replan = plan_session(spec, SessionLive(live.session, made))
             steps, after, updated = list(replan.steps), replan.after, replan.updated
@@ -674,11 +664,8 @@ def refresh_record(runner, *, portal: str, target_iqn: str, chap: dict | None) -
                        chap=spec.chap)
     # planned as if logged in: a record with no session is updated, never logged in
     plan = plan_session(spec, SessionLive({}, record))
-    commands = []
-    for step in plan.steps:
-        commands.append(step.command)
-        runner.run(step.argv, mutating=True, data=step.data)
-    return {"changed": bool(commands), "commands": commands}
+    apply_steps(runner, plan.steps)
+    return {"changed": bool(plan.steps), "commands": [step.description for step in plan.steps]}
 
 
 def _mounted_disks(runner, session: dict) -> list[str]:
