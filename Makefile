@@ -16,12 +16,13 @@ STORAGE2     ?=
 DEBIAN       ?=
 SHUFFLE      ?=
 LEVERS       ?=
+ARGS         ?=
 # Every target here runs on the lab: its Ansible runs open the lab's vault (password committed, public), by
 # this variable only: ansible.cfg loads no vault secret, since it serves production inventories too.
 export ANSIBLE_VAULT_IDENTITY_LIST := lab@$(CURDIR)/inventory/lab/vault-password.txt
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-versions bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers bench-native bench-prolog bench-grant bench-csi lab-panic-repro lint docs lock clean test-tools
+.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-versions bench-versions-lab bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers bench-native bench-prolog bench-grant bench-csi lab-panic-repro lint docs lock clean test-tools
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -96,6 +97,9 @@ bench-manifest: venv ## issue 4 benchmark on the host: manifest of 1,000,000 sma
 
 bench-versions: venv ## issue 31 benchmark on the host: seal after 1% of 1,000,000 files changed, incremental vs full; diff of two 1M-entry manifests -> docs/benchmarks.md, bench/results/versions.json
 	$(PY) bench/versions_bench.py
+
+bench-versions-lab: venv ## issue 31 benchmark on the running lab: fabricctl dataset seal after 1% of 100,000 files changed, incremental vs --full (ROUNDS=N; ARGS=--cleanup-only removes a kept dataset) -> docs/benchmarks.md, bench/results/versions.json
+	$(PY) bench/versions_lab_bench.py $(if $(ROUNDS),--rounds $(ROUNDS)) $(ARGS)
 
 bench-publish: venv ## issue 4 benchmark on the running lab: fabricctl publish of 1 and 4 GiB vs rsync to gpu1+gpu2 -> docs/benchmarks.md
 	$(PY) bench/publish_bench.py
