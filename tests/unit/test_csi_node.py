@@ -240,7 +240,8 @@ def test_after_a_reboot_the_boot_time_gc_drops_the_volumes_holder(tmp_path):
     record = at.Store(str(tmp_path / "state")).load("imagenet@v3")
     steps = at.plan_gc([record], sessions=[], node_records=[], mounts=[], target_prefix=V3.rsplit(":", 1)[0] + ":ds.",
                        mount_root="/datasets", boot_id="boot-2")
-    assert [(s.op, s.holder) for s in steps][:2] == [("drop_holder", "csi:imagenet@v3"), ("detach", "")]
+    assert [(s.kind, s.params.get("holder", "")) for s in steps][:2] == [("drop_holder", "csi:imagenet@v3"),
+                                                                         ("detach", "")]
     assert at.holder_stale("csi:imagenet@v3", record.holders["csi:imagenet@v3"], boot_id="boot-1",
                            is_alive=lambda job: False) == ""  # same boot: a pod's holder is never a job's
 

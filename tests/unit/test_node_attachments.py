@@ -148,7 +148,7 @@ def test_gc_after_a_reboot_drops_every_job_holder_and_takes_their_attachments_do
     at.add_holder(shared, "job:9", since="t", boot_id=OLD_BOOT)
     steps = gc([held, shared], node_records=[{"target": held.target, "portal": P1},
                                               {"target": shared.target, "portal": P1}])
-    assert [(s.op, s.ref, s.holder) for s in steps] == [
+    assert [(s.kind, s.params["ref"], s.params.get("holder", "")) for s in steps] == [
         ("drop_holder", "imagenet@v3", "job:1", ), ("drop_holder", "llama@v1", "job:9"), ("detach", "imagenet@v3", "")]
     # the detach takes imagenet's node record with it; llama's stays with its manual holder
 
@@ -165,10 +165,13 @@ def test_gc_removes_what_no_attachment_references_and_leaves_other_tools_alone()
                mounts=["/datasets/imagenet/v3", "/datasets/orphan/v1", "/datasets/welcome", "/datasets/legacy/v1",
                        "/home/x", "/datasets/a/b/c"],
                foreign=["/datasets/legacy/v1"])
-    assert [(s.op, s.mountpoint or s.target, s.portal) for s in steps] == [
+    assert [(s.kind, s.params.get("mountpoint") or s.params["target"], s.params.get("portal", "")) for s in steps] == [
         ("unmount", "/datasets/orphan/v1", ""), ("logout", orphan, P1), ("logout", orphan, P2),
         ("delete_record", orphan, P1)]
-    assert all(s.describe() for s in steps)
+    assert [s.description for s in steps][:2] == [
+        "unmount /datasets/orphan/v1 (no attachment record names it)",
+        f"log out of {orphan} at {P1} (no attachment holds it)"]
+    assert at.gc_dict(steps[1]) == {"op": "logout", "target": orphan, "portal": P1, "reason": "no attachment holds it"}
 
 
 def test_gc_asks_about_each_job_and_keeps_what_it_cannot_tell():
@@ -179,12 +182,12 @@ def test_gc_asks_about_each_job_and_keeps_what_it_cannot_tell():
         return {"1": False}.get(job)
 
     steps = gc([attachment("job:1", "job:2")], is_alive=alive)
-    assert [(s.op, s.holder) for s in steps] == [("drop_holder", "job:1")] and sorted(asked) == ["1", "2"]
+    assert [(s.kind, s.params["holder"]) for s in steps] == [("drop_holder", "job:1")] and sorted(asked) == ["1", "2"]
 
 
 def test_gc_of_an_attachment_killed_before_it_had_a_holder_left_takes_it_down():
     att = attachment()  # no holder: an attach that failed and was killed before it removed its record
-    assert [(s.op, s.reason) for s in gc([att])] == [("detach", "no holder")]
+    assert [(s.kind, s.params["reason"]) for s in gc([att])] == [("detach", "no holder")]
 
 
 # --- what a storage node's key may ask -----------------------------------------------------------

@@ -118,7 +118,9 @@ class Step:
     read-only commands run after the step in a real run (`udevadm settle` after `zfs create -V`). ``ok_rcs``: the
     exit statuses that are success (iscsiadm's "no objects" for a logout already done). ``kind`` names the change
     in the mechanism's words (create_record, login, ...) for the mechanism's own applier, which orders or
-    re-plans by it; ``keys``: the settings the step changes (what a module reports as updated).
+    re-plans by it; ``keys``: the settings the step changes (what a module reports as updated); ``params``: what
+    the step acts on, in the planner's words (a gc step's ref, holder, mount point), for that applier and for a
+    JSON report (never a secret).
     """
 
     description: str
@@ -134,6 +136,7 @@ class Step:
     ok_rcs: tuple = (0,)
     kind: str = ""
     keys: tuple = ()
+    params: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         if self.call is not None:

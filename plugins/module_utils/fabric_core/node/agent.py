@@ -24,16 +24,19 @@ cannot be reached are ``StorageUnreachable``. Both change nothing on this node.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import posixpath
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from ..base import lock
 from ..base.errors import Busy, FabricError, NotFound, UserError
 from ..base.exports import dataset_on_node, dataset_target_prefix
+from ..base.model import Step, apply_steps
 from ..base.names import validate_tag
 from ..base.rules import OPEN_ISCSI, validate_filesystem
 from ..base.runner import Runner
@@ -44,6 +47,7 @@ from .attachments import (
     Attachment,
     Store,
     add_holder,
+    gc_dict,
     job_of,
     now_text,
     parse_version_ref,
@@ -501,37 +505,41 @@ class Agent:
                             mounts=self._mounts(), foreign=foreign,
                             target_prefix=dataset_target_prefix(self.config.iqn_base),
                             mount_root=self.config.mount_root, boot_id=self.boot_id, is_alive=is_alive)
-            out: dict = {"steps": [s.to_dict() for s in steps], "done": [], "failed": {}, "changed": False}
+            out: dict = {"steps": [gc_dict(s) for s in steps], "done": [], "failed": {}, "changed": False}
             if self.dry_run:
-                out["planned"] = [s.describe() for s in steps]
+                out["planned"] = [s.description for s in steps]
                 return out
             by_ref = {a.ref: a for a in records}
             for s in steps:
+                # each step through the one applier (recorded in the runner as a call); a failure is reported
+                # and the next step still runs: one stale mount must not keep the rest of the node uncollected
+                call = replace(s, call=functools.partial(self._gc_step, s, by_ref),
+                               entry=("fabric-node gc", s.description))
                 try:
-                    self._gc_step(s, by_ref)
+                    apply_steps(self.runner, [call])
                 except FabricError as err:
-                    out["failed"][s.describe()] = err
+                    out["failed"][s.description] = err
                     continue
-                out["done"].append(s.describe())
+                out["done"].append(s.description)
                 out["changed"] = True
             return out
 
-    def _gc_step(self, s, by_ref: dict) -> None:
-        runner = self.runner
-        if s.op == "drop_holder":
-            att = by_ref[s.ref]
-            remove_holder(att, s.holder)
+    def _gc_step(self, s: Step, by_ref: dict) -> None:
+        runner, p = self.runner, s.params
+        if s.kind == "drop_holder":
+            att = by_ref[p["ref"]]
+            remove_holder(att, p["holder"])
             if att.holders:  # the others keep it; a manual holder gone: the mount stops coming back at boot
                 if att.persistent and not att.wants_persistent():
                     self._converge(att, hostside.quiet)
                 self._save(att)
-        elif s.op == "detach":
-            self._teardown(by_ref[s.ref], force=False)
-            self._remove(s.ref)
-        elif s.op == "unmount":
-            mounts.remove_mount(runner, s.mountpoint, force=False)
+        elif s.kind == "detach":
+            self._teardown(by_ref[p["ref"]], force=False)
+            self._remove(p["ref"])
+        elif s.kind == "unmount":
+            mounts.remove_mount(runner, p["mountpoint"], force=False)
         else:  # logout, delete_record: ensure_session logs out (refused while mounted) and deletes the record
-            iscsi.ensure_session(runner, portal=iscsi.normalize_portal(s.portal), target_iqn=s.target,
+            iscsi.ensure_session(runner, portal=iscsi.normalize_portal(p["portal"]), target_iqn=p["target"],
                                  state="logged_out")
 
     # ---- credentials

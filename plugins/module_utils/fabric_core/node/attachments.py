@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..base import atomic
 from ..base.errors import InvalidName, UserError
+from ..base.model import Step
 from ..base.names import parse_ref
 
 MANUAL = "manual"
@@ -240,27 +241,22 @@ class Store:
 # gc: the pure plan
 
 
-@dataclass(frozen=True)
-class GcStep:
-    """One step of a gc: ``op`` is drop_holder (ref, holder), detach (ref: the whole attachment taken down),
-    unmount (mountpoint), logout (target, portal) or delete_record (target, portal)."""
+GC_WHAT = {"drop_holder": "drop holder {holder} of {ref}", "detach": "detach {ref}", "unmount": "unmount {mountpoint}",
+           "logout": "log out of {target} at {portal}",
+           "delete_record": "delete the node record of {target} at {portal}"}
 
-    op: str
-    ref: str = ""
-    holder: str = ""
-    mountpoint: str = ""
-    target: str = ""
-    portal: str = ""
-    reason: str = ""
 
-    def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v}
+def gc_step(kind: str, reason: str = "", **params: str) -> Step:
+    """One step of a gc, as a plan step (``model.Step``): ``kind`` is drop_holder (ref, holder), detach (ref: the
+    whole attachment taken down), unmount (mountpoint), logout (target, portal) or delete_record (target, portal);
+    ``params`` holds those and the reason. The agent carries each out (``Agent.gc``) through ``apply_steps``."""
+    what = GC_WHAT[kind].format(**params)
+    return Step(f"{what} ({reason})" if reason else what, kind=kind, params={**params, "reason": reason})
 
-    def describe(self) -> str:
-        what = {"drop_holder": f"drop holder {self.holder} of {self.ref}", "detach": f"detach {self.ref}",
-                "unmount": f"unmount {self.mountpoint}", "logout": f"log out of {self.target} at {self.portal}",
-                "delete_record": f"delete the node record of {self.target} at {self.portal}"}[self.op]
-        return f"{what} ({self.reason})" if self.reason else what
+
+def gc_dict(step: Step) -> dict:
+    """A gc step as `fabric-node gc --json` reports it: {op, ref|holder|mountpoint|target|portal, reason}."""
+    return {"op": step.kind, **{k: v for k, v in step.params.items() if v}}
 
 
 GC_ORDER = ("drop_holder", "detach", "unmount", "logout", "delete_record")
@@ -282,7 +278,7 @@ def version_mountpoint(mountpoint: str, mount_root: str) -> tuple[str, str] | No
 
 def plan_gc(records: Iterable[Attachment], *, sessions: Iterable[dict], node_records: Iterable[dict],
             mounts: Iterable[str], foreign: Iterable[str] = (), target_prefix: str, mount_root: str, boot_id: str,
-            is_alive: Callable[[str], bool | None] | None = None) -> list[GcStep]:
+            is_alive: Callable[[str], bool | None] | None = None) -> list[Step]:
     """What a gc does, in order (pure).
 
     records: the agent's attachments. sessions and node_records: this node's iSCSI sessions and node records
@@ -293,20 +289,20 @@ def plan_gc(records: Iterable[Attachment], *, sessions: Iterable[dict], node_rec
     detached whole; then every session, node record and mount of the fabric that no remaining attachment
     references goes (an agent killed before it wrote its record, a record removed by hand)."""
     records = list(records)
-    steps: list[GcStep] = []
+    steps: list[Step] = []
     kept: list[Attachment] = []
     for att in sorted(records, key=lambda a: a.ref):
         left = []
         for holder, info in sorted(att.holders.items()):
             why = holder_stale(holder, info, boot_id=boot_id, is_alive=is_alive)
             if why:
-                steps.append(GcStep("drop_holder", ref=att.ref, holder=holder, reason=why))
+                steps.append(gc_step("drop_holder", why, ref=att.ref, holder=holder))
             else:
                 left.append(holder)
         if left:
             kept.append(att)
         else:
-            steps.append(GcStep("detach", ref=att.ref, reason="no holder left" if att.holders else "no holder"))
+            steps.append(gc_step("detach", "no holder left" if att.holders else "no holder", ref=att.ref))
     referenced_targets = {a.target for a in kept}
     taken_down = {a.target for a in records} - referenced_targets  # the detach steps take those down whole
     known_points = {a.mountpoint for a in records}
@@ -320,7 +316,7 @@ def plan_gc(records: Iterable[Attachment], *, sessions: Iterable[dict], node_rec
     for point in sorted(set(mounts)):
         if point in known_points or point in foreign or version_mountpoint(point, mount_root) is None:
             continue
-        steps.append(GcStep("unmount", mountpoint=point, reason="no attachment record names it"))
+        steps.append(gc_step("unmount", "no attachment record names it", mountpoint=point))
     seen_sessions = set()
     for s in sessions:
         key = (s["target"], s["portal"])
@@ -328,7 +324,7 @@ def plan_gc(records: Iterable[Attachment], *, sessions: Iterable[dict], node_rec
             continue
         seen_sessions.add(key)
         if s["target"] not in referenced_targets and s["target"] not in taken_down:
-            steps.append(GcStep("logout", target=s["target"], portal=s["portal"], reason="no attachment holds it"))
+            steps.append(gc_step("logout", "no attachment holds it", target=s["target"], portal=s["portal"]))
     seen_records = set()
     for r in node_records:
         key = (r["target"], r["portal"])
@@ -336,6 +332,5 @@ def plan_gc(records: Iterable[Attachment], *, sessions: Iterable[dict], node_rec
             continue
         seen_records.add(key)
         if r["target"] not in referenced_targets and r["target"] not in taken_down:
-            steps.append(GcStep("delete_record", target=r["target"], portal=r["portal"],
-                                reason="no attachment holds it"))
-    return sorted(steps, key=lambda s: GC_ORDER.index(s.op))
+            steps.append(gc_step("delete_record", "no attachment holds it", target=r["target"], portal=r["portal"]))
+    return sorted(steps, key=lambda s: GC_ORDER.index(s.kind))
