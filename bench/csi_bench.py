@@ -25,7 +25,6 @@ docs/benchmarks.md and bench/results/csi.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import statistics
@@ -33,7 +32,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from labbench import BenchError, run_bench, say, ssh  # noqa: E402
+from labbench import BenchError, bench_args, run_bench, say, ssh  # noqa: E402
 from report import commit, now, write_json  # noqa: E402
 
 SECTION = "csi"
@@ -177,13 +176,7 @@ def rows(result: dict, when: str) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of the two (default 5)")
-    parser.add_argument("--keep", action="store_true", help=f"keep {REF} after the run")
-    parser.add_argument("--cleanup-only", action="store_true", help="remove this benchmark's leftovers and stop")
-    args = parser.parse_args()
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
+    args = bench_args(__doc__, rounds=5, rounds_help="rounds of the two", keep=REF)
     result: dict = {}
 
     def run(_lab) -> dict:

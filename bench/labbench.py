@@ -4,6 +4,7 @@ checks, measures, always cleans up and only then writes its report section."""
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -216,6 +217,19 @@ def ratio(a: float | None, b: float | None) -> str:
     if a is None or not b:
         return "-"
     return f"{a / b:.2f}" if a / b >= 1 else f"{a / b:.3f}"
+
+
+def bench_args(doc: str, *, rounds: int, rounds_help: str, keep: str) -> argparse.Namespace:
+    """The command line every lab benchmark of one version takes: --rounds N (at least 1; ``rounds`` by default),
+    --keep (``keep``, what it made, stays after the run) and --cleanup-only."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=rounds, help=f"{rounds_help} (default {rounds})")
+    parser.add_argument("--keep", action="store_true", help=f"keep {keep} after the run")
+    parser.add_argument("--cleanup-only", action="store_true", help="remove this benchmark's leftovers and stop")
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    return args
 
 
 def run_bench(bench: str, section: str, *, checking: str, preflight: Callable[[], L],

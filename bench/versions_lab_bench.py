@@ -25,7 +25,6 @@ benchmark's figures there are kept).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import statistics
@@ -33,7 +32,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from labbench import BenchError, fabricctl_facts, run_bench, say, ssh, timed  # noqa: E402
+from labbench import BenchError, bench_args, fabricctl_facts, run_bench, say, ssh, timed  # noqa: E402
 from report import commit, now  # noqa: E402
 
 SECTION = "versions-lab"
@@ -186,13 +185,7 @@ def rows(done: dict, when: str) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of incremental then full (default 2)")
-    parser.add_argument("--keep", action="store_true", help=f"keep {DATA} after the run")
-    parser.add_argument("--cleanup-only", action="store_true", help="remove this benchmark's leftovers and stop")
-    args = parser.parse_args()
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
+    args = bench_args(__doc__, rounds=2, rounds_help="rounds of incremental then full", keep=DATA)
     result: dict = {}
 
     def preflight() -> dict:
