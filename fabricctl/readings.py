@@ -108,7 +108,7 @@ def read_exports(ctx) -> tuple[dict, list]:
     checks = [health.chap(not cfg.insecure_no_chap), health.discovery(closed), saved_check(index.live["dump"]),
               reservations_check(index.live["dump"]),
               health.sessions({t: [index.name_of(i) for i in index.published_initiators(t)] for t in acls},
-                              logged_in, granted=sum(len(i) for i in acls.values())),
+                              logged_in, all_acls=sum(len(i) for i in acls.values())),
               health.foreign_acls({t: [i for i in inits if i not in index.hosts] for t, inits in acls.items()})]
     return {"published": published, "sessions": logged_in, "access": access,
             "warnings": access_warnings(access)}, checks

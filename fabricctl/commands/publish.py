@@ -53,14 +53,15 @@ def run(ctx, args) -> int:
     created = {r["snapshot"]: r["creation"] for r in datasets.sealed(ctx, name)}
     pub = ctx.publisher
     peers = serving.named_peers(ctx, args.from_nodes, name, version) if args.from_nodes else []
-    # the hosts' ACLs tagged as a publish's (`status` checks they stay logged in), unless pull only: a grant
-    storage = pub.export(export, hosts, published=ctx.config.ssh.access != "none")
+    pull_only = ctx.config.ssh.access == "none"  # each host attaches it itself: granted, not published
+    # the hosts' ACLs tagged as a publish's (`status` checks they stay logged in), unless pull only
+    storage = pub.export(export, hosts, published=not pull_only)
     volume, names = datasets.volume(ctx.config, name), [h.name for h in hosts]
     # each other node exports it too, asked in requests of at most MAX_EXPORT_HOSTS hosts (serving.ask_each)
     answers, failed = serving.ask_each(
-        ctx, peers, names, lambda peer, guid: ("replica-serve", peer.name, "export", volume, version, guid, *names),
-        lambda peer, guid, chunk: peer.export(volume, version, guid, chunk,
-                                              published=ctx.config.ssh.access != "none"))
+        ctx, peers, names, lambda peer, guid: ("replica-serve", peer.name, "export", volume, version, guid,
+                                               *([] if pull_only else ["--published"]), *names),
+        lambda peer, guid, chunk: peer.export(volume, version, guid, chunk, published=not pull_only))
     if failed:
         node, problem = next(iter(sorted(failed.items())))
         raise UserError(f"--from-nodes: {node} did not export {name}@{version}: {problem}",
@@ -68,7 +69,7 @@ def run(ctx, args) -> int:
                         "what this node exported stays, and a second run converges")
     nodes = {node: got[0] for node, got in answers.items()}
     portals = [nodes[peer.name]["portal"] if peer.name in nodes else f"{peer.node.address}:3260" for peer, _g in peers]
-    if ctx.config.ssh.access == "none":  # pull only: granted; each host attaches it itself
+    if pull_only:
         out = {"ref": f"{name}@{version}", "target": pub.settings.target_iqn(export), "dry_run": ctx.dry_run,
                "storage": storage, "hosts": {h.name: {"status": "granted"} for h in hosts},
                "mountpoint": export.mountpoint, "planned": ctx.planned(), "pull_only": True}

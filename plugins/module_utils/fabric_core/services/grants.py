@@ -52,17 +52,17 @@ def plan_grant(target: str, facts: dict, wanted: Mapping[str, Chap | None], *,
                 if have.get(name, "") != fields.get(name, ""):
                     actions.append(lio.Action("set_auth", target, {"initiator": initiator, "field": name,
                                                                    "value": fields.get(name, "")}, "CHAP of this host"))
-            if tag is not None and current_tag(initiator) != tag:
-                actions.append(lio.Action("set_acl_tag", target, {"initiator": initiator, "value": tag}))
-            continue
-        actions.append(lio.Action("create_acl", target, {"initiator": initiator}, "granted"))
-        actions.append(lio.Action("create_mapped_lun", target, {"initiator": initiator, "index": 0, "tpg_lun": lun,
-                                                                "write_protect": not writable}))
-        for name in AUTH_FIELDS:
-            if fields.get(name):
-                actions.append(lio.Action("set_auth", target, {"initiator": initiator, "field": name,
-                                                               "value": fields[name]}))
-        if tag is not None:
+            retag = tag is not None and current_tag(initiator) != tag
+        else:
+            actions.append(lio.Action("create_acl", target, {"initiator": initiator}, "granted"))
+            actions.append(lio.Action("create_mapped_lun", target, {"initiator": initiator, "index": 0,
+                                                                    "tpg_lun": lun, "write_protect": not writable}))
+            for name in AUTH_FIELDS:
+                if fields.get(name):
+                    actions.append(lio.Action("set_auth", target, {"initiator": initiator, "field": name,
+                                                                   "value": fields[name]}))
+            retag = tag is not None
+        if retag:
             actions.append(lio.Action("set_acl_tag", target, {"initiator": initiator, "value": tag}))
     return sorted(actions, key=lambda a: lio.RANK[a.op])
 

@@ -326,18 +326,18 @@ def _short(target: str) -> str:
     return target.split(":", 1)[-1]
 
 
-def sessions(acls: dict, logged_in: dict, granted: int | None = None) -> Check:
+def sessions(acls: dict, logged_in: dict, all_acls: int | None = None) -> Check:
     """``acls`` {target IQN: [host names whose ACL is a publish's]}, ``logged_in`` {host name: [target IQNs]}: a
     host published a version and with no session to it is WARNING (asked to attach it, not logged in). A grant's
-    ACL is not in ``acls``: its host attaches when a job wants it (``granted``: how many ACLs there are in all,
-    for the summary)."""
+    ACL is not in ``acls``: its host attaches when a job wants it (``all_acls``: how many ACLs there are in all,
+    grants included, for the summary)."""
     missing: dict = {}
     for target, hosts in sorted(acls.items()):
         for host in hosts:
             if target not in logged_in.get(host, []):
                 missing.setdefault(host, []).append(target)
     pairs = sum(len(acls[t]) for t in acls)
-    total = pairs if granted is None else granted
+    total = pairs if all_acls is None else all_acls
     details = {"missing": {h: list(t) for h, t in sorted(missing.items())}, "acls": total, "published": pairs}
     perf = (f"sessions_missing={sum(len(t) for t in missing.values())};1;;0",)
     if not missing:

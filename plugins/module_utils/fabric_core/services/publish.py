@@ -53,11 +53,12 @@ from ..storage import blockfs, lio, lioacls, lzc, zfs
 
 def desired_state(export: Export, *, iqn_base: str, backstore_prefix: str, portal_ip: str, portal_port: int,
                   chaps: Mapping[str, dict | None], require_chap: bool = True,
-                  tagged: Iterable[str] = (), tag: str = lio.PUBLISHED_TAG) -> dict:
+                  tagged: Iterable[str] = ()) -> dict:
     """The LIO desired state of one export (a dict for ``lio.reconcile``; other targets are left alone): one
     ACL per initiator of ``chaps`` (initiator -> its own CHAP credentials in LIO's field names: userid,
     password, mutual_userid, mutual_password; None: none, refused unless ``require_chap`` is False). The ACLs
-    of ``tagged`` get ``tag`` (a publish: hosts expected to stay logged in); the others keep the tag they have."""
+    of ``tagged`` get ``lio.PUBLISHED_TAG`` (a publish: hosts expected to stay logged in); the others keep the tag
+    they have."""
     tagged = set(tagged)
     return {
         "base_iqn": iqn_base,
@@ -70,7 +71,7 @@ def desired_state(export: Export, *, iqn_base: str, backstore_prefix: str, porta
             "luns": [{"name": export.lun_name, "device": export.device, "readonly": not export.writable, "lun": 0,
                       **({"wwn": export.serial} if export.serial else {})}],
             "acls": [{"initiator": i, "chap": dict(chaps[i]) if chaps[i] else None,
-                      **({"tag": tag} if i in tagged else {})} for i in sorted(chaps)],
+                      **({"tag": lio.PUBLISHED_TAG} if i in tagged else {})} for i in sorted(chaps)],
         }],
     }
 

@@ -85,19 +85,13 @@ class DumpModel:
         return next(m for m in self.acl(a.target, a.params["initiator"])["mapped_luns"]
                     if m["index"] == a.params["index"])
 
-    def set_auth(self, a: Action) -> None:
-        acl, key = self.acl(a.target, a.params["initiator"]), "chap_" + a.params["field"]
+    def set_acl_field(self, a: Action, key: str) -> None:
+        """One field of an ACL as rtslib's dump has it (a CHAP field, the tag): set, or gone when empty."""
+        acl = self.acl(a.target, a.params["initiator"])
         if a.params["value"]:
             acl[key] = a.params["value"]
         else:
             acl.pop(key, None)
-
-    def set_tag(self, a: Action) -> None:
-        acl = self.acl(a.target, a.params["initiator"])
-        if a.params["value"]:
-            acl["tag"] = a.params["value"]
-        else:
-            acl.pop("tag", None)
 
     @staticmethod
     def drop(items: list, unwanted) -> None:
@@ -186,11 +180,11 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
               lambda d, a: d.mapped_lun(a).update(write_protect=a.params["value"]),
               lambda x, a: setattr(x.mapped_lun(a), "write_protect", a.params["value"])),
     Operation("set_auth",
-              lambda d, a: d.set_auth(a),
+              lambda d, a: d.set_acl_field(a, "chap_" + a.params["field"]),
               lambda x, a: setattr(x.acl(a.target, a.params["initiator"]), "chap_" + a.params["field"],
                                    a.params["value"])),
     Operation("set_acl_tag",
-              lambda d, a: d.set_tag(a),
+              lambda d, a: d.set_acl_field(a, "tag"),
               lambda x, a: setattr(x.acl(a.target, a.params["initiator"]), "tag", a.params["value"])),
     Operation("enable_tpg",
               lambda d, a: d.tpg(a.target).update(enable=True),
