@@ -45,7 +45,7 @@ def configure(p) -> None:
 def collect(ctx, now: datetime.datetime) -> tuple[retention.Plan, list[dict]]:
     cfg = ctx.config
     rules = retention.parse_retention(cfg.retention, cfg.metrics)
-    exported = ctx.publisher.index().published_snapshots()
+    exported = ctx.publisher.exported_snapshots()  # configfs names and device paths, not rtslib's full read
     plans, scopes = [], []
     metric_columns = checkpoints.metric_columns(cfg)
     for prefix, vols in (("datasets", datasets.all_volumes(ctx)), ("checkpoints", checkpoints.all_volumes(ctx))):

@@ -73,8 +73,10 @@ class FakeNode(Runner):
             if rest == ["-o", "new"]:
                 self.records[key] = {"node.startup": "automatic"}
                 return 0, "New iSCSI node [tcp:[hw=,ip=,net_if=,iscsi_if=default] ...] added\n", ""
-            if rest[:2] == ["-o", "update"]:
-                self.records[key][rest[3]] = rest[5]
+            if rest[:2] == ["-o", "update"]:  # any number of -n NAME -v VALUE pairs
+                pairs = rest[2:]
+                assert pairs and len(pairs) % 4 == 0 and pairs[0::4] == ["-n"] * (len(pairs) // 4), a
+                self.records[key].update(zip(pairs[1::4], pairs[3::4], strict=True))
                 return 0, "", ""
             if rest == ["--login"]:
                 if portal in self.down:

@@ -63,8 +63,10 @@ def device_steps(iqn, kernel="sda"):
             step(["readlink", "-e", by_path(PORTAL, iqn)], stdout=f"/dev/{kernel}\n")]
 
 
-def update(iqn, key, value):
-    return node(iqn, "-o", "update", "-n", key, "-v", value)
+def update(iqn, *pairs):
+    """``iscsiadm -o update`` of KEY VALUE [KEY VALUE ...]: one command with a -n/-v pair each."""
+    return node(iqn, "-o", "update", *[arg for key, value in zip(pairs[::2], pairs[1::2], strict=True)
+                                       for arg in ("-n", key, "-v", value)])
 
 
 def secrets(iqn, **values):
@@ -166,8 +168,8 @@ def fresh_login_script(iqn=XFS):
         step(SESSIONS, "session_none.txt"),
         step(node(iqn), "node_show_missing.txt"),
         step(node(iqn, "-o", "new"), stdout=data("iscsi", "node_new.txt")),
-        step(node(iqn), stdout=data("iscsi", "node_default.txt")),
-        step(update(iqn, "node.startup", "automatic")),
+        step(node(iqn, "-o", "update", "-n", "node.startup", "-v", "automatic",
+                  "-n", "node.session.auth.authmethod", "-v", "None")),
         step(["iscsiadm", "-m", "node", "-T", iqn, "-p", PORTAL, "--login"],
              stdout=data("iscsi", "login_ok.stdout"), stderr=data("iscsi", "login_ok.stderr")),
         *device_steps(iqn, "sda"),
@@ -180,10 +182,12 @@ def test_fresh_login():
     res = ensure_session(runner, portal="10.77.0.11", target_iqn=XFS, sleep=lambda s: None)
     runner.assert_done()
     assert res["changed"] and res["record_created"]
-    assert res["updated"] == ["node.startup"]  # authmethod is None already on a fresh record
+    # every setting, in one iscsiadm: a fresh record is not read back (a default set again costs nothing)
+    assert res["updated"] == ["node.startup", "node.session.auth.authmethod"]
     assert res["commands"] == [
         f"iscsiadm -m node -T {XFS} -p {PORTAL} -o new",
-        f"iscsiadm -m node -T {XFS} -p {PORTAL} -o update -n node.startup -v automatic",
+        f"iscsiadm -m node -T {XFS} -p {PORTAL} -o update -n node.startup -v automatic "
+        "-n node.session.auth.authmethod -v None",
         f"iscsiadm -m node -T {XFS} -p {PORTAL} --login"]
     assert res["device"] == f"/dev/disk/by-path/ip-{PORTAL}-iscsi-{XFS}-lun-0"
     assert res["kernel_device"] == "/dev/sda"
@@ -199,7 +203,7 @@ def test_fresh_login_dry_run_plans_changes_and_does_the_local_reads():
     runner.assert_done()
     assert res["changed"]
     assert [list(a) for a in runner.planned][-1] == node(XFS, "--login")
-    assert len(runner.planned) == 4  # new, startup, authmethod (record unknown), login
+    assert len(runner.planned) == 3  # new, the settings (startup, authmethod: the record is unknown), login
     assert res["device"] == by_path(PORTAL, XFS) and res["kernel_device"] is None
 
 
@@ -363,10 +367,8 @@ def test_failed_update_error_is_redacted():
     runner = ScriptedRunner([
         step(SESSIONS, "session_none.txt"),
         step(node(CHAPT, "-S"), stdout=data("iscsi", "node_default.txt")),
-        step(update(CHAPT, "node.startup", "automatic")),
-        step(update(CHAPT, "node.session.auth.authmethod", "CHAP")),
-        step(update(CHAPT, "node.session.auth.username", "hduser")),
-        step(update(CHAPT, "node.session.auth.username_in", "hdtarget")),
+        step(update(CHAPT, "node.startup", "automatic", "node.session.auth.authmethod", "CHAP",
+                    "node.session.auth.username", "hduser", "node.session.auth.username_in", "hdtarget")),
         secrets(CHAPT, password="hdsecret12345", password_in="hdmutual12345") | {"rc": 2,
                                                                                "stderr": "no node record"},
     ])
@@ -396,8 +398,9 @@ def test_no_discovery_a_record_is_made_from_the_target_name_given():
     for dry_run in (True, False):
         script = [step(SESSIONS, "session_none.txt"), step(node(other), "node_show_missing.txt")]
         if not dry_run:
-            script += [step(node(other, "-o", "new")), step(node(other), stdout=data("iscsi", "node_default.txt")),
-                       step(update(other, "node.startup", "automatic")), step(node(other, "--login")),
+            script += [step(node(other, "-o", "new")),
+                       step(update(other, "node.startup", "automatic", "node.session.auth.authmethod", "None")),
+                       step(node(other, "--login")),
                        *device_steps(other), step(SESSIONS, stdout=data("iscsi", "session_p3.txt"))]
         runner = ScriptedRunner(script, dry_run=dry_run)
         res = ensure_session(runner, portal=PORTAL, target_iqn=other, sleep=lambda s: None)
@@ -412,11 +415,8 @@ def test_a_fresh_record_with_chap_gets_its_secrets_from_stdin_only():
         step(SESSIONS, "session_none.txt"),
         step(node(CHAPT, "-S"), "node_show_missing.txt"),
         step(node(CHAPT, "-o", "new")),
-        step(node(CHAPT, "-S"), stdout=data("iscsi", "node_default.txt")),
-        step(update(CHAPT, "node.startup", "automatic")),
-        step(update(CHAPT, "node.session.auth.authmethod", "CHAP")),
-        step(update(CHAPT, "node.session.auth.username", "hduser")),
-        step(update(CHAPT, "node.session.auth.username_in", "hdtarget")),
+        step(update(CHAPT, "node.startup", "automatic", "node.session.auth.authmethod", "CHAP",
+                    "node.session.auth.username", "hduser", "node.session.auth.username_in", "hdtarget")),
         secrets(CHAPT, password="hdsecret12345", password_in="hdmutual12345"),
         step(node(CHAPT, "--login")),
         *device_steps(CHAPT),
@@ -426,7 +426,7 @@ def test_a_fresh_record_with_chap_gets_its_secrets_from_stdin_only():
     runner.assert_done()
     for argv in runner.calls:
         assert "hdsecret12345" not in " ".join(argv) and "hdmutual12345" not in " ".join(argv)
-    assert "hdsecret12345" in runner.stdin[8] and "hdmutual12345" in runner.stdin[8]
+    assert "hdsecret12345" in runner.stdin[4] and "hdmutual12345" in runner.stdin[4]
     assert "hdsecret12345" not in repr(res)
 
 

@@ -33,8 +33,10 @@ def record(**over) -> dict:
 def test_a_missing_record_is_created_then_every_setting_and_the_login_are_planned():
     spec = session_spec(portal="10.77.0.11", target_iqn=IQN)
     plan = plan_session(spec, SessionLive(None, None))
-    assert [(s.kind, "".join(s.keys)) for s in plan.steps] == [("create_record", ""), ("update", "node.startup"),
-                                                   ("update", "node.session.auth.authmethod"), ("login", "")]
+    assert [(s.kind, s.keys) for s in plan.steps] == [
+        ("create_record", ()), ("update", ("node.startup", "node.session.auth.authmethod")), ("login", ())]
+    assert plan.steps[1].argv[-8:] == ["-n", "node.startup", "-v", "automatic",
+                                       "-n", "node.session.auth.authmethod", "-v", "None"]
     assert plan.conflicts == [] and plan.warnings == [] and plan.creates_record
     assert plan.before == {"logged_in": False, "record": False}
     assert plan.after == {"logged_in": True, "record": True, "node.startup": "automatic",

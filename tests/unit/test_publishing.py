@@ -431,7 +431,8 @@ def test_attach_on_a_multipath_host_mounts_the_map_and_logs_in_to_every_portal(l
     assert len(logins) == 2 and "10.77.0.12:3260" in logins[1]  # this node's portal once, the other's once
     assert any(c.startswith("multipath -a") for c in out["commands"])
     updates = [argv for argv in host.planned if "node.session.timeo.replacement_timeout" in argv]
-    assert len(updates) == 2 and all(argv[-1] == "5" for argv in updates)
+    assert len(updates) == 2 and all(argv[argv.index("node.session.timeo.replacement_timeout") + 2] == "5"
+                                     for argv in updates)
 
 
 def test_paths_counts_a_maps_paths_up_and_a_plain_disks_sessions(lio_state):

@@ -492,10 +492,10 @@ def record_writer_argv(target_iqn: str, portal: str) -> tuple:
 
 def session_step(kind: str, argv, *, keys: tuple = (), secrets: tuple = ()) -> Step:
     """One change of a node record or session, as a plan step (``model.Step``): ``kind`` is create_record, update
-    (``iscsiadm -o update``, one non-secret setting, ``keys``), write_secrets (the CHAP ``secrets``, ((key, value),
-    ...), written into the record file from stdin: never on a command line, never shown), login, logout or
-    delete_record. A logout or record deletion already done (iscsiadm's "no objects") and a login to a session
-    that exists are success."""
+    (``iscsiadm -o update``, the non-secret settings ``keys``, a ``-n``/``-v`` pair each), write_secrets (the
+    CHAP ``secrets``, ((key, value), ...), written into the record file from stdin: never on a command line, never
+    shown), login, logout or delete_record. A logout or record deletion already done (iscsiadm's "no objects")
+    and a login to a session that exists are success."""
     argv = tuple(argv)
     if kind == "write_secrets":
         target, address, port = argv[3:6]
@@ -530,8 +530,10 @@ class SessionPlan:
 def plan_session(spec: SessionSpec, live: SessionLive, *, unmounting: tuple = (),
                  paths_left: bool = False) -> SessionPlan:
     """The steps from ``live`` to ``spec`` (pure). A missing record is planned as created with none of the
-    wanted settings (the applier plans again from the record ``-o new`` made); the CHAP secrets are one
-    ``write_secrets`` step (into the record file, from stdin). Mount points in ``unmounting`` do not count as
+    wanted settings, so every one is then set (what ``-o new`` made is not read back: setting a default again
+    costs nothing, a read and a second plan cost a command each); the settings that differ are one ``update``
+    step (one iscsiadm with a ``-n``/``-v`` pair each), the CHAP secrets one ``write_secrets`` step (into the
+    record file, from stdin). Mount points in ``unmounting`` do not count as
     mounted: a dry run's own planned unmounts (``ensure_session`` passes them only in a dry run, where nothing
     was unmounted; in a real run what is still mounted refuses the logout). ``paths_left``: the disk is one
     path of a multipath map with other paths left, so its logout is safe while the map is mounted."""
@@ -556,14 +558,17 @@ def plan_session(spec: SessionSpec, live: SessionLive, *, unmounting: tuple = ()
     if record is None:
         steps.append(session_step("create_record", spec.node_argv("-o", "new")))
         record = {}
-    secrets = []
+    secrets, settings = [], []
     for key, value in wanted.items():
         if record.get(key) == value:
             continue
         if key in SECRET_KEYS:
             secrets.append((key, value))  # never on a command line: into the record file, from stdin
         else:
-            steps.append(session_step("update", spec.node_argv("-o", "update", "-n", key, "-v", value), keys=(key,)))
+            settings.append((key, value))
+    if settings:  # one iscsiadm for them all: it takes any number of -n NAME -v VALUE pairs, and checks each name
+        pairs = [arg for key, value in settings for arg in ("-n", key, "-v", value)]
+        steps.append(session_step("update", spec.node_argv("-o", "update", *pairs), keys=tuple(k for k, _ in settings)))
     if secrets:
         steps.append(session_step("write_secrets", record_writer_argv(spec.target_iqn, spec.portal),
                                   secrets=tuple(secrets)))
@@ -582,17 +587,14 @@ def plan_session(spec: SessionSpec, live: SessionLive, *, unmounting: tuple = ()
 
 def apply_session(runner, spec: SessionSpec, live: SessionLive, plan: SessionPlan, *, device_timeout: float = 60.0,
                   sleep=time.sleep) -> dict:
-    """Run a plan: refuse its first conflict before any change, run its steps (a created record is read
-    back and the rest planned again from it), then wait for the LUN's device. Returns the result of
-    ``ensure_session``."""
+    """Run a plan: refuse its first conflict before any change, run its steps in order through the one applier,
+    then wait for the LUN's device. Returns the result of ``ensure_session``."""
     if plan.conflicts:
         raise plan.conflicts[0]
     commands: list[str] = []
     record_created = plan.creates_record
-    steps, warnings, after = list(plan.steps), list(plan.warnings), plan.after
-    updated = plan.updated
-    while steps:
-        step = steps.pop(0)
+    warnings, after, updated = list(plan.warnings), plan.after, plan.updated
+    for step in plan.steps:
         commands.append(step.description)
         try:
             apply_steps(runner, [step])  # the one applier: a dry run records the step and runs nothing
@@ -605,10 +607,6 @@ def apply_session(runner, spec: SessionSpec, live: SessionLive, plan: SessionPla
             raise CommandError([step.description], err.rc, err.stdout, err.stderr,
                                "see `journalctl -u iscsid` on this host; a node record is a file under "
                                "/etc/iscsi/nodes") from None
-        if step.kind == "create_record" and not runner.dry_run:  # what `-o new` made: plan the rest from it
-            made = read_node_record(runner, spec.target_iqn, spec.portal, secrets=bool(spec.chap)) or {}
-            replan = plan_session(spec, SessionLive(live.session, made))
-            steps, after, updated = list(replan.steps), replan.after, replan.updated
     result = {"changed": bool(commands), "commands": commands, "session": live.session, "device": None,
               "kernel_device": None, "record_created": record_created, "updated": updated, "warnings": warnings,
               "target": spec.target_iqn, "portal": spec.portal, "lun": spec.lun, "before": plan.before,

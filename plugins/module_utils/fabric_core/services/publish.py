@@ -324,6 +324,12 @@ class Publisher:
         prefix = self.settings.target_prefix(kind, name)
         return ExportIndex(lioacls.as_live(lioacls.acl_map(prefix)), self.settings, self.hosts)
 
+    def exported_snapshots(self) -> set[str]:
+        """``ExportIndex.published_snapshots`` from the block backstores' device paths in configfs (``lioacls``)
+        instead of rtslib's full read: what a rotation asks of LIO (which snapshots it must not destroy)."""
+        live = lioacls.as_live({}, lioacls.block_devices())
+        return ExportIndex(live, self.settings, self.hosts).published_snapshots()
+
     # ---- the storage side
 
     def export(self, export: Export, hosts: Iterable, *, hold: bool = True, published: bool = True) -> dict:

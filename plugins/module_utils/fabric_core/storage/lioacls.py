@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 CONFIGFS_ISCSI = "/sys/kernel/config/target/iscsi"
+CONFIGFS_CORE = "/sys/kernel/config/target/core"  # backstores: core/<plugin>_<index>/<name>/
 
 
 def acl_map(prefix: str, root: str = CONFIGFS_ISCSI) -> dict[str, list[str]]:
@@ -39,13 +40,38 @@ def acl_map(prefix: str, root: str = CONFIGFS_ISCSI) -> dict[str, list[str]]:
     return out
 
 
-def as_live(acls: dict[str, list[str]]) -> dict:
-    """``acl_map``'s answer in the shape of ``lio.read_live()`` (targets with their ACLs; no storage
-    objects, sessions or devices: those were not read)."""
+def block_devices(root: str = CONFIGFS_CORE) -> dict[str, str]:
+    """Block backstore name -> the device it exports (its ``udev_path``, as rtslib-fb's dump names it ``dev``),
+    from configfs files alone: what a question about exported snapshots needs, without rtslib's read of every
+    storage object's attributes. A backstore without a device path, or going away while it is read, is left
+    out; no LIO: {}."""
+    out: dict[str, str] = {}
+    try:
+        hbas = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return out
+    for hba in hbas:
+        if not hba.startswith("iblock_"):
+            continue
+        try:
+            names = sorted(os.listdir(os.path.join(root, hba)))
+        except FileNotFoundError:
+            continue
+        for name in names:
+            dev = (_read(os.path.join(root, hba, name, "udev_path")) or "").strip()
+            if dev:
+                out[name] = dev
+    return out
+
+
+def as_live(acls: dict[str, list[str]], backstores: dict[str, str] | None = None) -> dict:
+    """``acl_map``'s answer (and ``block_devices``'s) in the shape of ``lio.read_live()`` (targets with their
+    ACLs, block backstores with their device; no attributes, sessions or devices: those were not read)."""
     targets = [{"wwn": t, "fabric_module": "iscsi",
                 "tpgs": [{"tag": 1, "node_acls": [{"node_wwn": i} for i in inits]}]}
                for t, inits in sorted(acls.items())]
-    return {"dump": {"targets": targets, "storage_objects": []}, "sessions": [], "devices": {}, "partial": True}
+    objects = [{"name": name, "plugin": "block", "dev": dev} for name, dev in sorted((backstores or {}).items())]
+    return {"dump": {"targets": targets, "storage_objects": objects}, "sessions": [], "devices": {}, "partial": True}
 
 
 # --------------------------------------------------------------------------------------------
