@@ -17,6 +17,8 @@ DEBIAN       ?=
 SHUFFLE      ?=
 LEVERS       ?=
 ARGS         ?=
+# integration tests in SHARDS pytest runs at once, each on a lab of its own (tests/run-shards; 1: one run, one lab)
+SHARDS       ?= 2
 # Every target here runs on the lab: its Ansible runs open the lab's vault (password committed, public), by
 # this variable only: ansible.cfg loads no vault secret, since it serves production inventories too.
 export ANSIBLE_VAULT_IDENTITY_LIST := lab@$(CURDIR)/inventory/lab/vault-password.txt
@@ -41,7 +43,7 @@ demo: venv lab-up ## boot the lab, converge site.yml, print the fabric, publish 
 	lab/demo-slurm.sh
 	@echo "== lab is still up: 'make lab-status', 'python3 lab/labctl.py ssh gpu1', 'make lab-down' =="
 
-test: host-deps ## all tests: unit (seconds, no root), linters (make lint), then integration on the lab VMs (root); SHUFFLE=SEED shuffles the files, DEBIAN=12 runs them on Debian 12 guests
+test: host-deps ## all tests: unit (seconds, no root), linters (make lint), then integration on the lab VMs (root) in SHARDS=2 runs on two labs at once; SHUFFLE=SEED shuffles the files, DEBIAN=12 runs them on Debian 12 guests
 	@# the guest image (when not cached: about 15 minutes, mostly ZFS's DKMS build) is built first, beside the
 	@# virtualenv's set-up, the unit tests and linters, which leave a core idle; the lab's own image step then waits
 	@# for it (one build per cache). labctl needs only the system's Python.
@@ -50,13 +52,13 @@ test: host-deps ## all tests: unit (seconds, no root), linters (make lint), then
 	$(MAKE) --no-print-directory venv test-tools
 	$(PYTEST) tests/unit -q
 	$(MAKE) --no-print-directory lint
-	$(if $(DEBIAN),FABRIC_LAB_DEBIAN=$(DEBIAN)) $(PYTEST) tests/integration -v --durations=60 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE))
+	$(if $(DEBIAN),FABRIC_LAB_DEBIAN=$(DEBIAN)) tests/run-shards $(SHARDS) $(PY) -v --durations=60 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE))
 
 unit: venv test-tools ## unit tests only
 	$(PYTEST) tests/unit -q
 
-integration: venv ## integration tests only (boots the lab if it is not up); SHUFFLE=SEED shuffles the files
-	$(if $(DEBIAN),FABRIC_LAB_DEBIAN=$(DEBIAN)) $(PYTEST) tests/integration -v --durations=60 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE))
+integration: venv ## integration tests only, in SHARDS=2 runs on two labs at once (SHARDS=1: one run, on the lab that is up if FABRIC_LAB_REUSE=1); SHUFFLE=SEED shuffles the files
+	$(if $(DEBIAN),FABRIC_LAB_DEBIAN=$(DEBIAN)) tests/run-shards $(SHARDS) $(PY) -v --durations=60 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE))
 
 host-deps:
 	@tests/host-deps.sh
@@ -77,8 +79,9 @@ $(VENV)/.installed: requirements/dev.in requirements/constraints.txt pyproject.t
 lab-up: ## boot the lab (STORAGE2=1 adds storage2, DEBIAN=12 for Debian 12 guests); re-running converges a half-up lab
 	$(LABCTL) up $(if $(STORAGE2),--storage2) $(if $(DEBIAN),--debian $(DEBIAN))
 
-lab-down: ## stop the lab: VMs, taps, bridge and namespace
+lab-down: ## stop the lab: VMs, taps, bridge and namespace (and the labs of make test's shard copies, if any are left up)
 	$(LABCTL) down
+	@tests/run-shards --down
 
 lab-status: ## what is up
 	$(LABCTL) status

@@ -34,6 +34,9 @@ LABCTL = [sys.executable, str(REPO / "lab" / "labctl.py")]
 sys.path.insert(0, str(REPO / "lab"))
 from fabric_lab.lab import console_panicked, use_lab_vault  # noqa: E402 - the lab's own test of a console
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sharding import parse_shard, shard_of  # noqa: E402 - beside this file
+
 use_lab_vault()  # every ansible-playbook, ansible and molecule run of the tests opens the lab's vault (not ansible.cfg)
 
 
@@ -241,11 +244,26 @@ def pytest_addoption(parser):
                           "also FABRIC_TEST_SHUFFLE")
 
 
+# ---- shards: tests/run-shards runs the files as N pytest runs at once, each on a lab of its own (sharding.py) ----
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Files in the order of their names, or shuffled with a seed: no file may depend on another."""
+    """Files in the order of their names, or shuffled with a seed: no file may depend on another. With
+    FABRIC_TEST_SHARD=K/N, only the files of shard K (``shard_of``)."""
     files: dict = {}
     for item in items:
         files.setdefault(Path(str(item.fspath)).name, []).append(item)
+    try:
+        shard = parse_shard(os.environ.get("FABRIC_TEST_SHARD"))
+    except ValueError as err:
+        raise pytest.UsageError(str(err)) from None
+    if shard is not None:
+        mine = {name for name, k in shard_of(files, shard[1]).items() if k == shard[0]}
+        deselected = [item for name in sorted(files) if name not in mine for item in files[name]]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+        files = {name: tests for name, tests in files.items() if name in mine}
+        config._fabric_shard = (shard, sorted(mine))
     order = sorted(files)
     seed = config.getoption("--shuffle-files")
     if seed not in (None, ""):
@@ -309,6 +327,10 @@ def pytest_report_header(config):
 
 
 def pytest_collection_finish(session):
+    sharded = getattr(session.config, "_fabric_shard", None)
+    if sharded:
+        (k, n), mine = sharded
+        print(f"\nshard {k}/{n} (FABRIC_TEST_SHARD): {' '.join(mine) or 'no file'}", flush=True)
     shuffled = getattr(session.config, "_fabric_file_order", None)
     if shuffled:
         print(f"\nfile order (seed {shuffled[0]}): {' '.join(shuffled[1])}", flush=True)
