@@ -403,8 +403,8 @@ class Site:
 
     check_fresh: SiteRun | None
     converge: SiteRun
-    rerun: SiteRun
-    check_converged: SiteRun
+    rerun: SiteRun | None  # None in a partial record (one converge: a run that does not collect test_site.py)
+    check_converged: SiteRun | None
     molecule_output: str  # empty when the runs were not made by Molecule
     fresh_check_before: dict | None = None  # state.sh of every host before and after the fresh check
     fresh_check_after: dict | None = None
@@ -473,8 +473,12 @@ def read_statelog(path: Path) -> list[dict]:
     return readings
 
 
+# The file that reads the record of the site's runs (the others need the site converged, not how it was)
+SITE_RECORD_READER = "test_site.py"
+
+
 @pytest.fixture(scope="session")
-def converged(lab, hosts) -> Site:
+def converged(request, lab, hosts) -> Site:
     """The site converged on this lab, and the record of how: built once per lab, reused when present.
 
     On a fresh lab, Molecule's default scenario runs the site's whole sequence once: syntax, check mode
@@ -483,14 +487,31 @@ def converged(lab, hosts) -> Site:
     kept beside the lab (.lab/site-runs.json, gone with `lab down`) for later test runs on the same
     lab. On a lab converged some other way (`make demo`), the site is run three times by ansible-playbook
     (converge, re-run, check) and the fresh check is recorded as not seen.
+
+    A run that does not collect test_site.py (the only reader of the record: a shard of `make test`, or a file
+    run alone) converges a fresh lab with one site run instead of Molecule's sequence, and records only it
+    (``partial``); a later run on the same lab that collects test_site.py makes the rest then, as on a lab
+    converged some other way.
     """
     record = _site_record(lab)
     identity = _lab_identity()
-    if site_converged_here(lab):
+    wants_record = any(Path(str(item.fspath)).name == SITE_RECORD_READER for item in request.session.items)
+    if site_converged_here(lab) and not (wants_record and json.loads(record.read_text()).get("partial")):
         step("site: converged earlier on this lab (record reused)")
         return _site_from(json.loads(record.read_text()))
     runlog = record.with_suffix(".jsonl")
     runlog.unlink(missing_ok=True)
+    if not wants_record and _is_fresh(hosts):
+        step(f"site: one converge (this run does not collect {SITE_RECORD_READER}, which reads Molecule's sequence)")
+        started = time.monotonic()
+        res = ansible_playbook(lab, "playbooks/site.yml", env={"FABRIC_RUNLOG": str(runlog)})
+        assert res.rc == 0, res.output[-6000:]
+        step(f"site converged in {time.monotonic() - started:.0f} s")
+        (tasks, summary), = read_runlog(runlog)
+        saved = {"lab": identity, "partial": True, "molecule_output": "", "fresh_check_side_effects": [None, None],
+                 "runs": {"converge": {"tasks": tasks, "summary": summary}}}
+        record.write_text(json.dumps(saved))
+        return _site_from(saved)
     if _is_fresh(hosts):
         step("molecule test -s default (syntax, state, check, state, converge, idempotence, check, verify)")
         statelog = record.with_name("site-state.jsonl")
@@ -527,8 +548,8 @@ def converged(lab, hosts) -> Site:
 def _site_from(saved: dict) -> Site:
     runs = {name: SiteRun(name, r["tasks"], r["summary"]) for name, r in saved["runs"].items()}
     before, after = saved.get("fresh_check_side_effects") or [None, None]
-    return Site(check_fresh=runs.get("check_fresh"), converge=runs["converge"], rerun=runs["rerun"],
-                check_converged=runs["check_converged"], molecule_output=saved.get("molecule_output", ""),
+    return Site(check_fresh=runs.get("check_fresh"), converge=runs["converge"], rerun=runs.get("rerun"),
+                check_converged=runs.get("check_converged"), molecule_output=saved.get("molecule_output", ""),
                 fresh_check_before=before, fresh_check_after=after)
 
 
