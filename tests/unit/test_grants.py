@@ -218,6 +218,30 @@ def test_a_dry_run_grant_of_a_version_not_exported_makes_the_export(fabricctl_no
     assert status == 0 and out["nodes"]["this node"]["exported"]["held"] is True
     assert out["planned"][:2] == ["zfs set snapdev=visible tank/datasets/imagenet",
                                   "lzc_hold tank/datasets/imagenet@v2 fabric:published"]
+    # the export's ACL is planned once: its CHAP and (a peer's publish) its tag not planned a second time
+    acl_steps = [p for p in out["planned"] if GPU2 in p and p.startswith("rtslib")]
+    assert len([p for p in acl_steps if "create_acl" in p]) == 1
+    assert len([p for p in acl_steps if "set_auth" in p and "field=userid " in p]) <= 1
+
+
+def test_a_dry_run_publish_through_a_peer_of_a_version_not_exported_tags_its_acl_once(fabricctl_node, configfs,
+                                                                                      monkeypatch):
+    """replica-serve's `export --published` in a dry run: the export makes the ACL with its tag; the grant that
+    follows plans neither the tag nor the CHAP again (it read configfs, where nothing was made)."""
+    from support import AnsweringRunner
+
+    tp = test_publishing
+    monkeypatch.setattr(lioacls, "target_facts", lambda target, root=None: None)
+    monkeypatch.setattr(lioacls, "acl_tag", lambda target, initiator, root=None: None)
+    node = AnsweringRunner({("zfs", "get"): (0, "", ""), ("zfs", "set"): (0, "", "")}, dry_run=True)
+    pub = tp.publisher(node)
+    monkeypatch.setattr(publish.blockfs, "require", lambda device, runner: None)
+    out = grants.Grants(pub).grant(tp.V2, [tp.HOSTS[1]], published=True)
+    planned = [" ".join(map(str, p)) for p in node.planned]
+    tags = [p for p in planned if "set_acl_tag" in p and GPU2 in p]
+    assert out["exported"] is not None and len(tags) == 1, planned
+    auth = [p for p in planned if "set_auth" in p and "field=userid " in p and GPU2 in p]
+    assert len(auth) == 1, planned
 
 
 def test_revoking_a_logged_in_host_is_refused_and_forced_withdraws_the_last_acl(fabricctl_node, configfs, capsys):

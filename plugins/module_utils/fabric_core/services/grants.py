@@ -114,17 +114,20 @@ class Grants:
         names = {h.initiator: h.name for h in hosts}
         facts = lioacls.target_facts(target)
         exported = None
+        tag = lio.PUBLISHED_TAG if published else None
+        planned: dict = {}  # a dry run's export: its one ACL as the export would leave it ((CHAP fields, tag))
         if facts is None or not facts["luns"] or not facts["enabled"]:
-            first = sorted(hosts, key=lambda h: h.initiator)[:1]
-            exported = self.publisher.export(export, first, published=published)  # saved, with one ACL
+            first = sorted(hosts, key=lambda h: h.initiator)[0]
+            exported = self.publisher.export(export, [first], published=published)  # saved, with one ACL
             facts = lioacls.target_facts(target) if not self.dry_run else None
             if facts is None:  # a dry run: as the export would leave it
-                facts = {"acls": [first[0].initiator], "luns": [0], "authentication": 1 if wanted[
-                    first[0].initiator] else 0, "enabled": True}
+                chap = wanted[first.initiator]
+                facts = {"acls": [first.initiator], "luns": [0], "authentication": 1 if chap else 0, "enabled": True}
+                planned[first.initiator] = (chap.fields() if chap else dict.fromkeys(AUTH_FIELDS, ""), tag)
         before = set(facts["acls"])
-        actions = plan_grant(target, facts, wanted, current_auth=lambda i: lioacls.acl_auth(target, i),
-                             writable=export.writable, tag=lio.PUBLISHED_TAG if published else None,
-                             current_tag=lambda i: lioacls.acl_tag(target, i))
+        actions = plan_grant(target, facts, wanted, writable=export.writable, tag=tag,
+                             current_auth=lambda i: planned[i][0] if i in planned else lioacls.acl_auth(target, i),
+                             current_tag=lambda i: planned[i][1] if i in planned else lioacls.acl_tag(target, i))
         lines = self._run(actions)
         created = {a.params["initiator"] for a in actions if a.op == "create_acl"}
         if exported is not None:
