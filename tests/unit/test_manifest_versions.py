@@ -100,6 +100,11 @@ def test_files_changed_just_before_a_build_are_left_out_of_its_cache(tmp_path):
     (lambda b: b[:-6], "truncated"),
     (lambda b: b[:b.index(b"# end")], "truncated"),
     (lambda b: b.replace(hashlib.sha256(b"d" * 10).hexdigest().encode(), b"X" * 64), "not stat cache lines"),
+    (lambda b: b.replace(hashlib.sha256(b"d" * 10).hexdigest().encode(),
+                         hashlib.sha256(b"d" * 10).hexdigest().upper().encode()), "not stat cache lines"),
+    (lambda b: b.replace(hashlib.sha256(b"d" * 10).hexdigest().encode(),
+                         "\u00e9".encode() + hashlib.sha256(b"d" * 10).hexdigest()[2:].encode()),
+     "not stat cache lines"),  # as long in bytes, not in characters
     (lambda b: b.replace(b"P\tb\t", b"P\t\t"), "out of order"),
     (lambda b: b.replace(b"P\tb\t", b"Q\tb\t"), "not a group's header"),
     (lambda b: b.replace(b"dirs=2", b"dirs=3"), "counts 3 groups"),
