@@ -111,11 +111,30 @@ def main() -> int:
                "full_peak_mib": round(full_peak / 1024, 1), "warm_up_read_s": round(warm, 1), **diff}
     ratios = {"seal_1pct_over_full": round(inc / full, 3),
               "diff_over_sha256sum": round(diff["diff_1m_s"] / diff["sha256sum_of_both_manifests_s"], 2)}
-    doc = {"date": now(), "commit": commit(), "lab": "host", "figures": figures, "ratios": ratios}
+    doc = keep_lab_figures({"date": now(), "commit": commit(), "lab": "host", "figures": figures, "ratios": ratios})
     write_json("versions", doc)
     render(doc)
     print(json.dumps(doc, indent=2))
     return 0
+
+
+def keep_lab_figures(doc: dict) -> dict:
+    """This host run's document with the lab's figures of the same results file kept (bench/versions_lab_bench.py
+    writes them: ``lab_*`` figures and ratios, ``runs.lab``), so that either benchmark leaves the other's last run."""
+    path = Path(__file__).resolve().parent / "results" / "versions.json"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return doc
+    lab_of = {k: v for k, v in old.get("figures", {}).items() if k.startswith("lab_")}
+    if not lab_of:
+        return doc
+    doc["figures"].update(lab_of)
+    doc["ratios"].update({k: v for k, v in old.get("ratios", {}).items() if k.startswith("lab_")})
+    if "lab" in old.get("runs", {}):
+        doc["runs"] = {"lab": old["runs"]["lab"]}
+    doc["lab"] = "host; lab_* on the QEMU TCG lab (docs/lab.md)"
+    return doc
 
 
 def measure_diff(python: str, before: Path, after: Path) -> dict:
@@ -174,16 +193,9 @@ def render(doc: dict) -> None:
         *([f"The diff's row was measured again on {again['date']} at commit {again['commit']} "
            "(`bench/versions_bench.py --diff-again`, on the same two manifests), after the diff stopped parsing the "
            "lines that are the same in both."] if again else []),
-        *(["Seal target not met. Where the incremental seal's time goes now (the per-directory scan in the "
-           "workers, stat cache v2): every one of the 1,000,000 files is still lstat'ed, since nothing cheaper "
-           "proves a file unchanged (a directory's mtime moves when entries are added, removed or renamed, not "
-           "when a file's content changes). Measured on this host with the page cache warm: Python's scandir "
-           "plus one lstat per file through the directory's descriptor costs 4.3 s of one core for the tree "
-           "(`find -printf` with the same stats: 2.4 s of kernel time), the scan's own work per file (the "
-           "cache key, its lookup, the manifest line) about 3 us more, 7.3 us a file in all, split over the two "
-           "workers, which share the host's two cores with the lab's VMs; the calling process only joins each "
-           "directory's lines, and the 127 MB cache's SHA-256 is read in a thread beside it."]
-          if ratios["seal_1pct_over_full"] > 0.05 else []),
+        *(["Seal target not met: \"Why 0.05 is not reached\", after this section, has the floor any incremental "
+           "seal must pay on this host (every file lstat'ed, the manifest written and hashed), measured beside full "
+           "seals of the same tree."] if ratios["seal_1pct_over_full"] > 0.05 else []),
     ])
 
 
