@@ -281,10 +281,6 @@ UNPROVEN: dict[str, str] = {}
 OVER_BUDGET = {
     "test_agent.py": "issue 29's node agent: its 10 tests passed on a fresh lab on 2026-11-27 (cd3ac37) in about 22 "
                      "min, storage2's boot included; CI's 90 minutes have no room for it yet (issue 27)",
-    "test_csi.py": "issue 30's CSI plugin: its 6 tests passed on a fresh lab on 2026-11-27 (cd3ac37) in about 17 min; "
-                   "CI's 90 minutes have no room for it yet (issue 27)",
-    "test_slurm.py": "issue 29's Slurm hooks: its 13 tests passed on a fresh lab on 2026-11-27 (cd3ac37) in about 9 "
-                     "min; CI's 90 minutes have no room for it yet (issue 27)",
     # two roles tested alone, each also converged by every site run of the suite (Molecule's sequence: check,
     # converge, idempotence, check, verify) and attacked by test_security*.py; CI at b320ca3 was stopped at its
     # 5,400 s limit in the suite's last test, and these two are about 8 minutes of it
