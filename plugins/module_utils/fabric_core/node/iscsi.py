@@ -568,7 +568,8 @@ def plan_session(spec: SessionSpec, live: SessionLive, *, unmounting: tuple = ()
             settings.append((key, value))
     if settings:  # one iscsiadm for them all: it takes any number of -n NAME -v VALUE pairs, and checks each name
         pairs = [arg for key, value in settings for arg in ("-n", key, "-v", value)]
-        steps.append(session_step("update", spec.node_argv("-o", "update", *pairs), keys=tuple(k for k, _ in settings)))
+        keys = tuple(key for key, _value in settings)
+        steps.append(session_step("update", spec.node_argv("-o", "update", *pairs), keys=keys))
     if secrets:
         steps.append(session_step("write_secrets", record_writer_argv(spec.target_iqn, spec.portal),
                                   secrets=tuple(secrets)))
