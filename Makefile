@@ -24,7 +24,7 @@ SHARDS       ?= 2
 export ANSIBLE_VAULT_IDENTITY_LIST := lab@$(CURDIR)/inventory/lab/vault-password.txt
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-versions bench-versions-lab bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers bench-native bench-prolog bench-grant bench-csi lab-panic-repro lint docs lock clean test-tools
+.PHONY: help demo test unit integration collection venv host-deps lab-up lab-down lab-status lab-image bench-site bench-manifest bench-versions bench-versions-lab bench-publish bench-checkpoint bench-zvol-mq bench-replication bench-multipath bench-read bench-read-profile bench-read-levers bench-native bench-prolog bench-grant bench-storm bench-csi lab-panic-repro lint docs lock clean test-tools
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -133,6 +133,9 @@ bench-prolog: venv ## issue 29 benchmark on the running lab (with its Slurm: pla
 
 bench-grant: venv ## issue 29 benchmark on the running lab: the grant path to 500 synthetic hosts vs rtslib making the same ACLs + one save, a 501st host vs one save (ROUNDS=N) -> docs/benchmarks.md, bench/results/attach.json
 	$(PY) bench/grant_bench.py $(if $(ROUNDS),--rounds $(ROUNDS))
+
+bench-storm: venv ## issue 29 benchmark on the running lab: 64 granted initiators (open-iscsi ifaces with their own names and CHAP, 32 on gpu1, 32 on gpu2) logging in at once vs one login (ROUNDS=N; ARGS=--cleanup-only) -> docs/benchmarks.md, bench/results/attach.json
+	$(PY) bench/storm_bench.py $(if $(ROUNDS),--rounds $(ROUNDS)) $(ARGS)
 
 bench-csi: venv ## issue 30 benchmark on the running lab (the node plugin on gpu1: gpu.yml --tags agent -e fabric_node_csi=true): NodeStage+NodePublish over the plugin's socket vs the agent's attach alone (ROUNDS=N) -> docs/benchmarks.md, bench/results/csi.json
 	$(PY) bench/csi_bench.py $(if $(ROUNDS),--rounds $(ROUNDS))
