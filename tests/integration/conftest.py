@@ -195,6 +195,15 @@ class PlaybookRun:
     def output(self) -> str:
         return self.stdout + self.stderr
 
+    def failure(self, tail: int = 6000) -> str:
+        """What a failed run says, for an assertion's message: every task failure's own lines (a free play's
+        first failure may be thousands of lines before the end, where the other hosts' consequences are), then
+        the output's tail."""
+        lines = self.output.splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith(("fatal: [", "failed: [", "[ERROR]:"))]
+        blocks = ["\n".join(lines[i:i + 30]) for i in starts[:6]]
+        return ("\n...\n".join(blocks) + "\n\n--- the output's end ---\n" if blocks else "") + self.output[-tail:]
+
 
 def parse_recap(stdout: str) -> dict:
     """PLAY RECAP lines (`host : ok=3 changed=1 ...`) as {host: {counter: int}}."""
@@ -501,7 +510,7 @@ def converged(request, lab, hosts) -> Site:
         step(f"site: one converge (this run does not collect {SITE_RECORD_READER}, which reads Molecule's sequence)")
         started = time.monotonic()
         res = ansible_playbook(lab, "playbooks/site.yml", env={"FABRIC_RUNLOG": str(runlog)})
-        assert res.rc == 0, res.output[-6000:]
+        assert res.rc == 0, res.failure()
         step(f"site converged in {time.monotonic() - started:.0f} s")
         (tasks, summary), = read_runlog(runlog)
         saved = {"lab": identity, "partial": True, "molecule_output": "", "fresh_check_side_effects": [None, None],
@@ -530,7 +539,7 @@ def converged(request, lab, hosts) -> Site:
         env = {"FABRIC_RUNLOG": str(runlog)}
         for args in ((), (), ("--check", "--diff")):
             res = ansible_playbook(lab, "playbooks/site.yml", *args, env=env)
-            assert res.rc == 0, res.output[-6000:]
+            assert res.rc == 0, res.failure()
         site_runs = read_runlog(runlog)
         names = ["converge", "rerun", "check_converged"]
         before = after = None
@@ -627,7 +636,7 @@ def storage2(lab, hosts, converged):
     hosts["storage2"] = testinfra.get_host("ssh://storage2", ssh_config=str(lab.ssh_config))
     step("storage.yml on storage2")
     res = ansible_playbook(lab, "playbooks/storage.yml", "--limit", "storage2")
-    assert res.rc == 0, res.output[-6000:]
+    assert res.rc == 0, res.failure()
     return hosts["storage2"]
 
 
@@ -637,12 +646,12 @@ def peers(lab, hosts, storage2):
     keys for replica-serve, the storage nodes in each one's configuration), once per run."""
     step("fabricctl.yml on both storage nodes (peers, keys for replica-serve)")
     res = ansible_playbook(lab, "playbooks/fabricctl.yml")
-    assert res.rc == 0, res.output[-6000:]
+    assert res.rc == 0, res.failure()
     # the GPU nodes' agents learn storage2's portal, as an operator adding a storage node converges them (site.yml):
     # an agent logs in only at the storage nodes its configuration lists
     step("gpu.yml --tags agent (the agents' configuration names storage2)")
     res = ansible_playbook(lab, "playbooks/gpu.yml", "--tags", "agent")
-    assert res.rc == 0, res.output[-6000:]
+    assert res.rc == 0, res.failure()
     return hosts["storage1"], hosts["storage2"]
 
 
