@@ -445,8 +445,11 @@ def test_two_publishes_at_once_one_waits_for_the_lock_and_both_succeed(hosts, st
     a, b = versions
     step(f"publish {SHARED}@{a} --to gpu_nodes and {SHARED}@{b} --to gpu1 at the same time")
     runs = {a: "gpu_nodes", b: "gpu1"}
+    # the waiter waits as long as the holder may take: a publish to two nodes took more than the default 60 s on a
+    # host running two labs (the waiter then gave up, exit 4, as it should)
+    env = edited_config(storage, f"{PRIVATE}/lock-wait.yml", "c.setdefault('lock', {})['wait_seconds'] = 540")
     storage.check_output(" & ".join(
-        f"(timeout 600 fabricctl publish {SHARED}@{v} --to {to} --json > {PRIVATE}/pub-{v}.out "
+        f"({env} timeout 600 fabricctl publish {SHARED}@{v} --to {to} --json > {PRIVATE}/pub-{v}.out "
         f"2> {PRIVATE}/pub-{v}.err; echo $? > {PRIVATE}/pub-{v}.rc)" for v, to in runs.items()) + " & wait")
     rc = {v: storage.check_output(f"cat {PRIVATE}/pub-{v}.rc") for v in runs}
     err = {v: storage.check_output(f"cat {PRIVATE}/pub-{v}.err") for v in runs}
