@@ -314,10 +314,9 @@ def sessions(target):
     proc = run(["iscsiadm", "-m", "session", "-P", "1"], ok=(0, 21))
     return sessions_of(proc.stdout, target)
 
-def disks(target):
-    """Block devices under the target's sessions (sysfs)."""
-    n = 0
-    base = "/sys/class/iscsi_session"
+def session_disks(target, base="/sys/class/iscsi_session"):
+    """The block devices (sdX) under the target's sessions, from sysfs."""
+    out = set()
     for s in os.listdir(base) if os.path.isdir(base) else ():
         try:
             with open(os.path.join(base, s, "targetname")) as fh:
@@ -331,9 +330,12 @@ def disks(target):
                 continue
             for lun in os.listdir(os.path.join(dev, t)):
                 block = os.path.join(dev, t, lun, "block")
-                if os.path.isdir(block):
-                    n += len(os.listdir(block))
-    return n
+                out.update(os.listdir(block) if os.path.isdir(block) else ())
+    return out
+
+def disks(target):
+    """How many block devices are under the target's sessions."""
+    return len(session_disks(target))
 
 def login(cmd):
     target, ifaces = cmd["target"], cmd["ifaces"]
@@ -379,20 +381,7 @@ def settle(cmd):
 
 def maps_over(target):
     """dm maps (name) that have a disk of TARGET's sessions below them."""
-    ours = set()
-    base = "/sys/class/iscsi_session"
-    for s in os.listdir(base) if os.path.isdir(base) else ():
-        try:
-            with open(os.path.join(base, s, "targetname")) as fh:
-                if fh.read().strip() != target:
-                    continue
-        except OSError:
-            continue
-        dev = os.path.join(base, s, "device")
-        for t in (x for x in os.listdir(dev) if x.startswith("target")):
-            for lun in os.listdir(os.path.join(dev, t)):
-                block = os.path.join(dev, t, lun, "block")
-                ours.update(os.listdir(block) if os.path.isdir(block) else ())
+    ours = session_disks(target)
     maps = []
     for dm in (d for d in os.listdir("/sys/block") if d.startswith("dm-")):
         slaves = os.path.join("/sys/block", dm, "slaves")
