@@ -266,6 +266,17 @@ def load_module(name: str):
     return module
 
 
+def load_bench(name: str):
+    """Import bench/<name>.py as the module ``name`` (bench/ on sys.path for its own imports; registered in
+    sys.modules, where dataclasses look their module up)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_module(name: str, args: dict, script: list[dict] | None = None, *, check_mode: bool = False,
                diff: bool = False, extra_patches: list | None = None) -> dict:
     """Run plugins/modules/<name>.py in-process; return its result dict with `failed` set on fail_json.

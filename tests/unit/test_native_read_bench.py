@@ -5,26 +5,17 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from support import load_bench
 
-REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data" / "native_read"
 
 
-def _load(name: str):
-    sys.path.insert(0, str(REPO / "bench"))
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-nb = _load("native_read_bench")
+nb = load_bench("native_read_bench")
 
 
 def test_iscsi_perf_sequential_run_is_read_from_its_final_average():

@@ -3,26 +3,11 @@ and so imported by path) and the cache hit ratios from two arcstats readings (be
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from support import load_bench
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str):
-    sys.path.insert(0, str(REPO / "bench"))
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-make_tree = _load("make_tree")
-read_bench = _load("read_bench")
+make_tree = load_bench("make_tree")
+read_bench = load_bench("read_bench")
 
 
 def test_tree_sizes_are_seeded_bounded_and_reach_the_total():
@@ -52,7 +37,7 @@ def test_hit_ratios_from_two_arcstats_readings():
 
 def test_the_checkpoint_benchmark_states_the_writers_bandwidth_for_the_planner():
     """bench/results/checkpoint.json carries the writer-alone MB/s that `fabricctl plan checkpoint` reads."""
-    checkpoint_bench = _load("checkpoint_bench")
+    checkpoint_bench = load_bench("checkpoint_bench")
     from fabric_core.services import ckplan
     run = {"freeze": [{"step": None, "mb_s": 13.6}, {"step": 11000, "mb_s": 14.5}], "list_ours": [16.5, 16.8, 20.2],
            "list_base": [7.4, 8.25, 8.65], "ours_s": 98.2, "base_s": 473.0, "ours_plan_s": 25.4, "base_plan_s": 218.3}

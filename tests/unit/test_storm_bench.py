@@ -5,23 +5,10 @@ credentials, the medians and the ratio, and the programs sent to the nodes (no s
 from __future__ import annotations
 
 import ast
-import importlib.util
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from support import load_bench
 
-
-def _load(name: str):
-    sys.path.insert(0, str(REPO / "bench"))
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-sb = _load("storm_bench")
+sb = load_bench("storm_bench")
 
 T = "iqn.2026-11.io.fabric.bench:benchstorm"
 
