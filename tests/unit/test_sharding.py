@@ -41,3 +41,30 @@ def test_a_malformed_shard_is_refused_naming_the_fix(text):
 def test_no_shard_asked_means_none_and_k_of_n_parses():
     assert sharding.parse_shard(None) is None and sharding.parse_shard("") is None
     assert sharding.parse_shard("2/2") == (2, 2)
+
+
+def _run_shards():
+    import importlib.machinery
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "run-shards"
+    loader = importlib.machinery.SourceFileLoader("run_shards", str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("run_shards", loader))
+    loader.exec_module(module)
+    return module
+
+
+def test_a_shards_pytest_summary_is_kept_from_its_header_on_to_print_again_at_the_end(capsys):
+    import io
+    import threading
+    run_shards = _run_shards()
+    out = (b"tests/integration/test_a.py::test_x PASSED\n"
+           b"==== short test summary info ====\n"
+           b"FAILED tests/integration/test_a.py::test_y - AssertionError: 2 != 3\n"
+           b"==== 1 failed, 9 passed in 60.00s ====\n")
+    summary = []
+    run_shards.pump("[shard 2]", io.BytesIO(out), threading.Lock(), summary)
+    assert summary == ["==== short test summary info ====",
+                       "FAILED tests/integration/test_a.py::test_y - AssertionError: 2 != 3",
+                       "==== 1 failed, 9 passed in 60.00s ===="]
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "[shard 2] tests/integration/test_a.py::test_x PASSED" and len(printed) == 4
