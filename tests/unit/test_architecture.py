@@ -225,3 +225,43 @@ def test_a_mechanism_on_the_contract_plans_steps_and_writes_only_through_them(na
     assert not called & {"write_file", "write_live", "replacing", "open", "apply_steps"}  # plan writes nothing
     assert "Step" in called and "apply_steps" in {
         c.func.id for c in ast.walk(functions["ensure"]) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+
+
+# --- one plan type (issue 28, "one plan type"): every plan of the core is a list of model.Step
+
+PLAN_TYPE = "fabric_core.base.model.Step"
+LIO = "fabric_core.storage.lio"
+
+
+def plan_like_classes() -> list[str]:
+    """Every class of the core whose name says it is a plan's step or action (``*Step``, ``*Action``)."""
+    return sorted(f"{name}.{node.name}" for name, path in MODULES.items() if name.startswith("fabric_core.")
+                  for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.ClassDef) and node.name.endswith(("Step", "Action")))
+
+
+def test_the_core_has_one_plan_type():
+    assert plan_like_classes() == [PLAN_TYPE]
+
+
+def test_lio_plans_model_steps_made_in_one_place():
+    """LIO's steps are model.Steps, all made by ``lio.operations.step`` (its description and CHAP redaction in one
+    place): no other LIO module, and no user of LIO, builds a Step itself."""
+    from fabric_core.base.model import Step
+    from fabric_core.storage import lio
+
+    made = lio.step("set_auth", "iqn.2026-11.x.y:t", {"initiator": "iqn.2026-11.x.y:i", "field": "password",
+                                                      "value": "s3cret-value"}, "CHAP")
+    assert type(made) is Step and made.kind == "set_auth" and made.target and made.reason == "CHAP"
+    assert "s3cret-value" not in made.description + repr(made) + str(lio.step_dict(made))
+    builders = []
+    for name, path in MODULES.items():
+        if not name.startswith("fabric_core."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            calls = {c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+            if "Step" in calls and (name.startswith(LIO) or name == "fabric_core.services.grants"):
+                builders.append(f"{name}.{node.name}")
+    assert builders == [f"{LIO}.operations.step"]

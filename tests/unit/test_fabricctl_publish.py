@@ -104,7 +104,7 @@ def test_plan_for_a_new_export_creates_it_and_leaves_other_targets_alone():
     raw = publish.desired_state(export(), iqn_base=BASE, backstore_prefix="fctl_", portal_ip="10.77.0.11",
                                 portal_port=3260, chaps={GPU1: CHAP1})
     actions = lio.plan(raw, live)
-    ops = [a.op for a in lio.changes(actions)]
+    ops = [a.kind for a in lio.changes(actions)]
     assert ops[:3] == ["close_discovery", "create_backstore", "create_target"]  # recorded with discovery open
     assert "create_acl" in ops and "create_mapped_lun" in ops and ops[-1] == "enable_tpg"
     touched = {a.target for a in lio.changes(actions) if a.target}  # close_discovery is node-wide (no target)
@@ -126,8 +126,8 @@ def test_removal_is_refused_while_an_initiator_is_logged_in_and_allowed_with_for
     assert "cfea9e9490c1" in str(err.value)
     actions = lio.changes(lio.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab",
                                                backstore_prefix="fabric_", target_iqns=[iqn], force=True))
-    assert [a.op for a in actions] == ["delete_target", "delete_backstore", "delete_backstore"]
-    assert {a.params.get("name") for a in actions if a.op == "delete_backstore"} == {"fabric_hc_rec_a",
+    assert [a.kind for a in actions] == ["delete_target", "delete_backstore", "delete_backstore"]
+    assert {a.params.get("name") for a in actions if a.kind == "delete_backstore"} == {"fabric_hc_rec_a",
                                                                                      "fabric_hc_rec_b"}
 
 
@@ -137,7 +137,7 @@ def test_a_dry_runs_planned_logout_does_not_block_the_removal_plan():
     actions = lio.changes(lio.plan_removal(
         live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_", target_iqns=[iqn],
         planned_logouts=frozenset({"iqn.2004-10.com.debian:cfea9e9490c1"})))
-    assert [a.op for a in actions] == ["delete_target", "delete_backstore", "delete_backstore"]
+    assert [a.kind for a in actions] == ["delete_target", "delete_backstore", "delete_backstore"]
     with pytest.raises(Busy):  # another initiator's planned logout does not excuse this one
         lio.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_",
                              target_iqns=[iqn], planned_logouts=frozenset({"iqn.2004-10.com.debian:other"}))

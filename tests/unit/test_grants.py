@@ -63,17 +63,17 @@ def test_500_hosts_then_a_501st_are_planned_incrementally(tmp_path):
 
     hosts = {f"iqn.2026-11.io.fabric.synthetic:host{i:04d}": chap(i) for i in range(500)}
     actions = grants.plan_grant(REC_TARGET, facts, hosts, current_auth=current_auth)
-    ops = [a.op for a in actions]
+    ops = [a.kind for a in actions]
     assert ops.count("create_acl") == 500 and ops.count("create_mapped_lun") == 500 and ops.count("set_auth") == 2000
     assert len(actions) == 3000 and asked == []  # nothing read of the 500 new ones, nothing of the others
-    assert all(a.params["tpg_lun"] == 0 and a.params["write_protect"] for a in actions if a.op == "create_mapped_lun")
-    assert [a.op for a in actions[:3]] == ["create_acl"] * 3  # rtslib's order: ACLs, then their LUNs, then CHAP
-    assert not any("secret-" in a.describe() for a in actions)
+    assert all(a.params["tpg_lun"] == 0 and a.params["write_protect"] for a in actions if a.kind == "create_mapped_lun")
+    assert [a.kind for a in actions[:3]] == ["create_acl"] * 3  # rtslib's order: ACLs, then their LUNs, then CHAP
+    assert not any("secret-" in a.description for a in actions)
     # the 500 are there now: the 501st is its own three steps and its CHAP, whatever the 500
     facts["acls"] = sorted([*facts["acls"], *hosts])
     one = {"iqn.2026-11.io.fabric.synthetic:host0500": chap(500)}
     actions = grants.plan_grant(REC_TARGET, facts, one, current_auth=current_auth)
-    assert [a.op for a in actions] == ["create_acl", "create_mapped_lun"] + ["set_auth"] * 4 and asked == []
+    assert [a.kind for a in actions] == ["create_acl", "create_mapped_lun"] + ["set_auth"] * 4 and asked == []
 
 
 def test_a_host_granted_again_gets_only_its_changed_chap(tmp_path):
@@ -84,8 +84,8 @@ def test_a_host_granted_again_gets_only_its_changed_chap(tmp_path):
     assert same == []
     rotated = grants.plan_grant(REC_TARGET, facts, {REC_GPU1: Chap("gpu1", "hcsecret0002")},
                                 current_auth=lambda i: lioacls.acl_auth(REC_TARGET, i, root))
-    assert [(a.op, a.params["field"]) for a in rotated] == [("set_auth", "password")]
-    assert "hcsecret0002" not in rotated[0].describe()
+    assert [(a.kind, a.params["field"]) for a in rotated] == [("set_auth", "password")]
+    assert "hcsecret0002" not in rotated[0].description
 
 
 def test_a_publish_through_a_peer_tags_its_acls_and_a_grant_leaves_tags_alone(tmp_path):
@@ -98,7 +98,7 @@ def test_a_publish_through_a_peer_tags_its_acls_and_a_grant_leaves_tags_alone(tm
     gpu1 = {REC_GPU1: Chap("gpu1", "hcsecret0001")}
     tagged = grants.plan_grant(REC_TARGET, facts, gpu1, tag=lio.PUBLISHED_TAG,
                                current_tag=lambda i: lioacls.acl_tag(REC_TARGET, i, root), **auth)
-    assert [(a.op, a.params) for a in tagged] == [("set_acl_tag", {"initiator": REC_GPU1,
+    assert [(a.kind, a.params) for a in tagged] == [("set_acl_tag", {"initiator": REC_GPU1,
                                                                   "value": lio.PUBLISHED_TAG})]
     (tmp_path / "iscsi" / REC_TARGET / "tpgt_1" / "acls" / REC_GPU1 / "tag").write_text(lio.PUBLISHED_TAG + "\n")
     assert lioacls.acl_tag(REC_TARGET, REC_GPU1, root) == lio.PUBLISHED_TAG
@@ -107,13 +107,13 @@ def test_a_publish_through_a_peer_tags_its_acls_and_a_grant_leaves_tags_alone(tm
     assert grants.plan_grant(REC_TARGET, facts, gpu1, **auth) == []  # a grant: the tag stays
     new = grants.plan_grant(REC_TARGET, facts, {"iqn.2026-11.io.fabric.synthetic:h1": chap(1)},
                             tag=lio.PUBLISHED_TAG, **auth)
-    assert [a.op for a in new] == ["create_acl", "create_mapped_lun"] + ["set_auth"] * 4 + ["set_acl_tag"]
+    assert [a.kind for a in new] == ["create_acl", "create_mapped_lun"] + ["set_auth"] * 4 + ["set_acl_tag"]
 
 
 def test_a_target_without_authentication_gets_it_with_its_first_chap(tmp_path):
     facts = {"acls": [], "luns": [0], "authentication": 0, "enabled": True}
     actions = grants.plan_grant("t", facts, {"i": chap(1)}, current_auth=dict)
-    assert actions[0].op == "set_tpg_attribute" and actions[0].params == {"name": "authentication", "value": 1}
+    assert actions[0].kind == "set_tpg_attribute" and actions[0].params == {"name": "authentication", "value": 1}
     with pytest.raises(Exception, match="no LUN"):
         grants.plan_grant("t", {"acls": [], "luns": []}, {"i": chap(1)}, current_auth=dict)
 
@@ -130,7 +130,7 @@ def test_revoking_a_logged_in_host_is_refused_unless_forced(tmp_path):
     assert "--force" in err.value.fix
     actions, revoked, missing = grants.plan_revoke(REC_TARGET, facts, [REC_GPU1, "iqn.2026-11.x.y:z"],
                                                    logged_in=logged_in, force=True)
-    assert [a.op for a in actions] == ["delete_acl"] and revoked == [REC_GPU1] and missing == ["iqn.2026-11.x.y:z"]
+    assert [a.kind for a in actions] == ["delete_acl"] and revoked == [REC_GPU1] and missing == ["iqn.2026-11.x.y:z"]
     (tmp_path / "iscsi" / REC_TARGET / "tpgt_1" / "acls" / REC_GPU1 / "info").write_text(
         f"{lioacls.NO_SESSION}: {REC_GPU1}\n")
     actions, revoked, _missing = grants.plan_revoke(REC_TARGET, facts, [REC_GPU1], logged_in=logged_in)
@@ -153,7 +153,7 @@ def test_a_grant_to_an_existing_export_never_reads_all_of_lio_and_saves_once(tmp
     monkeypatch.setattr(lio, "read_live", lambda *a, **k: pytest.fail("a grant read the whole of LIO"))
     applied = []
     monkeypatch.setattr(lio.kernel, "apply",
-                        lambda actions, **kw: applied.append(actions) or [a.describe() for a in actions])
+                        lambda actions, **kw: applied.append(actions) or [a.description for a in actions])
     hosts = [Host(f"h{i}", f"iqn.2026-11.io.fabric.synthetic:h{i}") for i in range(3)]
     settings = publish.Settings(iqn_base=BASE, backstore_prefix="fctl_", portal_ip="10.77.0.11", portal_port=3260,
                                 dataset_root="tank/datasets", mount_root="/datasets",

@@ -69,7 +69,7 @@ CHAP2 = {"userid": "gpu2", "password": "hcsecret0002"}
 
 
 def ops(actions) -> list[str]:
-    return [a.op for a in lio.changes(actions)]
+    return [a.kind for a in lio.changes(actions)]
 
 
 def test_recorded_dump_is_what_the_lab_made():
@@ -86,12 +86,12 @@ def test_create_from_empty_orders_parents_first_and_converges():
         "set_tpg_attribute", "set_tpg_attribute", "set_tpg_attribute", "set_tpg_attribute",
         "create_portal", "create_lun", "create_lun", "create_acl", "create_mapped_lun", "create_mapped_lun",
         "set_auth", "set_auth", "enable_tpg"]
-    attrs = {a.params["name"]: a.params["value"] for a in actions if a.op == "set_tpg_attribute"}
+    attrs = {a.params["name"]: a.params["value"] for a in actions if a.kind == "set_tpg_attribute"}
     assert attrs == {"authentication": 1, "generate_node_acls": 0, "cache_dynamic_acls": 0,
                      "demo_mode_write_protect": 1}
-    backstores = [a.params for a in actions if a.op == "create_backstore"]
+    backstores = [a.params for a in actions if a.kind == "create_backstore"]
     assert all(b["readonly"] is True for b in backstores)
-    assert all(a.params["write_protect"] is True for a in actions if a.op == "create_mapped_lun")
+    assert all(a.params["write_protect"] is True for a in actions if a.kind == "create_mapped_lun")
     # the simulated result is converged: planning again changes nothing
     assert ops(lio.plan(desired(), lio.simulate(empty(), actions))) == []
 
@@ -99,14 +99,15 @@ def test_create_from_empty_orders_parents_first_and_converges():
 def test_without_chap_authentication_is_zero():
     state = desired(require_chap=False, acls=[{"initiator": GPU1}])
     actions = lio.plan(state, empty())
-    assert {a.params["name"]: a.params["value"] for a in actions if a.op == "set_tpg_attribute"}["authentication"] == 0
+    attrs = {a.params["name"]: a.params["value"] for a in actions if a.kind == "set_tpg_attribute"}
+    assert attrs["authentication"] == 0
     assert "set_auth" not in ops(actions)
 
 
 def test_converged_recorded_state_is_a_no_op_and_reports_foreign_objects():
     actions = lio.plan(desired(), live())
     assert ops(actions) == []
-    kept = {(a.params["kind"], a.params["name"]) for a in actions if a.op == "keep"}
+    kept = {(a.params["kind"], a.params["name"]) for a in actions if a.kind == "keep"}
     assert kept == {("target", FOREIGN_IQN), ("backstore", "hc_foreign")}
 
 
@@ -117,7 +118,7 @@ def test_attribute_and_write_protect_drift_is_corrected_in_place():
     tpg["attributes"]["generate_node_acls"] = 1
     tpg["node_acls"][0]["mapped_luns"][0]["write_protect"] = False
     actions = lio.changes(lio.plan(desired(), state))
-    assert [a.describe() for a in actions] == [
+    assert [a.description for a in actions] == [
         f"set_tpg_attribute {IQN} name=generate_node_acls value=0",
         f"set_tpg_attribute {IQN} name=demo_mode_write_protect value=1",
         f"set_write_protect {IQN} initiator={GPU1} index=1 value=True",
@@ -131,7 +132,7 @@ def test_add_an_acl_maps_all_luns_read_only():
     actions = lio.changes(lio.plan(desired(acls=acls), live()))
     assert ops(actions) == ["create_acl", "create_mapped_lun", "create_mapped_lun", "set_auth", "set_auth"]
     assert all(a.params["initiator"] == GPU2 for a in actions)
-    assert [a.params["write_protect"] for a in actions if a.op == "create_mapped_lun"] == [True, True]
+    assert [a.params["write_protect"] for a in actions if a.kind == "create_mapped_lun"] == [True, True]
 
 
 def test_a_publish_tags_its_acls_and_an_untagged_declaration_leaves_the_tag_alone():
@@ -139,7 +140,7 @@ def test_a_publish_tags_its_acls_and_an_untagged_declaration_leaves_the_tag_alon
     a tag (a grant's, the roles') keeps whatever tag LIO has: a grant never untags a publish."""
     tagged = [{"initiator": GPU1, "chap": CHAP1, "tag": lio.PUBLISHED_TAG}]
     actions = lio.changes(lio.plan(desired(acls=tagged), live()))
-    assert [a.describe() for a in actions] == [f"set_acl_tag {IQN} initiator={GPU1} value={lio.PUBLISHED_TAG}"]
+    assert [a.description for a in actions] == [f"set_acl_tag {IQN} initiator={GPU1} value={lio.PUBLISHED_TAG}"]
     after = lio.simulate(live(), actions)
     acl = next(t for t in after["dump"]["targets"] if t["wwn"] == IQN)["tpgs"][0]["node_acls"][0]
     assert acl["tag"] == lio.PUBLISHED_TAG
@@ -157,7 +158,7 @@ def test_acl_restricted_to_some_luns():
         lio.plan(desired(acls=acls), live())
     forced = lio.changes(lio.plan(desired(acls=acls), live(), force=True))
     actions = lio.changes(lio.plan(desired(acls=acls), live(sessions=False)))
-    assert [a.describe() for a in actions] == [a.describe() for a in forced] == [
+    assert [a.description for a in actions] == [a.description for a in forced] == [
         f"delete_mapped_lun {IQN} initiator={GPU1} index=1 (not in desired state)"]
 
 
@@ -169,16 +170,16 @@ def test_an_initiator_taken_off_a_declared_target_loses_its_acl_without_purge():
         lio.plan(desired(acls=acls), live())
     actions = lio.changes(lio.plan(desired(acls=acls), live(sessions=False)))
     assert f"delete_acl {IQN} initiator={GPU1} (not in desired state (access withdrawn))" in [
-        a.describe() for a in actions]
-    assert any(a.op == "create_acl" for a in actions)
+        a.description for a in actions]
+    assert any(a.kind == "create_acl" for a in actions)
 
 
 def test_removing_a_lun_needs_purge_and_refuses_a_busy_lun():
     state = desired(luns=desired()["targets"][0]["luns"][:1])
     actions = lio.plan(state, live())
     assert ops(actions) == []
-    assert any(a.op == "keep" and a.params["kind"] == "lun" for a in actions)
-    assert any(a.op == "keep" and a.params["name"] == "fabric_hc_rec_b" for a in actions)
+    assert any(a.kind == "keep" and a.params["kind"] == "lun" for a in actions)
+    assert any(a.kind == "keep" and a.params["name"] == "fabric_hc_rec_b" for a in actions)
     with pytest.raises(Busy) as err:
         lio.plan(state, live(), purge=True)
     assert "LUN 1" in err.value.problem and GPU1 in err.value.problem and "force" in err.value.fix
@@ -194,9 +195,9 @@ def test_purge_everything_leaves_foreign_objects_alone():
     with pytest.raises(Busy):
         lio.plan(state, live(), purge=True)
     actions = lio.plan(state, live(sessions=False), purge=True)
-    assert [(a.op, a.target or a.params.get("name")) for a in lio.changes(actions)] == [
+    assert [(a.kind, a.target or a.params.get("name")) for a in lio.changes(actions)] == [
         ("delete_target", IQN), ("delete_backstore", "fabric_hc_rec_a"), ("delete_backstore", "fabric_hc_rec_b")]
-    kept = {(a.params["kind"], a.params["name"]) for a in actions if a.op == "keep"}
+    kept = {(a.params["kind"], a.params["name"]) for a in actions if a.kind == "keep"}
     assert kept == {("target", FOREIGN_IQN), ("backstore", "hc_foreign")}
     # without purge nothing is removed
     assert ops(lio.plan(state, live(sessions=False))) == []
@@ -207,7 +208,7 @@ def test_backstore_drift_recreates_it_children_first():
     so = next(s for s in state["dump"]["storage_objects"] if s["name"] == "fabric_hc_rec_b")
     so["readonly"] = False
     actions = lio.changes(lio.plan(desired(), state))
-    assert [a.op for a in actions] == ["delete_mapped_lun", "delete_lun", "delete_backstore", "create_backstore",
+    assert [a.kind for a in actions] == ["delete_mapped_lun", "delete_lun", "delete_backstore", "create_backstore",
                                        "create_lun", "create_mapped_lun"]
     assert actions[3].params == {"name": "fabric_hc_rec_b", "device": "/dev/zvol/hc_pool/rec_b", "readonly": True,
                                  "wwn": wwn("fabric_hc_rec_b"), "emulate_pr": 0}
@@ -230,7 +231,7 @@ def test_derived_wwn_is_stable_and_in_rtslib_unit_serial_form():
 def test_new_lun_takes_the_lowest_free_index_and_keeps_existing_ones():
     luns = desired()["targets"][0]["luns"] + [{"name": "new", "device": "/dev/zvol/hc_pool/new"}]
     actions = lio.changes(lio.plan(desired(luns=luns), live()))
-    assert [(a.op, a.params.get("index")) for a in actions] == [
+    assert [(a.kind, a.params.get("index")) for a in actions] == [
         ("create_backstore", None), ("create_lun", 2), ("create_mapped_lun", 2)]
 
 
@@ -296,19 +297,19 @@ def test_one_writer_is_accepted():
     state = desired(writable=True, luns=[{"name": "w", "device": "/dev/zvol/hc_pool/new", "readonly": False}],
                     acls=[{"initiator": GPU2, "chap": CHAP2}], name="hc-ckpt")
     actions = lio.plan(state, empty())
-    assert [a.params["readonly"] for a in actions if a.op == "create_backstore"] == [False]
-    assert [a.params["write_protect"] for a in actions if a.op == "create_mapped_lun"] == [False]
-    attrs = {a.params["name"]: a.params["value"] for a in actions if a.op == "set_tpg_attribute"}
+    assert [a.params["readonly"] for a in actions if a.kind == "create_backstore"] == [False]
+    assert [a.params["write_protect"] for a in actions if a.kind == "create_mapped_lun"] == [False]
+    attrs = {a.params["name"]: a.params["value"] for a in actions if a.kind == "set_tpg_attribute"}
     assert attrs["demo_mode_write_protect"] == 1
 
 
 def test_a_read_only_backstore_refuses_reservations_and_a_writers_keeps_them(tmp_path):
     # emulate_pr 0: LIO refuses RESERVE/RELEASE and PERSISTENT RESERVE IN/OUT, so no reader can stop the others
     ro = lio.plan(desired(), empty())
-    assert [a.params["emulate_pr"] for a in ro if a.op == "create_backstore"] == [0, 0]
+    assert [a.params["emulate_pr"] for a in ro if a.kind == "create_backstore"] == [0, 0]
     rw = lio.plan(desired(writable=True, luns=[{"name": "w", "device": "/dev/zvol/hc_pool/new", "readonly": False}],
                           acls=[{"initiator": GPU2, "chap": CHAP2}], name="hc-ckpt"), empty())
-    assert [a.params["emulate_pr"] for a in rw if a.op == "create_backstore"] == [1]  # one ACL: its writer
+    assert [a.params["emulate_pr"] for a in rw if a.kind == "create_backstore"] == [1]  # one ACL: its writer
     # the kernel takes it only while the backstore is not exported: set right after the backstore is made
     rts = FakeRts()
     lio.apply(ro, rts=rts, save_file=str(tmp_path / "saveconfig.json"))
@@ -344,7 +345,7 @@ def test_an_export_made_before_emulate_pr_is_reported_while_read_and_remade_when
     # logged in: nothing changes (a live export never drops its readers), each backstore is reported
     actions = lio.plan(desired(), live(made_before_emulate_pr=True))
     assert ops(actions) == []
-    kept = {a.params["name"]: a.reason for a in actions if a.op == "keep" and a.params["kind"] == "backstore"}
+    kept = {a.params["name"]: a.reason for a in actions if a.kind == "keep" and a.params["kind"] == "backstore"}
     assert set(kept) == {"fabric_hc_rec_a", "fabric_hc_rec_b", "hc_foreign"}
     assert "emulate_pr 1 -> 0" in kept["fabric_hc_rec_a"] and GPU1 in kept["fabric_hc_rec_a"]
     assert "stops the others" in kept["fabric_hc_rec_a"]
@@ -353,9 +354,9 @@ def test_an_export_made_before_emulate_pr_is_reported_while_read_and_remade_when
     assert ops(actions) == ["delete_mapped_lun", "delete_mapped_lun", "delete_lun", "delete_lun", "delete_backstore",
                             "delete_backstore", "create_backstore", "create_backstore", "create_lun", "create_lun",
                             "create_mapped_lun", "create_mapped_lun"]
-    made = [a.params for a in actions if a.op == "create_backstore"]
+    made = [a.params for a in actions if a.kind == "create_backstore"]
     assert [(p["emulate_pr"], p["wwn"]) for p in made] == [(0, wwn("fabric_hc_rec_a")), (0, wwn("fabric_hc_rec_b"))]
-    assert all("emulate_pr 1 -> 0" in a.reason for a in actions if a.op == "delete_backstore")
+    assert all("emulate_pr 1 -> 0" in a.reason for a in actions if a.kind == "delete_backstore")
     # a dump without the attribute (an older recording) plans nothing
     state = live(sessions=False)
     for so in state["dump"]["storage_objects"]:
@@ -376,7 +377,7 @@ def test_missing_device_and_device_used_by_a_foreign_backstore():
 
 def test_describe_redacts_chap_secrets_and_summary_too():
     actions = lio.plan(desired(), empty())
-    text = "\n".join(a.describe() for a in actions) + json.dumps([a.to_dict() for a in actions])
+    text = "\n".join(a.description for a in actions) + json.dumps([lio.step_dict(a) for a in actions])
     assert "hcsecret0001" not in text and lio.REDACTED in text
     summary = lio.summarize(live(), lio.parse_desired(desired()))
     assert "hcsecret0001" not in json.dumps(summary)
@@ -526,7 +527,7 @@ def test_discovery_open_in_the_recorded_dump_is_closed_first_and_stays_closed():
     recorded = live(discovery="open")  # as the lab recorded it: rtslib dumps no iscsi fabric module
     assert not lio.discovery_closed(recorded)
     actions = lio.changes(lio.plan(desired(), recorded))
-    assert [a.op for a in actions] == ["close_discovery"]
+    assert [a.kind for a in actions] == ["close_discovery"]
     after = lio.simulate(recorded, actions)
     assert lio.discovery_closed(after) and lio.changes(lio.plan(desired(), after)) == []
     assert lio.summarize(recorded)["discovery"] == "open" and lio.summarize(after)["discovery"] == "closed"
@@ -551,7 +552,7 @@ def test_closing_discovery_enforces_auth_before_clearing_the_credentials():
         FabricModule = staticmethod(lambda name: FM())
         RTSRoot = staticmethod(lambda: type("R", (), {"dump": lambda _s: {}})())
 
-    lio.apply([lio.Action("close_discovery")], rts=Rts(), save_config=False)
+    lio.apply([lio.step("close_discovery")], rts=Rts(), save_config=False)
     assert writes[0] == ("discovery_enable_auth", True)
     assert sorted(writes[1:]) == sorted((f"discovery_{a}", "") for a in lio.DISCOVERY_CREDENTIALS)
 
@@ -564,7 +565,7 @@ def test_plan_access_revokes_the_others_and_refuses_a_logged_in_one_unless_force
         {"initiator": GPU1, "chap": CHAP1}, {"initiator": GPU2, "chap": CHAP2}]), state)))["dump"]
     chap1 = lio.parse_desired(desired()).targets[0].acls[0].chap
     actions = lio.changes(lio.plan_access(state, target_iqn=IQN, keep={GPU1: chap1}))
-    assert [(a.op, a.params["initiator"]) for a in actions] == [
+    assert [(a.kind, a.params["initiator"]) for a in actions] == [
         ("delete_mapped_lun", GPU2), ("delete_mapped_lun", GPU2), ("delete_acl", GPU2)]
     assert lio.revoked(actions) == [GPU2]
     after = lio.simulate(state, actions)
@@ -582,10 +583,36 @@ def test_plan_access_sets_a_rotated_secret_only():
     rotated = lio.parse_desired(desired(acls=[{"initiator": GPU1, "chap": {"userid": "gpu1",
                                                                            "password": "rotated-00001"}}]))
     actions = lio.changes(lio.plan_access(live(), target_iqn=IQN, keep={GPU1: rotated.targets[0].acls[0].chap}))
-    assert [(a.op, a.params["field"]) for a in actions] == [("set_auth", "password")]
-    assert "rotated-00001" not in " ".join(a.describe() for a in actions)
+    assert [(a.kind, a.params["field"]) for a in actions] == [("set_auth", "password")]
+    assert "rotated-00001" not in " ".join(a.description for a in actions)
     same = lio.parse_desired(desired()).targets[0].acls[0].chap
     assert lio.changes(lio.plan_access(live(), target_iqn=IQN, keep={GPU1: same})) == []
+
+
+def test_a_chap_secret_is_carried_in_the_steps_data_only_and_reaches_rtslib():
+    """A LIO step is a model.Step: a CHAP secret is in its ``data`` (never shown), redacted in its params, its
+    description, its JSON and what the runner records; rtslib gets the secret, and the simulation predicts it."""
+    rotated = lio.parse_desired(desired(acls=[{"initiator": GPU1, "chap": {"userid": "gpu1",
+                                                                           "password": "rotated-00001"}}]))
+    steps = lio.changes(lio.plan_access(live(), target_iqn=IQN, keep={GPU1: rotated.targets[0].acls[0].chap}))
+    (step,) = steps
+    assert (step.kind, step.target, step.reason, step.data) == ("set_auth", IQN, "CHAP of this host", "rotated-00001")
+    assert step.description == (f"set_auth {IQN} initiator={GPU1} field=password value={lio.REDACTED} "
+                                "(CHAP of this host)")
+    assert lio.step_dict(step) == {"op": "set_auth", "target": IQN, "reason": "CHAP of this host", "params": {
+        "initiator": GPU1, "field": "password", "value": lio.REDACTED}}
+    runner = _Recording(dry_run=True)
+    assert lio.run_plan(steps, runner) == [step.description] and runner.planned == [["rtslib", step.description]]
+    assert "rotated-00001" not in repr(step) + json.dumps(step.to_dict()) + str(runner.planned)
+    acl = type("ACL", (), {})()
+    lio.OPERATIONS["set_auth"].execute(type("X", (), {"acl": lambda _s, iqn, initiator: acl})(), step)
+    assert acl.chap_password == "rotated-00001"
+    after = lio.simulate(live(), steps)["dump"]
+    assert next(t for t in after["targets"] if t["wwn"] == IQN)["tpgs"][0]["node_acls"][0]["chap_password"] == \
+        "rotated-00001"
+    cleared = lio.step("set_auth", IQN, {"initiator": GPU1, "field": "mutual_password", "value": ""})
+    assert (cleared.data, cleared.params["value"], cleared.description) == (
+        "", "", f"set_auth {IQN} initiator={GPU1} field=mutual_password value=")
 
 
 def test_save_replaces_the_file_atomically_and_keeps_the_old_one_when_the_dump_fails(tmp_path):
@@ -666,7 +693,7 @@ def test_a_change_failing_at_step_k_leaves_the_steps_before_it_applied_and_saved
         with mock.patch.dict(lio.OPERATIONS, kernel.operations()), pytest.raises(lio.LioApplyError) as err:
             lio.apply(todo, rts=kernel, save_file=str(saved))
         expected = lio.simulate(state, todo[:k])["dump"]  # steps 0..k-1 applied, step k and later not
-        assert err.value.done == [a.describe() for a in todo[:k]]
+        assert err.value.done == [a.description for a in todo[:k]]
         assert f"step {k} refused" in err.value.problem and "saved for the next boot" in err.value.fix
         assert json.loads(saved.read_text()) == expected == kernel.dump
         assert saved.stat().st_mode & 0o777 == 0o600

@@ -51,7 +51,7 @@ class Lab:
         return live
 
     def apply(self, actions, rts=None, save_config=True, save_file=None):
-        self.applied.append([a.describe() for a in mlio.changes(actions)])
+        self.applied.append([a.description for a in mlio.changes(actions)])
         self.state = mlio.simulate(self.state, actions)
         return self.applied[-1]
 

@@ -137,7 +137,7 @@ def test_removal_is_planned_in_the_table_order_and_simulated():
     live = {"dump": copy.deepcopy(REC["dump"]), "sessions": [], "devices": DEVICES}
     actions = lio.plan_removal(live, iqn_base="iqn.2026-11.io.fabric.lab", backstore_prefix="fabric_hc_",
                                target_iqns=["iqn.2026-11.io.fabric.lab:hc-rec"])
-    assert [a.op for a in actions] == ["delete_target", "delete_backstore", "delete_backstore"]
+    assert [a.kind for a in actions] == ["delete_target", "delete_backstore", "delete_backstore"]
     after = lio.simulate(live, actions)["dump"]
     assert "iqn.2026-11.io.fabric.lab:hc-rec" not in [t["wwn"] for t in after["targets"]]
     assert not [s for s in after["storage_objects"] if s["name"].startswith("fabric_hc_rec")]

@@ -492,9 +492,9 @@ def test_a_withdraw_failing_half_way_releases_the_hold_only_with_what_it_guarded
 
     def converge(state, before, actions, **_kw):
         todo = lio.changes(actions)
-        applied = todo if failed_at == "save" else [a for a in todo if a.op != failed_at]
+        applied = todo if failed_at == "save" else [a for a in todo if a.kind != failed_at]
         lio_state["live"] = lio.simulate(before, applied)
-        raise lio.LioApplyError(f"LIO change failed at {failed_at}", "fix it", [a.describe() for a in applied], [])
+        raise lio.LioApplyError(f"LIO change failed at {failed_at}", "fix it", [a.description for a in applied], [])
 
     monkeypatch.setattr(lio, "converge", converge)
     with pytest.raises(lio.LioApplyError):

@@ -120,7 +120,10 @@ class Step:
     in the mechanism's words (create_record, login, ...) for the mechanism's own applier, which orders or
     re-plans by it; ``keys``: the settings the step changes (what a module reports as updated); ``params``: what
     the step acts on, in the planner's words (a gc step's ref, holder, mount point), for that applier and for a
-    JSON report (never a secret).
+    JSON report (never a secret); ``target``: the object the step acts on, when its mechanism names one (a LIO
+    target's IQN; "" when none); ``reason``: why the planner made the step ("" when it says nothing). A secret a
+    step carries (an encryption key, iSCSI or LIO CHAP secrets) is in ``data`` only: never in its description,
+    argv, entry or params.
     """
 
     description: str
@@ -137,6 +140,8 @@ class Step:
     kind: str = ""
     keys: tuple = ()
     params: dict = field(default_factory=dict)
+    target: str = ""
+    reason: str = ""
 
     def to_dict(self) -> dict:
         if self.call is not None:

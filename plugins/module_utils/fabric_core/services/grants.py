@@ -9,7 +9,7 @@ unless forced: that cuts it off), and with the last one the export (``Publisher.
 Hundreds of hosts: a grant never reads the whole of LIO through rtslib (4 s at 500 ACLs on the lab). It reads the
 target's ACL names, LUNs and TPG attributes from configfs (``lioacls.target_facts``), and the CHAP fields of the
 ACLs it is asked about that exist already; ``plan_grant`` (pure) adds only what is missing, and ``lio.apply``
-runs those actions through rtslib and saves the configuration once. A 501st host costs one ACL, its mapped LUN,
+runs those steps through rtslib and saves the configuration once. A 501st host costs one ACL, its mapped LUN,
 its CHAP and the save. (A version not exported yet is exported first, by the publishing service, with one of the
 hosts: that reads LIO through rtslib once and saves it with that one ACL, before the others are added.)
 """
@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from ..base.errors import Busy, UserError
 from ..base.exports import Export
+from ..base.model import Step
 from ..base.rules import Chap
 from ..storage import lio, lioacls
 
@@ -28,8 +29,8 @@ AUTH_FIELDS = lioacls.AUTH_FILES
 
 def plan_grant(target: str, facts: dict, wanted: Mapping[str, Chap | None], *,
                current_auth: Callable[[str], dict], writable: bool = False, tag: str | None = None,
-               current_tag: Callable[[str], str | None] = lambda _i: None) -> list[lio.Action]:
-    """The actions giving each initiator of ``wanted`` (initiator -> its CHAP credentials, None: none) an ACL on
+               current_tag: Callable[[str], str | None] = lambda _i: None) -> list[Step]:
+    """The steps giving each initiator of ``wanted`` (initiator -> its CHAP credentials, None: none) an ACL on
     ``target`` (pure). ``facts``: the target as ``lioacls.target_facts`` read it; an initiator with an ACL already
     gets only the CHAP fields that differ (``current_auth(initiator)``: its fields as LIO has them); a new one its
     ACL, the target's LUN mapped (read-only unless ``writable``) and its CHAP. The TPG authenticates once any ACL
@@ -40,9 +41,9 @@ def plan_grant(target: str, facts: dict, wanted: Mapping[str, Chap | None], *,
                         "publish or grant it again after `fabricctl access sync`, which converges the export")
     lun = facts["luns"][0]
     existing = set(facts.get("acls") or ())
-    actions: list[lio.Action] = []
+    steps: list[Step] = []
     if any(wanted.values()) and facts.get("authentication") != 1:
-        actions.append(lio.Action("set_tpg_attribute", target, {"name": "authentication", "value": 1}))
+        steps.append(lio.step("set_tpg_attribute", target, {"name": "authentication", "value": 1}))
     for initiator in sorted(wanted):
         chap = wanted[initiator]
         fields = chap.fields() if chap else dict.fromkeys(AUTH_FIELDS, "")
@@ -50,26 +51,26 @@ def plan_grant(target: str, facts: dict, wanted: Mapping[str, Chap | None], *,
             have = current_auth(initiator)
             for name in AUTH_FIELDS:
                 if have.get(name, "") != fields.get(name, ""):
-                    actions.append(lio.Action("set_auth", target, {"initiator": initiator, "field": name,
-                                                                   "value": fields.get(name, "")}, "CHAP of this host"))
+                    steps.append(lio.step("set_auth", target, {"initiator": initiator, "field": name,
+                                                               "value": fields.get(name, "")}, "CHAP of this host"))
             retag = tag is not None and current_tag(initiator) != tag
         else:
-            actions.append(lio.Action("create_acl", target, {"initiator": initiator}, "granted"))
-            actions.append(lio.Action("create_mapped_lun", target, {"initiator": initiator, "index": 0,
-                                                                    "tpg_lun": lun, "write_protect": not writable}))
+            steps.append(lio.step("create_acl", target, {"initiator": initiator}, "granted"))
+            steps.append(lio.step("create_mapped_lun", target, {"initiator": initiator, "index": 0,
+                                                                "tpg_lun": lun, "write_protect": not writable}))
             for name in AUTH_FIELDS:
                 if fields.get(name):
-                    actions.append(lio.Action("set_auth", target, {"initiator": initiator, "field": name,
-                                                                   "value": fields[name]}))
+                    steps.append(lio.step("set_auth", target, {"initiator": initiator, "field": name,
+                                                               "value": fields[name]}))
             retag = tag is not None
         if retag:
-            actions.append(lio.Action("set_acl_tag", target, {"initiator": initiator, "value": tag}))
-    return sorted(actions, key=lambda a: lio.RANK[a.op])
+            steps.append(lio.step("set_acl_tag", target, {"initiator": initiator, "value": tag}))
+    return lio.ordered(steps)
 
 
 def plan_revoke(target: str, facts: dict | None, initiators: Iterable[str], *, logged_in: Callable[[str], bool],
-                force: bool = False) -> tuple[list[lio.Action], list[str], list[str]]:
-    """(actions, revoked, not granted) removing the ACLs of ``initiators`` from ``target`` (pure but for
+                force: bool = False) -> tuple[list[Step], list[str], list[str]]:
+    """(steps, revoked, not granted) removing the ACLs of ``initiators`` from ``target`` (pure but for
     ``logged_in``, asked of the initiators being revoked only). A logged-in initiator is refused (Busy) unless
     ``force``, which cuts it off (rtslib removes an ACL's mapped LUNs with it)."""
     existing = set((facts or {}).get("acls") or ())
@@ -81,9 +82,9 @@ def plan_revoke(target: str, facts: dict | None, initiators: Iterable[str], *, l
                    "a live session off mid-read",
                    "detach it on the host first (its job ends, or `fabricctl unpublish`), or pass --force to cut it "
                    "off (its reads then fail with I/O errors)")
-    actions = [lio.Action("delete_acl", target, {"initiator": i},
-                          "revoked (logged in: cut off)" if i in busy else "revoked") for i in revoking]
-    return actions, revoking, missing
+    steps = [lio.step("delete_acl", target, {"initiator": i},
+                      "revoked (logged in: cut off)" if i in busy else "revoked") for i in revoking]
+    return steps, revoking, missing
 
 
 class Grants:
@@ -96,10 +97,10 @@ class Grants:
     def dry_run(self) -> bool:
         return self.publisher.dry_run
 
-    def _run(self, actions: list[lio.Action]) -> list[str]:
-        """The actions made (one save) through this node's runner, which records them (a dry run makes none);
+    def _run(self, steps: list[Step]) -> list[str]:
+        """The steps made (one save) through this node's runner, which records them (a dry run makes none);
         returns their descriptions."""
-        return lio.run_plan(actions, self.publisher.local)
+        return lio.run_plan(steps, self.publisher.local)
 
     def grant(self, export: Export, hosts: list, *, published: bool = False) -> dict:
         """``hosts`` (objects with name and initiator) may attach ``export``. ``published``: their ACLs are tagged
@@ -125,14 +126,14 @@ class Grants:
                 facts = {"acls": [first.initiator], "luns": [0], "authentication": 1 if chap else 0, "enabled": True}
                 planned[first.initiator] = (chap.fields() if chap else dict.fromkeys(AUTH_FIELDS, ""), tag)
         before = set(facts["acls"])
-        actions = plan_grant(target, facts, wanted, writable=export.writable, tag=tag,
-                             current_auth=lambda i: planned[i][0] if i in planned else lioacls.acl_auth(target, i),
-                             current_tag=lambda i: planned[i][1] if i in planned else lioacls.acl_tag(target, i))
-        lines = self._run(actions)
-        created = {a.params["initiator"] for a in actions if a.op == "create_acl"}
+        steps = plan_grant(target, facts, wanted, writable=export.writable, tag=tag,
+                           current_auth=lambda i: planned[i][0] if i in planned else lioacls.acl_auth(target, i),
+                           current_tag=lambda i: planned[i][1] if i in planned else lioacls.acl_tag(target, i))
+        lines = self._run(steps)
+        created = {s.params["initiator"] for s in steps if s.kind == "create_acl"}
         if exported is not None:
             created |= before & set(wanted)  # the export made their ACLs
-        refreshed = {a.params["initiator"] for a in actions if a.op == "set_auth"} - created
+        refreshed = {s.params["initiator"] for s in steps if s.kind == "set_auth"} - created
         return {"target": target, "hosts": sorted(names.values()), "new": sorted(names[i] for i in created),
                 "refreshed": sorted(names[i] for i in refreshed),
                 "already": sorted(names[i] for i in (before & set(wanted)) - created - refreshed),
@@ -149,8 +150,8 @@ class Grants:
         if facts is None:
             return {"target": target, "revoked": [], "not_granted": sorted(names.values()), "withdrawn": False,
                     "lio_actions": 0}
-        actions, revoking, missing = plan_revoke(target, facts, names, force=force,
-                                                 logged_in=lambda i: lioacls.logged_in(target, i))
+        steps, revoking, missing = plan_revoke(target, facts, names, force=force,
+                                               logged_in=lambda i: lioacls.logged_in(target, i))
         left = [i for i in facts["acls"] if i not in revoking]
         out = {"target": target, "revoked": sorted(names[i] for i in revoking),
                "not_granted": sorted(names[i] for i in missing), "withdrawn": False}
@@ -159,4 +160,4 @@ class Grants:
         if not left:  # the last hosts: the export goes whole (the slow path: its whole LIO state is read once)
             res = self.publisher.withdraw(export, [], force=force, detached=frozenset(revoking))
             return {**out, "withdrawn": True, "released": res.get("released"), "lio_actions": len(res["lio_actions"])}
-        return {**out, "lio_actions": len(self._run(actions))}
+        return {**out, "lio_actions": len(self._run(steps))}

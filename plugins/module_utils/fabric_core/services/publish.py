@@ -397,15 +397,15 @@ class Publisher:
         """One target's ACLs brought to ``keep`` (``lio.plan_access``): the others are removed; those of hosts
         no longer configured are cut off even while logged in."""
         target = self.settings.target_iqn(export)
-        actions = lio.plan_access(index.live, target_iqn=target, keep=self.settings.access(keep), force=force,
-                                  planned_logouts=detached if self.dry_run else frozenset(),
-                                  cut_off=self.unknown(export, index))
-        gone = lio.revoked(actions)
-        result = lio.converge(self._state(), index.live, actions, runner=self.local)
+        steps = lio.plan_access(index.live, target_iqn=target, keep=self.settings.access(keep), force=force,
+                                planned_logouts=detached if self.dry_run else frozenset(),
+                                cut_off=self.unknown(export, index))
+        gone = lio.revoked(steps)
+        result = lio.converge(self._state(), index.live, steps, runner=self.local)
         # a dry run's next plan starts from LIO as these changes would leave it
         return {"revoked": [index.name_of(i) for i in gone], "revoked_initiators": gone,
                 "lio_actions": result["actions"],
-                "predicted": lio.simulate(index.live, actions) if self.dry_run else None}
+                "predicted": lio.simulate(index.live, steps) if self.dry_run else None}
 
     def _state(self) -> lio.DesiredState:
         return lio.DesiredState(base_iqn=self.settings.iqn_base, backstore_prefix=self.settings.backstore_prefix,
@@ -424,16 +424,16 @@ class Publisher:
         if remaining:
             out = self._access(export, remaining, index, force=force, detached=detached)
             return {"revoked": out["revoked"], "lio_actions": out["lio_actions"], "released": False}
-        actions = lio.plan_removal(index.live, iqn_base=self.settings.iqn_base,
-                                   backstore_prefix=self.settings.backstore_prefix,
-                                   target_iqns=[self.settings.target_iqn(export)], force=force,
-                                   planned_logouts=(detached if self.dry_run else frozenset()) | unknown)
+        steps = lio.plan_removal(index.live, iqn_base=self.settings.iqn_base,
+                                 backstore_prefix=self.settings.backstore_prefix,
+                                 target_iqns=[self.settings.target_iqn(export)], force=force,
+                                 planned_logouts=(detached if self.dry_run else frozenset()) | unknown)
         try:
-            result = lio.converge(self._state(), index.live, actions, runner=self.local)
+            result = lio.converge(self._state(), index.live, steps, runner=self.local)
         except lio.LioApplyError:
             self._release_unexported(export)  # a later step failed: the hold goes if its backstore went
             raise
-        gone = index.initiators(export) if any(a.op == "delete_target" for a in actions) else []
+        gone = index.initiators(export) if any(s.kind == "delete_target" for s in steps) else []
         return {"revoked": [index.name_of(i) for i in gone], "lio_actions": result["actions"],
                 "released": lzc.release(export.snapshot, runner=self.local) if export.is_snapshot else False}
 
@@ -461,11 +461,11 @@ class Publisher:
         changed: dict = {}
         for target in index.targets():
             keep = [i for i in index.target_initiators(target) if i in known]
-            actions = lio.plan_access(index.live, target_iqn=target, keep=self.settings.access(keep), force=force)
-            if not lio.changes(actions):
+            steps = lio.plan_access(index.live, target_iqn=target, keep=self.settings.access(keep), force=force)
+            if not lio.changes(steps):
                 continue
-            gone = lio.revoked(actions)
-            result = lio.converge(self._state(), index.live, actions, runner=self.local)
+            gone = lio.revoked(steps)
+            result = lio.converge(self._state(), index.live, steps, runner=self.local)
             changed[target] = {"revoked": [index.name_of(i) for i in gone], "lio_actions": result["actions"]}
         sessions = {h.name: [t for t in index.sessions().get(h.name, []) if t in index.targets()]
                     for h in self.hosts}

@@ -1,7 +1,7 @@
 """Reading and applying LIO through rtslib-fb: the only part of the LIO mechanism that needs root and the kernel.
 
 ``read_live()`` reads ``{"dump": RTSRoot().dump(), "sessions": [...], "devices": {...}}`` (the planner's input);
-``apply(actions)`` runs a plan's changes through rtslib-fb in the planned order and, when one fails, deletes what
+``apply(steps)`` runs a plan's changes through rtslib-fb in the planned order and, when one fails, deletes what
 this run created (reverse order) before raising ``LioApplyError``; ``converge`` is the one applier of a plan
 (``reconcile``'s, and the publishing service's): it applies it, or in a dry run simulates it, and reports before
 and after. rtslib-fb is imported lazily so that the package imports (and plans) without it.
@@ -16,7 +16,8 @@ import stat
 import time
 
 from ...base.errors import FabricError, UserError
-from .operations import OPERATIONS, Action, changes, simulate, summarize
+from ...base.model import Step
+from .operations import OPERATIONS, changes, kept, simulate, summarize
 from .persist import SAVE_FILE, save
 from .planner import plan
 from .spec import DISCOVERY_CREDENTIALS, TPG_TAG, DesiredState, emulate_pr, parse_desired
@@ -44,10 +45,10 @@ class _Rtslib:
     def acl(self, iqn, initiator):
         return self.rts.NodeACL(self.tpg(iqn), initiator, mode="lookup")
 
-    def mapped_lun(self, a: Action):
+    def mapped_lun(self, a: Step):
         return self.rts.MappedLUN(self.acl(a.target, a.params["initiator"]), a.params["index"])
 
-    def portal(self, a: Action, mode: str):
+    def portal(self, a: Step, mode: str):
         ip = a.params["ip"]
         return self.rts.NetworkPortal(self.tpg(a.target), f"[{ip}]" if ":" in ip else ip, a.params["port"], mode=mode)
 
@@ -186,7 +187,7 @@ class LioApplyError(FabricError):
         self.result: dict = {}
 
 
-def apply(actions: list[Action], *, rts=None, save_config: bool = True, save_file: str = SAVE_FILE) -> list[str]:
+def apply(steps: list[Step], *, rts=None, save_config: bool = True, save_file: str = SAVE_FILE) -> list[str]:
     """Run the changes in order; on failure undo this run's creations and raise LioApplyError.
 
     Deletions and attribute writes done before the failure are not undone (they are listed in
@@ -194,7 +195,7 @@ def apply(actions: list[Action], *, rts=None, save_config: bool = True, save_fil
     boot-time restore (``_saved``): what was applied (a withdrawn ACL) must not come back at the next boot
     because a later step failed; a failed save is added to the error.
     """
-    todo = changes(actions)
+    todo = changes(steps)
     if not todo:
         return []
     rts = rts or _rtslib()
@@ -202,11 +203,11 @@ def apply(actions: list[Action], *, rts=None, save_config: bool = True, save_fil
     done: list[str] = []
     undo: list = []
     with _saved(rts, save_file if save_config else None, done):
-        for a in todo:
+        for s in todo:
             try:
-                op = OPERATIONS[a.op]
-                made = op.execute(ex, a)
-                step = made if op.creates else None  # the undo of a creation
+                op = OPERATIONS[s.kind]
+                made = op.execute(ex, s)
+                undo_it = made if op.creates else None  # the undo of a creation
             except Exception as exc:  # rtslib raises RTSLibError, OSError, ...
                 rolled, failed = [], []
                 for text, fn in reversed(undo):
@@ -216,15 +217,15 @@ def apply(actions: list[Action], *, rts=None, save_config: bool = True, save_fil
                     except Exception as undo_exc:  # noqa: BLE001 - keep undoing the rest
                         if "does not exist" not in str(undo_exc):
                             failed.append(f"{text}: {undo_exc}")
-                problem = f"LIO change failed at `{a.describe()}`: {exc}"
+                problem = f"LIO change failed at `{s.description}`: {exc}"
                 if failed:
                     problem += "; could not undo: " + "; ".join(failed)
                 raise LioApplyError(problem, "fix the cause and run again (the plan is recomputed from live state); "
                                     "creations of this run were removed, what was applied before the failure is "
                                     "saved for the next boot", done, rolled) from exc
-            done.append(a.describe())
-            if step is not None:
-                undo.append((a.describe(), step))
+            done.append(s.description)
+            if undo_it is not None:
+                undo.append((s.description, undo_it))
     return done
 
 
@@ -282,19 +283,19 @@ def empty_live(desired: DesiredState | None = None) -> dict:
             "devices": device_facts(sorted(paths))}
 
 
-def run_plan(actions: list[Action], runner, *, rts=None, save_config: bool = True,
+def run_plan(steps: list[Step], runner, *, rts=None, save_config: bool = True,
              save_file: str = SAVE_FILE) -> list[str]:
     """The one way a plan's LIO changes are made: through rtslib (``apply``, one save), unless ``runner`` is a dry
     run, which makes none; every change is recorded in the runner as ("rtslib", what it does), planned or executed
     (on a failure, those done before it). Returns the changes' descriptions (in a dry run, what would be done)."""
-    todo = changes(actions)
+    todo = changes(steps)
     if not todo:
         return []
     if runner.dry_run:
-        done = [a.describe() for a in todo]
+        done = [s.description for s in todo]
     else:
         try:
-            done = apply(actions, rts=rts, save_config=save_config, save_file=save_file)
+            done = apply(steps, rts=rts, save_config=save_config, save_file=save_file)
         except LioApplyError as err:
             for text in err.done:
                 runner.record(("rtslib", text))
@@ -334,12 +335,12 @@ def reconcile(desired: dict | DesiredState, *, runner, purge: bool = False, forc
                 before["devices"][path] = {"exists": True, "block": True, "realpath": path}
                 warnings.append(f"{path} does not exist yet: check mode assumes an earlier task creates it "
                                 "(a real run refuses a missing device)")
-    actions = plan(state, before, purge=purge, force=force)
-    return converge(state, before, actions, runner=runner, loading=loading, warnings=warnings, rts=rts,
+    steps = plan(state, before, purge=purge, force=force)
+    return converge(state, before, steps, runner=runner, loading=loading, warnings=warnings, rts=rts,
                     save_config=save_config, save_file=save_file)
 
 
-def converge(state: DesiredState, before: dict, actions: list[Action], *, runner, loading: list | None = None,
+def converge(state: DesiredState, before: dict, steps: list[Step], *, runner, loading: list | None = None,
              warnings: list | None = None, rts=None, save_config: bool = True, save_file: str = SAVE_FILE) -> dict:
     """The one applier of a plan (``plan``, ``plan_removal``, ``plan_access``) made from ``before``: its changes
     made through ``run_plan`` (recorded in ``runner``; none in its dry run), and {changed, actions, kept, before,
@@ -347,22 +348,22 @@ def converge(state: DesiredState, before: dict, actions: list[Action], *, runner
     otherwise what LIO reads afterwards. ``loading``: what was done (or is planned) to make the kernel side
     ready first."""
     loading = list(loading or [])
-    todo = changes(actions)
-    result = {"changed": bool(todo) or bool(loading), "actions": [*loading, *(a.describe() for a in todo)],
-              "kept": [a.describe() for a in actions if not a.changes],
+    todo = changes(steps)
+    result = {"changed": bool(todo) or bool(loading), "actions": [*loading, *(s.description for s in todo)],
+              "kept": [s.description for s in kept(steps)],
               "before": summarize(before, state), "warnings": list(warnings or [])}
     if not todo:
         result["after"] = result["before"]
         result["targets"] = result["before"]["targets"]
         return result
     if runner.dry_run:
-        run_plan(actions, runner)
-        result["after"] = summarize(simulate(before, actions), state)
+        run_plan(steps, runner)
+        result["after"] = summarize(simulate(before, steps), state)
         result["targets"] = result["before"]["targets"]
         return result
     rts = rts or _rtslib()
     try:
-        result["done"] = run_plan(actions, runner, rts=rts, save_config=save_config, save_file=save_file)
+        result["done"] = run_plan(steps, runner, rts=rts, save_config=save_config, save_file=save_file)
     except LioApplyError as err:
         result["done"] = err.done
         result["rolled_back"] = err.rolled_back

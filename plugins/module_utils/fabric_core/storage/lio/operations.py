@@ -1,6 +1,7 @@
-"""The one table of LIO's action kinds (``OPERATIONS``): their order in a plan (``RANK``), their simulation on a
+"""The one table of LIO's operations (``OPERATIONS``): their order in a plan (``RANK``), their simulation on a
 dump (a dry run's predicted after-state, ``simulate``) and their execution through rtslib (``kernel.apply``,
-on ``kernel``'s rtslib objects); the plan's ``Action`` and the readable views of a dump (``summarize``).
+on ``kernel``'s rtslib objects); the plan's steps (``step``: a ``model.Step`` each, its ``kind`` the operation),
+their JSON form (``step_dict``) and the readable views of a dump (``summarize``).
 All of it pure: plain dicts in, plain dicts out.
 """
 
@@ -8,40 +9,48 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from ...base.model import Step
 from .spec import DISCOVERY_CREDENTIALS, REDACTED, TPG_TAG, DesiredState, emulate_pr
 
 # ---------------------------------------------------------------------------------------------
-# Actions
+# Steps
+
+KEEP = "keep"  # a step of this kind is a report (an object left alone), not a change
 
 
-@dataclass
-class Action:
-    op: str
-    target: str = ""  # target IQN ("" for backstores)
-    params: dict = field(default_factory=dict)
-    reason: str = ""
+def secret_field(op: str, params: dict) -> bool:
+    """Whether the step sets a CHAP secret (a password or a mutual password): its value is never shown."""
+    return op == "set_auth" and "password" in params.get("field", "")
 
-    @property
-    def changes(self) -> bool:
-        return self.op != "keep"
 
-    def describe(self) -> str:
-        """One readable line; CHAP secrets are redacted."""
-        p = dict(self.params)
-        if self.op == "set_auth" and "password" in p.get("field", ""):
-            p["value"] = REDACTED if p.get("value") else ""
-        where = f" {self.target}" if self.target else ""
-        args = " ".join(f"{k}={v}" for k, v in p.items())
-        text = f"{self.op}{where}" + (f" {args}" if args else "")
-        return text + (f" ({self.reason})" if self.reason else "")
+def step(op: str, target: str = "", params: dict | None = None, reason: str = "") -> Step:
+    """One LIO operation of a plan, as a plan step (``model.Step``): ``kind`` is the operation (a name of
+    ``OPERATIONS``; "keep": a report), ``target`` the target IQN it acts on ("" for backstores and discovery),
+    ``params`` its arguments, ``reason`` why it is planned. A CHAP secret (``secret_field``) is carried in the
+    step's ``data`` only: its params hold it redacted, so the description (one readable line: operation, target,
+    arguments, reason), ``step_dict`` and what the runner records never show it."""
+    params = dict(params or {})
+    data = None
+    if secret_field(op, params):
+        data = params.get("value", "")
+        params["value"] = REDACTED if data else ""
+    where = f" {target}" if target else ""
+    args = " ".join(f"{k}={v}" for k, v in params.items())
+    text = f"{op}{where}" + (f" {args}" if args else "")
+    return Step(text + (f" ({reason})" if reason else ""), kind=op, params=params, target=target, reason=reason,
+                data=data)
 
-    def to_dict(self) -> dict:
-        p = dict(self.params)
-        if self.op == "set_auth" and "password" in p.get("field", "") and p.get("value"):
-            p["value"] = REDACTED
-        return {"op": self.op, "target": self.target, "params": p, "reason": self.reason}
+
+def value_of(s: Step):
+    """The value a set_* step sets: a CHAP secret from the step's ``data``, any other value from its params."""
+    return s.data if s.data is not None else s.params["value"]
+
+
+def step_dict(s: Step) -> dict:
+    """A LIO step as JSON reports it: {op, target, params, reason} (a CHAP secret redacted)."""
+    return {"op": s.kind, "target": s.target, "params": dict(s.params), "reason": s.reason}
 
 
 def backstore_path(name: str) -> str:
@@ -60,7 +69,7 @@ def strip_brackets(ip: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The operations: one table of what each action does, in the order a plan runs them (children
+# The operations: one table of what each step does, in the order a plan runs them (children
 # removed before their parents, parents created before their children): its simulation on a dump
 # (the predicted after-state of a dry run) and its execution through rtslib (returning the undo of
 # a creation).
@@ -81,15 +90,15 @@ class DumpModel:
     def acl(self, iqn: str, initiator: str) -> dict:
         return next(a for a in self.tpg(iqn)["node_acls"] if a["node_wwn"] == initiator)
 
-    def mapped_lun(self, a: Action) -> dict:
+    def mapped_lun(self, a: Step) -> dict:
         return next(m for m in self.acl(a.target, a.params["initiator"])["mapped_luns"]
                     if m["index"] == a.params["index"])
 
-    def set_acl_field(self, a: Action, key: str) -> None:
+    def set_acl_field(self, a: Step, key: str) -> None:
         """One field of an ACL as rtslib's dump has it (a CHAP field, the tag): set, or gone when empty."""
         acl = self.acl(a.target, a.params["initiator"])
-        if a.params["value"]:
-            acl[key] = a.params["value"]
+        if value_of(a):
+            acl[key] = value_of(a)
         else:
             acl.pop(key, None)
 
@@ -105,21 +114,21 @@ class DumpModel:
 
 @dataclass(frozen=True)
 class Operation:
-    """One kind of action: its simulation on a dump and its execution through rtslib. A creation's
-    execution returns the undo (the new object's delete), which ``apply`` calls when a later action fails."""
+    """One kind of step (its ``kind``): its simulation on a dump and its execution through rtslib. A creation's
+    execution returns the undo (the new object's delete), which ``apply`` calls when a later step fails."""
 
     name: str
-    simulate: Callable[[DumpModel, Action], object]
-    execute: Callable[[object, Action], object]  # on kernel's rtslib objects
+    simulate: Callable[[DumpModel, Step], object]
+    execute: Callable[[object, Step], object]  # on kernel's rtslib objects
     creates: bool = False
 
 
 def _report(*_args) -> None:
-    """``keep`` actions are reports: nothing to simulate or execute."""
+    """``keep`` steps are reports: nothing to simulate or execute."""
 
 
 OPERATIONS: dict[str, Operation] = {op.name: op for op in (
-    Operation("keep", _report, _report),
+    Operation(KEEP, _report, _report),
     Operation("delete_mapped_lun",
               lambda d, a: d.drop(d.acl(a.target, a.params["initiator"])["mapped_luns"],
                                   lambda m: m["index"] == a.params["index"]),
@@ -181,8 +190,7 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
               lambda x, a: setattr(x.mapped_lun(a), "write_protect", a.params["value"])),
     Operation("set_auth",
               lambda d, a: d.set_acl_field(a, "chap_" + a.params["field"]),
-              lambda x, a: setattr(x.acl(a.target, a.params["initiator"]), "chap_" + a.params["field"],
-                                   a.params["value"])),
+              lambda x, a: setattr(x.acl(a.target, a.params["initiator"]), "chap_" + a.params["field"], value_of(a))),
     Operation("set_acl_tag",
               lambda d, a: d.set_acl_field(a, "tag"),
               lambda x, a: setattr(x.acl(a.target, a.params["initiator"]), "tag", a.params["value"])),
@@ -193,8 +201,19 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
 RANK = {name: i for i, name in enumerate(OPERATIONS)}  # the order of a plan
 
 
-def changes(actions: list[Action]) -> list[Action]:
-    return [a for a in actions if a.changes]
+def ordered(steps: list[Step]) -> list[Step]:
+    """A plan's steps in the order they run (``RANK``; stable within a kind)."""
+    return sorted(steps, key=lambda s: RANK[s.kind])
+
+
+def changes(steps: list[Step]) -> list[Step]:
+    """The steps of a plan that change something (every one but the ``keep`` reports), in order."""
+    return [s for s in steps if s.kind != KEEP]
+
+
+def kept(steps: list[Step]) -> list[Step]:
+    """The ``keep`` steps of a plan: reports of what is left alone."""
+    return [s for s in steps if s.kind == KEEP]
 
 
 def discovery_closed(dump: dict) -> bool:
@@ -210,15 +229,15 @@ def discovery_closed(dump: dict) -> bool:
 # Simulation and summaries (pure): the predicted "after" of a dry run, and readable diffs
 
 
-def simulate(live: dict, actions: list[Action]) -> dict:
-    """Apply actions to a copy of a live dict (as read_live returns), without touching the kernel."""
+def simulate(live: dict, steps: list[Step]) -> dict:
+    """Apply a plan's steps to a copy of a live dict (as read_live returns), without touching the kernel."""
     out = copy.deepcopy(live)
     dump = out.setdefault("dump", {}) if "dump" in live or not live else out
     dump.setdefault("storage_objects", [])
     dump.setdefault("targets", [])
     model = DumpModel(dump)
-    for a in changes(actions):
-        OPERATIONS[a.op].simulate(model, a)
+    for s in changes(steps):
+        OPERATIONS[s.kind].simulate(model, s)
     return out
 
 

@@ -1,7 +1,8 @@
-"""The LIO planner (pure): desired state and live state (``kernel.read_live``'s dicts) in, ordered ``Action``s out.
+"""The LIO planner (pure): desired state and live state (``kernel.read_live``'s dicts) in, ordered steps out
+(``model.Step``s made by ``operations.step``, their ``kind`` the LIO operation).
 
-``plan(desired, live, purge=, force=)``: the actions that turn ``live`` into ``desired``; actions with
-``op == "keep"`` are reports (foreign or unpurged objects left alone), every other action is a change.
+``plan(desired, live, purge=, force=)``: the steps that turn ``live`` into ``desired``; steps of kind
+``"keep"`` are reports (foreign or unpurged objects left alone), every other step is a change.
 ``plan_removal`` and ``plan_access`` are the publishing service's: whole targets removed, one target's ACLs
 brought to a set of hosts.
 """
@@ -11,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ...base.errors import Busy, UnsafeOperation, UserError
+from ...base.model import Step
 from ...base.rules import Chap
-from .operations import RANK, Action, backstore_path, discovery_closed, strip_brackets, tpg_of
+from .operations import KEEP, backstore_path, discovery_closed, ordered, step, strip_brackets, tpg_of
 from .spec import AUTH_FIELDS, MAX_LUN, TPG_TAG, DesiredState, LunSpec, TargetSpec, emulate_pr, parse_desired
 
 
@@ -29,7 +31,7 @@ class _Planner:
         self.devices = live.get("devices")
         self.purge = purge
         self.force = force
-        self.actions: list[Action] = []
+        self.steps: list[Step] = []
         self.busy: list[str] = []
         self.targets = {t["wwn"]: t for t in self.dump.get("targets", []) if t.get("fabric", "iscsi") == "iscsi"}
         self.backstores = {s["name"]: s for s in self.dump.get("storage_objects", [])}
@@ -38,7 +40,7 @@ class _Planner:
         self.deleted_maps: set = set()  # (target iqn, initiator, mapped index)
 
     def add(self, op: str, target: str = "", reason: str = "", **params) -> None:
-        self.actions.append(Action(op, target, params, reason))
+        self.steps.append(step(op, target, params, reason))
 
     def delete_map(self, iqn: str, initiator: str, index: int, reason: str) -> None:
         if (iqn, initiator, index) not in self.deleted_maps:
@@ -46,7 +48,7 @@ class _Planner:
             self.add("delete_mapped_lun", iqn, reason, initiator=initiator, index=index)
 
     def keep(self, kind: str, name: str, reason: str) -> None:
-        self.add("keep", "", reason, kind=kind, name=name)
+        self.add(KEEP, "", reason, kind=kind, name=name)
 
     def session_initiators(self, iqn: str) -> list:
         return sorted({s["initiator"] for s in self.sessions if s.get("target") == iqn
@@ -322,7 +324,7 @@ class _Planner:
             self.add("close_discovery", "", "SendTargets discovery lists target names; the fabric's hosts get them "
                      "from the fabric")
 
-    def run(self) -> list[Action]:
+    def run(self) -> list[Step]:
         self.validate()
         self.plan_discovery()
         self.plan_unwanted()
@@ -337,17 +339,17 @@ class _Planner:
         if self.busy:
             for item in self.busy:
                 self.keep("session", item, "force: true, removed anyway")
-        return sorted(self.actions, key=lambda a: RANK[a.op])
+        return ordered(self.steps)
 
 
-def plan(desired: dict | DesiredState, live: dict, *, purge: bool = False, force: bool = False) -> list[Action]:
-    """The ordered actions that turn ``live`` into ``desired`` (pure; raises UserError/Busy)."""
+def plan(desired: dict | DesiredState, live: dict, *, purge: bool = False, force: bool = False) -> list[Step]:
+    """The ordered steps that turn ``live`` into ``desired`` (pure; raises UserError/Busy)."""
     return _Planner(parse_desired(desired), live, purge, force).run()
 
 
 def plan_removal(live: dict, *, iqn_base: str, backstore_prefix: str, target_iqns: list[str], force: bool = False,
-                 planned_logouts: frozenset = frozenset()) -> list[Action]:
-    """Actions deleting whole project-owned targets and the backstores only they export (pure).
+                 planned_logouts: frozenset = frozenset()) -> list[Step]:
+    """Steps deleting whole project-owned targets and the backstores only they export (pure).
 
     A target with logged-in initiators is refused (unless ``force``), except for the initiators in
     ``planned_logouts``: a dry run's own planned logouts, whose sessions are still there."""
@@ -369,12 +371,12 @@ def plan_removal(live: dict, *, iqn_base: str, backstore_prefix: str, target_iqn
     if planner.busy and not force:
         raise Busy("refused, initiators are logged in: " + "; ".join(planner.busy),
                    "unpublish from those hosts first (or pass --force)")
-    return sorted(planner.actions, key=lambda a: RANK[a.op])
+    return ordered(planner.steps)
 
 
 def plan_access(live: dict, *, target_iqn: str, keep: Mapping[str, Chap | None], force: bool = False,
-                planned_logouts: frozenset = frozenset(), cut_off: frozenset = frozenset()) -> list[Action]:
-    """Actions bringing one existing target's ACLs to ``keep`` (initiator -> its CHAP credentials, or None)
+                planned_logouts: frozenset = frozenset(), cut_off: frozenset = frozenset()) -> list[Step]:
+    """Steps bringing one existing target's ACLs to ``keep`` (initiator -> its CHAP credentials, or None)
     (pure): the ACLs (and mapped LUNs) of every other initiator are removed, so a host whose access is withdrawn
     can no longer log in; a kept ACL gets its CHAP credentials where they differ (a rotated secret; sessions
     stay, the new secret counts at the next login). Removing the ACL of an initiator still logged in is refused
@@ -403,9 +405,9 @@ def plan_access(live: dict, *, target_iqn: str, keep: Mapping[str, Chap | None],
     if planner.busy and not force:
         raise Busy("refused, initiators are logged in: " + "; ".join(planner.busy),
                    "log them out first (unpublish from those hosts), or pass --force to cut them off")
-    return sorted(planner.actions, key=lambda a: RANK[a.op])
+    return ordered(planner.steps)
 
 
-def revoked(actions: list[Action]) -> list[str]:
+def revoked(steps: list[Step]) -> list[str]:
     """The initiators whose ACL a plan removes."""
-    return [a.params["initiator"] for a in actions if a.op == "delete_acl"]
+    return [s.params["initiator"] for s in steps if s.kind == "delete_acl"]
