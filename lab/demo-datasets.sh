@@ -40,6 +40,6 @@ say "an attack that must fail: gpu2 poses as gpu1 (sets gpu1's initiator name; w
 # a separate iSCSI interface on gpu2 that presents gpu1's initiator name; gpu2's own sessions are untouched
 on gpu2 "T=\$(iscsiadm -m session | grep -o 'iqn[^ ]*:ds\\.sample\\.$VERSION' | head -1); P=\$(iscsiadm -m session | grep ds.sample.$VERSION | grep -o '[0-9.]*:3260' | head -1)
 iscsiadm -m iface -I spoof -o new >/dev/null; iscsiadm -m iface -I spoof -o update -n iface.initiatorname -v \$(sed -n 's/^InitiatorName=//p' /etc/iscsi/initiatorname.iscsi | sed 's/gpu2\$/gpu1/') >/dev/null
-iscsiadm -m node -T \$T -p \$P -I spoof -o new >/dev/null
+iscsiadm -m node -T \$T -p \$P,1 -I spoof -o new >/dev/null
 iscsiadm -m node -T \$T -p \$P -I spoof --login; echo \"login as gpu1 from gpu2: exit \$? (24: refused, authentication failed)\"
 iscsiadm -m node -T \$T -p \$P -I spoof -o delete; iscsiadm -m iface -I spoof -o delete"

@@ -63,7 +63,8 @@ class FakeNode(Runner):
                 return 21, "", "iscsiadm: No records found\n"
             return 0, "".join(f"{p},1 {t}\n" for t, p in sorted(self.records)), ""
         if a[:3] == ["iscsiadm", "-m", "node"] and "-T" in a:
-            target, portal = a[a.index("-T") + 1], a[a.index("-p") + 1]
+            # the portal with or without a TPG tag (ADDRESS:PORT,TAG) names the same record, as in iscsiadm
+            target, portal = a[a.index("-T") + 1], a[a.index("-p") + 1].split(",")[0]
             key = (target, portal)
             rest = a[7:]
             if rest in ([], ["-S"]):

@@ -16,6 +16,7 @@ from fabric_core.node.iscsi import (
     AuthorizationFailed,
     DeviceTimeout,
     PortalUnreachable,
+    SessionLive,
     by_path,
     ensure_session,
     normalize_portal,
@@ -24,8 +25,10 @@ from fabric_core.node.iscsi import (
     parse_node_record,
     parse_nodes,
     parse_sessions,
+    plan_session,
     record_writer_argv,
     redact,
+    session_spec,
 )
 # isort: on
 
@@ -53,6 +56,11 @@ def step(argv, name=None, rc=None, stdout=None, stderr=""):
 
 def node(iqn, *extra):
     return ["iscsiadm", "-m", "node", "-T", iqn, "-p", PORTAL, *extra]
+
+
+def node_new(iqn):
+    """A record made with the fabric's TPG tag (names.TPG_TAG): a file no other iface's record shares."""
+    return ["iscsiadm", "-m", "node", "-T", iqn, "-p", f"{PORTAL},1", "-o", "new"]
 
 
 SESSIONS = ["iscsiadm", "-m", "session", "-P", "3"]
@@ -167,7 +175,7 @@ def fresh_login_script(iqn=XFS):
     return [
         step(SESSIONS, "session_none.txt"),
         step(node(iqn), "node_show_missing.txt"),
-        step(node(iqn, "-o", "new"), stdout=data("iscsi", "node_new.txt")),
+        step(node_new(iqn), stdout=data("iscsi", "node_new.txt")),
         step(node(iqn, "-o", "update", "-n", "node.startup", "-v", "automatic",
                   "-n", "node.session.auth.authmethod", "-v", "None")),
         step(["iscsiadm", "-m", "node", "-T", iqn, "-p", PORTAL, "--login"],
@@ -185,7 +193,7 @@ def test_fresh_login():
     # every setting, in one iscsiadm: a fresh record is not read back (a default set again costs nothing)
     assert res["updated"] == ["node.startup", "node.session.auth.authmethod"]
     assert res["commands"] == [
-        f"iscsiadm -m node -T {XFS} -p {PORTAL} -o new",
+        f"iscsiadm -m node -T {XFS} -p {PORTAL},1 -o new",
         f"iscsiadm -m node -T {XFS} -p {PORTAL} -o update -n node.startup -v automatic "
         "-n node.session.auth.authmethod -v None",
         f"iscsiadm -m node -T {XFS} -p {PORTAL} --login"]
@@ -323,8 +331,8 @@ def test_dry_run_logout_ignores_the_callers_planned_unmount_only():
 
 def login_failure_script(name, chap=None):
     text, rc = rec(name)
-    record = data("iscsi", "node_chap_show.txt").replace("hdsecret12345", "wrongsecret99") if chap else \
-        data("iscsi", "node_default.txt").replace("node.startup = manual", "node.startup = automatic")
+    record = data("iscsi", "node_chap_show_tagged.txt").replace("hdsecret12345", "wrongsecret99") if chap else \
+        data("iscsi", "node_default_tagged.txt")
     iqn = CHAPT if chap else EXT4
     return [
         step(SESSIONS, "session_none.txt"),
@@ -366,8 +374,8 @@ def test_unreachable_portal_on_login():
 def test_failed_update_error_is_redacted():
     runner = ScriptedRunner([
         step(SESSIONS, "session_none.txt"),
-        step(node(CHAPT, "-S"), stdout=data("iscsi", "node_default.txt")),
-        step(update(CHAPT, "node.startup", "automatic", "node.session.auth.authmethod", "CHAP",
+        step(node(CHAPT, "-S"), stdout=data("iscsi", "node_default_tagged.txt")),
+        step(update(CHAPT, "node.session.auth.authmethod", "CHAP",
                     "node.session.auth.username", "hduser", "node.session.auth.username_in", "hdtarget")),
         secrets(CHAPT, password="hdsecret12345", password_in="hdmutual12345") | {"rc": 2,
                                                                                "stderr": "no node record"},
@@ -398,7 +406,7 @@ def test_no_discovery_a_record_is_made_from_the_target_name_given():
     for dry_run in (True, False):
         script = [step(SESSIONS, "session_none.txt"), step(node(other), "node_show_missing.txt")]
         if not dry_run:
-            script += [step(node(other, "-o", "new")),
+            script += [step(node_new(other)),
                        step(update(other, "node.startup", "automatic", "node.session.auth.authmethod", "None")),
                        step(node(other, "--login")),
                        *device_steps(other), step(SESSIONS, stdout=data("iscsi", "session_p3.txt"))]
@@ -414,7 +422,7 @@ def test_a_fresh_record_with_chap_gets_its_secrets_from_stdin_only():
     runner = ScriptedRunner([
         step(SESSIONS, "session_none.txt"),
         step(node(CHAPT, "-S"), "node_show_missing.txt"),
-        step(node(CHAPT, "-o", "new")),
+        step(node_new(CHAPT)),
         step(update(CHAPT, "node.startup", "automatic", "node.session.auth.authmethod", "CHAP",
                     "node.session.auth.username", "hduser", "node.session.auth.username_in", "hdtarget")),
         secrets(CHAPT, password="hdsecret12345", password_in="hdmutual12345"),
@@ -483,3 +491,32 @@ def test_the_record_writer_refuses_a_missing_record_and_a_value_with_a_newline(t
     (tmp_path / CHAPT / "10.77.0.11,3260").write_text(RECORD.format(iqn=CHAPT))
     res = write_secrets([tmp_path], {"node.session.auth.password": "x\nnode.startup = manual"})
     assert res.returncode != 0 and "manual" not in (tmp_path / CHAPT / "10.77.0.11,3260").read_text()
+
+
+def test_a_record_made_without_the_tpg_tag_is_made_again_tagged_before_a_login():
+    """A record from before the fabric tagged its records (node.tpgt = -1: the one file ADDRESS,PORT, which another
+    iface's record of the target replaces) is deleted and made again with the tag, then set and logged in."""
+    runner = ScriptedRunner([
+        step(SESSIONS, "session_none.txt"),
+        step(node(XFS), stdout=data("iscsi", "node_default.txt")),
+        step(node(XFS, "-o", "delete")),
+        step(node_new(XFS), stdout=data("iscsi", "node_new.txt")),
+        step(update(XFS, "node.startup", "automatic", "node.session.auth.authmethod", "None")),
+        step(node(XFS, "--login"), stdout=data("iscsi", "login_ok.stdout")),
+        step(["udevadm", "wait", "--timeout=60", f"/dev/disk/by-path/ip-{PORTAL}-iscsi-{XFS}-lun-0"]),
+        step(["readlink", "-e", f"/dev/disk/by-path/ip-{PORTAL}-iscsi-{XFS}-lun-0"], stdout="/dev/sda\n"),
+        step(SESSIONS, stdout=data("iscsi", "session_p3.txt")),
+    ])
+    res = ensure_session(runner, portal=PORTAL, target_iqn=XFS, sleep=lambda s: None)
+    runner.assert_done()
+    assert res["record_created"] and res["commands"][:2] == [f"iscsiadm -m node -T {XFS} -p {PORTAL} -o delete",
+                                                             f"iscsiadm -m node -T {XFS} -p {PORTAL},1 -o new"]
+
+
+def test_a_tagged_record_and_an_untagged_one_with_a_session_are_left_as_they_are():
+    tagged = plan_session(session_spec(portal=PORTAL, target_iqn=XFS),
+                          SessionLive(None, parse_node_record(data("iscsi", "node_default_tagged.txt"))))
+    assert [step.kind for step in tagged.steps] == ["login"]  # its settings are the wanted ones: no delete, no new
+    running = plan_session(session_spec(portal=PORTAL, target_iqn=XFS),
+                           SessionLive({"sid": 3}, parse_node_record(data("iscsi", "node_default.txt"))))
+    assert "delete_record" not in [step.kind for step in running.steps]  # what its session runs on stays

@@ -14,6 +14,13 @@ import re
 
 from .errors import InvalidName
 
+# The one target portal group (TPG) of every fabric target, on the storage nodes (LIO) and in the GPU nodes' node
+# records (`-p ADDRESS:PORT,TPG_TAG`): open-iscsi keeps a record made without its tag as the single file
+# ADDRESS,PORT whatever its iface, so a second iface's record of the same target and portal (an admin's NIC
+# binding, a test posing as another host) would replace or delete the fabric's; with the tag each iface's record
+# is a file of its own (ADDRESS,PORT,TPG_TAG/IFACE).
+TPG_TAG = 1
+
 # ZFS: component names may contain alphanumerics and - _ . : (zfs(8) "ZFS Component Naming").
 _ZFS_COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 _POOL = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*$")

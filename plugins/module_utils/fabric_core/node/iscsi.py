@@ -14,7 +14,10 @@ Facts of iscsiadm this module relies on (checked in the lab):
   masked as `********`; `-S` shows them (on stdout), which is the only way to compare them;
 * `iscsiadm -m node -T IQN -p PORTAL -o new` makes a record without asking the portal. The fabric's
   storage nodes refuse SendTargets discovery (a host learns only the target names it is given), so
-  records are made from the names the fabric gives, never from a discovery;
+  records are made from the names the fabric gives, never from a discovery; with the fabric's TPG tag
+  (`-p ADDRESS:PORT,1`, ``names.TPG_TAG``): a record made without one is the single file ADDRESS,PORT
+  whatever its iface, which another iface's record of the same target and portal replaces or deletes.
+  Every other command names the portal without the tag, which matches a record with any tag;
 * a node record is a file, `/etc/iscsi/nodes/IQN/ADDRESS,PORT[,TPGT][/IFACE]` (`/var/lib/iscsi/nodes`
   on some distributions), `key = value` lines, mode 0600 (iscsiadm runs with umask 077); iscsiadm
   reads it at every login, and open-iscsi.service at boot. `iscsiadm -o update` takes the value on
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field
 
 from ..base.errors import EXIT_USER, MASK, Busy, CommandBounded, CommandError, FabricError, UserError, redact_argv
 from ..base.model import Step, apply_steps
-from ..base.names import validate_iqn
+from ..base.names import TPG_TAG, validate_iqn
 from ..base.rules import OPEN_ISCSI, parse_chap
 
 ISCSIADM = "iscsiadm"
@@ -555,8 +558,16 @@ def plan_session(spec: SessionSpec, live: SessionLive, *, unmounting: tuple = ()
         if record is not None:
             steps.append(session_step("delete_record", spec.node_argv("-o", "delete")))
         return SessionPlan(steps, conflicts, warnings, before, {"logged_in": False, "record": False})
+    if record is not None and record.get("node.tpgt") == "-1" and live.session is None:
+        # a record made without the fabric's TPG tag (before it tagged them: the one file ADDRESS,PORT, which
+        # another iface's record of the target replaces): made again, tagged, before this login; a record with a
+        # session is left as it is (deleting it does not end the session, but it is what the next boot reads)
+        steps.append(session_step("delete_record", spec.node_argv("-o", "delete")))
+        record = None
     if record is None:
-        steps.append(session_step("create_record", spec.node_argv("-o", "new")))
+        # with the fabric's TPG tag: the record is then ADDRESS,PORT,TAG/default, a file no other iface's shares
+        steps.append(session_step("create_record", [*_node_argv(spec.target_iqn, f"{spec.portal},{TPG_TAG}"),
+                                                    "-o", "new"]))
         record = {}
     secrets, settings = [], []
     for key, value in wanted.items():

@@ -28,6 +28,7 @@ What callers use is imported here (``lio.plan``, ``lio.reconcile``, ...); a test
 that another one of the package calls replaces it in the module that calls it (``lio.kernel.read_live``).
 """
 
+from ...base.names import TPG_TAG
 from .kernel import (
     CONFIGFS,
     LioApplyError,
@@ -63,7 +64,6 @@ from .spec import (
     DISCOVERY_CREDENTIALS,
     PUBLISHED_TAG,
     REDACTED,
-    TPG_TAG,
     DesiredState,
     emulate_pr,
     parse_desired,

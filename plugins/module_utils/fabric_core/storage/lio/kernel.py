@@ -17,10 +17,11 @@ import time
 
 from ...base.errors import FabricError, UserError
 from ...base.model import Step
+from ...base.names import TPG_TAG
 from .operations import OPERATIONS, changes, kept, simulate, summarize
 from .persist import SAVE_FILE, save
 from .planner import plan
-from .spec import DISCOVERY_CREDENTIALS, TPG_TAG, DesiredState, emulate_pr, parse_desired
+from .spec import DISCOVERY_CREDENTIALS, DesiredState, emulate_pr, parse_desired
 
 CONFIGFS_ROOT = "/sys/kernel/config"
 CONFIGFS = "/sys/kernel/config/target"

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...base.model import Step
-from .spec import DISCOVERY_CREDENTIALS, REDACTED, TPG_TAG, DesiredState, emulate_pr
+from ...base.names import TPG_TAG
+from .spec import DISCOVERY_CREDENTIALS, REDACTED, DesiredState, emulate_pr
 
 # ---------------------------------------------------------------------------------------------
 # Steps

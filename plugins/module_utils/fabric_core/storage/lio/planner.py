@@ -13,9 +13,10 @@ from collections.abc import Mapping
 
 from ...base.errors import Busy, UnsafeOperation, UserError
 from ...base.model import Step
+from ...base.names import TPG_TAG
 from ...base.rules import Chap
 from .operations import KEEP, backstore_path, discovery_closed, ordered, step, strip_brackets, tpg_of
-from .spec import AUTH_FIELDS, MAX_LUN, TPG_TAG, DesiredState, LunSpec, TargetSpec, emulate_pr, parse_desired
+from .spec import AUTH_FIELDS, MAX_LUN, DesiredState, LunSpec, TargetSpec, emulate_pr, parse_desired
 
 
 def desired_attributes(spec: TargetSpec) -> dict:

@@ -21,7 +21,6 @@ from ...base.names import (
 )
 from ...base.rules import LIO, Chap, check_keys, parse_chap
 
-TPG_TAG = 1
 DEFAULT_BACKSTORE_PREFIX = "fabric_"
 # Fixed namespace of the deterministic T10 unit serials (uuid5 over "TARGET_IQN/LUN_NAME").
 SERIAL_NAMESPACE = uuid.UUID("6f0d7a52-3c0e-5b8e-9f43-2d1a7c9e0b15")
