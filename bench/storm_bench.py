@@ -72,6 +72,9 @@ from labbench import (  # noqa: E402
 )
 from report import commit, now  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "module_utils"))
+from fabric_core.node.iscsi import NODE_RECORD_ROOTS, RECORD_WRITER  # noqa: E402
+
 SECTION = "attach-storm"
 STORAGE = "storage1"
 GPUS = ("gpu1", "gpu2")
@@ -239,8 +242,9 @@ def serve(ops):
 '''
 
 # On gpu1 and gpu2 with the system's python3: the ifaces, node records, logins, logouts and clean-up.
-NODE = r'''
-ROOTS = ("/etc/iscsi/nodes", "/var/lib/iscsi/nodes")          # Debian 12's, Debian 13's
+# The product's writer of node record secrets (iscsi.RECORD_WRITER, one iface's record with --iface=NAME) and where
+# open-iscsi keeps the records (Debian 12's, Debian 13's) are given to the program, not copied into it.
+NODE = f"RECORD_WRITER = {RECORD_WRITER!r}\nROOTS = {NODE_RECORD_ROOTS!r}\n" + r'''
 IFACE_DIRS = ("/etc/iscsi/ifaces", "/var/lib/iscsi/ifaces")
 
 def portal(cmd, tpgt=False):
@@ -253,44 +257,6 @@ def records(target):
     listed = run(["iscsiadm", "-m", "node"], ok=(0, 21)).stdout
     return sum(1 for line in listed.splitlines() if line.split()[-1:] == [target])
 
-def write_record(path, values):
-    """Set VALUES in one node record file: a temporary file of mode 0600 beside it, fsync, rename."""
-    with open(path) as fh:
-        lines = fh.read().splitlines()
-    kept = [line for line in lines if line.split("=", 1)[0].strip() not in values]
-    end = next((i for i, line in enumerate(kept) if line.startswith("# END RECORD")), len(kept))
-    added = ["%s = %s" % (k, v) for k, v in values.items()]
-    tmp = "%s.benchstorm-%d" % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write("\n".join(kept[:end] + added + kept[end:]) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(os.path.dirname(path), os.O_RDONLY)
-    os.fsync(dfd)
-    os.close(dfd)
-
-def record_paths(target, address, port, iface):
-    """The node record files of TARGET at ADDRESS:PORT through IFACE (ROOT/T/ADDR,PORT,TPGT/IFACE)."""
-    found = []
-    for root in ROOTS:
-        base = os.path.join(root, target)
-        if not os.path.isdir(base):
-            continue
-        for entry in sorted(os.listdir(base)):
-            if entry.split(",")[:2] != [address, str(port)]:
-                continue
-            path = os.path.join(base, entry, iface)
-            if os.path.isfile(path) and not os.path.islink(path):
-                found.append(path)
-    return found
-
 def setup(cmd):
     started = time.monotonic()
     target, address, port = cmd["target"], cmd["address"], cmd["port"]
@@ -300,14 +266,16 @@ def setup(cmd):
         run(["iscsiadm", "-m", "iface", "-I", name, "-o", "update", "-n", "iface.initiatorname", "-v",
              it["initiator"]])
         run(["iscsiadm", "-m", "node", "-o", "new", "-T", target, "-p", portal(cmd, tpgt=True), "-I", name])
-        paths = record_paths(target, address, port, name)
-        if len(paths) != 1:
-            raise Failed("%s: expected one node record of %s at %s, found %s" % (name, target, portal(cmd), paths))
-        write_record(paths[0], {"node.startup": "manual", "node.session.auth.authmethod": "CHAP",
-                                "node.session.auth.username": it["username"],
-                                "node.session.auth.password": it["password"],
-                                "node.session.auth.username_in": it["username_in"],
-                                "node.session.auth.password_in": it["password_in"]})
+        values = {"node.startup": "manual", "node.session.auth.authmethod": "CHAP",
+                  "node.session.auth.username": it["username"], "node.session.auth.password": it["password"],
+                  "node.session.auth.username_in": it["username_in"],
+                  "node.session.auth.password_in": it["password_in"]}
+        proc = subprocess.run([sys.executable, "-c", RECORD_WRITER, target, address, str(port), "--iface=" + name,
+                               *ROOTS], input=json.dumps(values), capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0 or proc.stdout.strip() != "1":  # it prints how many records it wrote
+            raise Failed("%s: the node record of %s at %s not written (exit %d, %s records): %s"
+                         % (name, target, portal(cmd), proc.returncode, proc.stdout.strip() or "no",
+                            proc.stderr.strip()))
     return {"records": records(target), "seconds": time.monotonic() - started}
 
 def sessions(target):

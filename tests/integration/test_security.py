@@ -42,7 +42,7 @@ from conftest import (
 sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 from fabric_core.base.names import TPG_TAG  # noqa: E402
 from fabric_core.node.freeze import thaw_unit  # noqa: E402
-from fabric_core.node.iscsi import NODE_RECORD_ROOTS  # noqa: E402
+from fabric_core.node.iscsi import NODE_RECORD_ROOTS, record_writer_argv  # noqa: E402
 
 LAB_BASE = "iqn.2026-11.io.fabric.lab"  # fabric_iqn_base of the lab inventory
 WELCOME = f"{LAB_BASE}:storage1-exports"  # the lio_target role's export of the lab
@@ -125,40 +125,6 @@ print(json.dumps({"hosts": c.get("hosts") or {}, "ssh": c.get("ssh") or {}, "iqn
                   "portal": c["portal"], "backstore_prefix": c.get("backstore_prefix", "fctl_")}))
 '''
 
-# On a GPU node: put settings (secrets among them) into the node record of IQN for iface IFACE; argv IQN
-# IFACE ROOT..., stdin a JSON object {key: value}. That iface's record file only (the product's
-# iscsi.RECORD_WRITER writes every iface's record of a portal), mode 0600, as the fabric writes it.
-WRITE_RECORD = r'''
-import glob, json, os, sys
-iqn, iface, *roots = sys.argv[1:]
-values = json.load(sys.stdin)
-def iface_of(path):
-    with open(path) as fh:
-        for line in fh:
-            if line.split("=", 1)[0].strip() == "iface.iscsi_ifacename":
-                return line.split("=", 1)[1].strip()
-    return "default"
-paths = []
-for root in roots:
-    for entry in glob.glob(os.path.join(root, glob.escape(iqn), "*")):
-        if os.path.isdir(entry):  # PORTAL,PORT,TPGT/IFACE
-            if os.path.isfile(os.path.join(entry, iface)):
-                paths.append(os.path.join(entry, iface))
-        elif os.path.isfile(entry) and iface_of(entry) == iface:  # PORTAL,PORT holding its iface
-            paths.append(entry)
-if len(paths) != 1:
-    sys.exit("expected one node record of %s for iface %s, found %d" % (iqn, iface, len(paths)))
-with open(paths[0]) as fh:
-    lines = [line for line in fh.read().splitlines() if line.split("=", 1)[0].strip() not in values]
-end = next((i for i, line in enumerate(lines) if line.startswith("# END RECORD")), len(lines))
-lines[end:end] = ["%s = %s" % item for item in values.items()]
-fd = os.open(paths[0] + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-with os.fdopen(fd, "w") as fh:
-    fh.write("\n".join(lines) + "\n")
-os.replace(paths[0] + ".new", paths[0])
-'''
-
-
 # The targets in LIO's saved configuration (the boot-time restore's file), one per line (no secret printed)
 SAVED_TARGETS = r'''
 import json
@@ -220,8 +186,10 @@ def ssh_stdin(lab, host: str, command: str, data: str = "", timeout: float = 600
                           text=True, timeout=timeout)
 
 
-def write_record(lab, host: str, iqn: str, iface: str, values: dict) -> None:
-    command = shlex.join(["python3", "-c", WRITE_RECORD, iqn, iface, *NODE_RECORD_ROOTS])
+def write_record(lab, host: str, iqn: str, portal: str, iface: str, values: dict) -> None:
+    """Settings (secrets among them) into the node record of IQN at PORTAL for iSCSI interface IFACE only, on a GPU
+    node, as the fabric writes its own (the product's writer, the values on stdin)."""
+    command = shlex.join(record_writer_argv(iqn, portal, iface))
     res = ssh_stdin(lab, host, command, json.dumps(values))
     assert res.returncode == 0, res.stderr
 
@@ -517,7 +485,7 @@ def test_a_spoofed_initiator_name_is_refused_on_every_kind_of_export(lab, hosts,
                               f"&& {node} -o update -n node.startup -v manual "
                               f"&& {node} -o update -n node.session.auth.authmethod -v None")
             bare = gpu2.run(f"timeout 120 {node} --login")
-            write_record(lab, "gpu2", iqn, iface, open_iscsi(fabric.chap("gpu2")))
+            write_record(lab, "gpu2", iqn, fabric.portal, iface, open_iscsi(fabric.chap("gpu2")))
             own = gpu2.run(f"timeout 120 {node} --login")
             results[kind] = {"no CHAP": bare.rc, "gpu2's own CHAP": own.rc}
     finally:
@@ -579,7 +547,7 @@ def test_wrong_chap_is_refused(lab, hosts, storage, fabric, published, secrets, 
                           f"iscsiadm -m iface -I {iface} -o new > /dev/null")
         gpu2.check_output(f"iscsiadm -m node -o new -T {iqn} -p {fabric.portal},{TPG_TAG} -I {iface} > /dev/null "
                           f"&& {node} -o update -n node.startup -v manual")
-        write_record(lab, "gpu2", iqn, iface, open_iscsi(creds))
+        write_record(lab, "gpu2", iqn, fabric.portal, iface, open_iscsi(creds))
         login = gpu2.run(f"timeout 120 {node} --login")
     finally:
         gpu2.run(f"{node} --logout; {node} -o delete; iscsiadm -m iface -I {iface} -o delete")

@@ -484,6 +484,30 @@ def test_the_record_writer_replaces_secrets_atomically_mode_0600(tmp_path):
     assert res.returncode == 0 and "password_in" not in old.read_text()
 
 
+def test_the_record_writer_with_an_iface_writes_that_ifaces_record_only(tmp_path):
+    """Both layouts: the IP,PORT,TPGT/IFACE files by their name, an old IP,PORT file by the iface it names."""
+    tagged = tmp_path / CHAPT / "10.77.0.11,3260,1"
+    tagged.mkdir(parents=True)
+    old = tmp_path / CHAPT / "10.77.0.11,3260"
+    for path in (tagged / "default", tagged / "spoof", old):
+        path.write_text(RECORD.format(iqn=CHAPT))
+    old.write_text(old.read_text().replace("# END RECORD", "iface.iscsi_ifacename = other\n# END RECORD"))
+    argv = [sys.executable if a == "python3" else a for a in record_writer_argv(CHAPT, PORTAL, iface="spoof")]
+    assert argv[6] == "--iface=spoof"
+    res = subprocess.run(argv[:7] + [str(tmp_path)], input=json.dumps({"node.session.auth.password": "spoofsecret1"}),
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "spoofsecret1" in (tagged / "spoof").read_text()
+    assert "spoofsecret1" not in (tagged / "default").read_text() + old.read_text()
+    argv[6] = "--iface=other"
+    res = subprocess.run(argv[:7] + [str(tmp_path)], input=json.dumps({"node.session.auth.password": "othersecret1"}),
+                         capture_output=True, text=True)
+    assert res.returncode == 0 and "othersecret1" in old.read_text(), res.stderr
+    argv[6] = "--iface=absent"
+    res = subprocess.run(argv[:7] + [str(tmp_path)], input="{}", capture_output=True, text=True)
+    assert res.returncode == 2 and "for iface absent" in res.stderr
+
+
 def test_the_record_writer_refuses_a_missing_record_and_a_value_with_a_newline(tmp_path):
     res = write_secrets([tmp_path], {"node.session.auth.password": "newsecret12345"})
     assert res.returncode == 2 and "no node record" in res.stderr

@@ -66,14 +66,21 @@ AUTH_KEYS = {
 SECRET_KEYS = ("node.session.auth.password", "node.session.auth.password_in")
 NODE_RECORD_ROOTS = ("/etc/iscsi/nodes", "/var/lib/iscsi/nodes")  # Debian's, and where other builds keep them
 
-# Writes secret settings into the node records of one target and portal: argv IQN ADDRESS PORT ROOT...,
-# stdin a JSON object {key: value} (an empty value removes the key). Every record of the target at that
-# portal (any TPGT, any iface) is rewritten through a temporary file of mode 0600 in its directory, fsync
-# and rename; exit 2 when there is none. Run by ``apply_session`` with the host's python3 (through the runner,
-# so over SSH too): the secrets travel on stdin, never on a command line.
+# Writes secret settings into the node records of one target and portal: argv IQN ADDRESS PORT [--iface=NAME]
+# ROOT..., stdin a JSON object {key: value} (an empty value removes the key). Every record of the target at that
+# portal (any TPGT; any iface, or NAME's only) is rewritten through a temporary file of mode 0600 in its
+# directory, fsync and rename; exit 2 when there is none. Run by ``apply_session`` with the host's python3
+# (through the runner, so over SSH too): the secrets travel on stdin, never on a command line.
 RECORD_WRITER = r"""
 import json, os, sys
 iqn, address, port, *roots = sys.argv[1:]
+iface = roots.pop(0)[len("--iface="):] if roots and roots[0].startswith("--iface=") else None
+def iface_of(path):  # a record file of the old layout (ADDRESS,PORT) names its iface inside
+    with open(path) as fh:
+        for line in fh:
+            if line.split("=", 1)[0].strip() == "iface.iscsi_ifacename":
+                return line.split("=", 1)[1].strip()
+    return "default"
 values = json.load(sys.stdin)
 if any(not isinstance(v, str) or not v.isprintable() or " " in v for v in values.values()):
     sys.exit("refused: a value with white space or a control character")
@@ -89,12 +96,13 @@ for root in roots:
         if os.path.islink(path):
             continue
         if os.path.isdir(path):
-            found += [os.path.join(path, f) for f in sorted(os.listdir(path))
-                      if os.path.isfile(os.path.join(path, f)) and not os.path.islink(os.path.join(path, f))]
-        elif os.path.isfile(path):
+            found += [os.path.join(path, f) for f in sorted(os.listdir(path)) if iface in (None, f)
+                      and os.path.isfile(os.path.join(path, f)) and not os.path.islink(os.path.join(path, f))]
+        elif os.path.isfile(path) and iface in (None, iface_of(path)):
             found.append(path)
 if not found:
-    print("no node record of %s at %s:%s in %s" % (iqn, address, port, " or ".join(roots)), file=sys.stderr)
+    print("no node record of %s at %s:%s%s in %s" % (iqn, address, port, " for iface %s" % iface if iface else "",
+                                                      " or ".join(roots)), file=sys.stderr)
     sys.exit(2)
 for path in found:
     with open(path) as fh:
@@ -487,10 +495,12 @@ def read_session(runner, spec: SessionSpec) -> SessionLive:
     return live
 
 
-def record_writer_argv(target_iqn: str, portal: str) -> tuple:
-    """The command that writes secret settings (on its stdin) into the node records of a target at a portal."""
+def record_writer_argv(target_iqn: str, portal: str, iface: str | None = None) -> tuple:
+    """The command that writes secret settings (on its stdin) into the node records of a target at a portal (of
+    one iSCSI interface's record only, with ``iface``)."""
     address, port = normalize_portal(portal).rsplit(":", 1)
-    return ("python3", "-c", RECORD_WRITER, target_iqn, address.strip("[]"), port, *NODE_RECORD_ROOTS)
+    return ("python3", "-c", RECORD_WRITER, target_iqn, address.strip("[]"), port,
+            *((f"--iface={iface}",) if iface else ()), *NODE_RECORD_ROOTS)
 
 
 def session_step(kind: str, argv, *, keys: tuple = (), secrets: tuple = ()) -> Step:
