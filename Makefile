@@ -104,7 +104,7 @@ bench-versions: venv ## issue 31 benchmark on the host: seal after 1% of 1,000,0
 bench-versions-lab: venv ## issue 31 benchmark on the running lab: fabricctl dataset seal after 1% of 100,000 files changed, incremental vs --full (ROUNDS=N; ARGS=--cleanup-only removes a kept dataset) -> docs/benchmarks.md, bench/results/versions.json
 	$(PY) bench/versions_lab_bench.py $(if $(ROUNDS),--rounds $(ROUNDS)) $(ARGS)
 
-bench-publish: venv ## issue 4 benchmark on the running lab: fabricctl publish of 1 and 4 GiB vs rsync to gpu1+gpu2 -> docs/benchmarks.md
+bench-publish: venv ## issue 4 benchmark on the running lab: fabricctl publish of 1 and 4 GiB vs rsync to gpu1+gpu2 -> docs/benchmarks.md, bench/results/publish.json
 	$(PY) bench/publish_bench.py
 
 bench-zvol-mq: venv ## issue 17 benchmark on the running lab: zvol reads with zvol_use_blk_mq 0 and 1 on storage1 -> docs/benchmarks.md

@@ -39,8 +39,11 @@ message when it does not hold. Leftovers of an earlier, interrupted run of this 
 names only) are cleaned up first.
 
 Run as root on the host that runs the lab: `make bench-publish` (`--sizes 1` for a quick run).
-It writes the `publish` section of docs/benchmarks.md. Absolute figures depend on the emulated lab
-(TCG); the ratios are what to compare.
+It writes the `publish` section of docs/benchmarks.md and bench/results/publish.json (issue 29): every
+measured number of each size named with the size (`publish_s_4g`), and the ratios publish_over_rsync_4g
+(target <= 0.02) and publish_4g_over_1g (target <= 1.1). A ratio whose inputs were not measured (a run
+without 4 GiB, an rsync skipped for lack of room) is null, and `not_measured` says why, as it does for
+each missing figure. Absolute figures depend on the emulated lab (TCG); the ratios are what to compare.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ from labbench import (  # noqa: E402
     zfs_exists,
     zfs_value,
 )
+from report import commit, now, write_json  # noqa: E402
 
 SECTION = "publish"
 STORAGE = "storage1"
@@ -83,6 +87,10 @@ GPU_RESERVE = 256 * MIB          # left free on a GPU VM's scratch file system a
 SCRATCH_MOUNT = "/var/tmp/pubbench-scratch"
 SCRATCH_LABEL = "pubbench"
 FILE_OVERHEAD = 4096             # per file on the GPU's ext4 (block rounding, inode, directory entry)
+LAB = "trixie lab (TCG), storage1 publishing to gpu1 and gpu2"
+# issue 29's ratios of bench/results/publish.json: (numerator, denominator) figures and the target (at most)
+RATIOS = {"publish_over_rsync_4g": ("publish_s_4g", "rsync_s_4g", 0.02),
+          "publish_4g_over_1g": ("publish_s_4g", "publish_s_1g", 1.1)}
 
 
 GENERATE = r'''
@@ -366,6 +374,53 @@ def run_size(lab: Lab, gib: int, extras: bool) -> dict:
     return r
 
 
+def size_figures(r: dict) -> tuple[dict, dict]:
+    """One size's measured numbers from run_size, each named with the size (publish_s_4g; gpu_free_gpu1_4g for
+    a number per GPU node), and why each figure of that size that was not measured is missing."""
+    g = f"_{r['gib']}g"
+    figures, why = {}, {}
+    for key, value in r.items():
+        if isinstance(value, dict):
+            figures.update({f"{key}_{sub}{g}": v for sub, v in value.items()})
+        elif isinstance(value, (int, float)) and key != "gib":
+            figures[key + g] = value
+    extras = f"not measured: {r['gib']} GiB is not in --extras-sizes (only those get the floor copy and the first read)"
+    if r["rsync_s"] is None:
+        why["rsync_s" + g] = f"the rsync was not run: {r['rsync_skip']}"
+    if r["floor_s"] is None:
+        why["floor_s" + g] = extras
+    if r["read_pub_s"] is None:
+        why["read_pub_s" + g] = extras
+    if r.get("read_copy_s") is None:
+        why["read_copy_s" + g] = extras if r["read_pub_s"] is None else f"no rsync'ed copy: {why['rsync_s' + g]}"
+    return figures, why
+
+
+def document(done: list[dict]) -> dict:
+    """bench/results/publish.json of one run (run_size's results, one a size): the figures of every size, issue 29's
+    ratios (RATIOS), and in not_measured why a figure or a ratio is missing (a ratio without both of its figures
+    is null, never estimated)."""
+    figures, why = {}, {}
+    for r in done:
+        got, missing = size_figures(r)
+        figures.update(got)
+        why.update(missing)
+    sizes = sorted(r["gib"] for r in done)
+    no_run = f"not measured: no run of that size (--sizes {','.join(map(str, sizes))})"
+    ratios = {}
+    for name, (a, b, _target) in RATIOS.items():
+        lacking = [k for k in (a, b) if figures.get(k) is None]
+        if lacking:
+            ratios[name] = None
+            why[name] = "; ".join(f"{k}: {why.get(k, no_run)}" for k in lacking)
+        elif not figures[b]:
+            ratios[name], why[name] = None, f"{b} is 0"
+        else:
+            ratios[name] = round(figures[a] / figures[b], 3)
+    return {"date": now(), "commit": commit(), "lab": LAB, "sizes_gib": sizes, "figures": figures, "ratios": ratios,
+            "not_measured": why}
+
+
 def fmt(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f} s"
 
@@ -374,12 +429,13 @@ def mbs(nbytes: int, seconds: float) -> str:
     return f"{nbytes / seconds / 1e6:.1f} MB/s"
 
 
-def section(results: list[dict], when: str) -> list[str]:
+def section(results: list[dict], when: str, doc: dict) -> list[str]:
     rows = [
         "## Issue 4: publishing a dataset version vs copying it with rsync (lab, TCG)",
         "",
-        f"Measured in one run by `make bench-publish` on {when}: storage1 publishes to gpu1 and gpu2. "
-        "Each tree: files of 16-256 KiB of pseudo-random data, 1000 per directory.",
+        f"Measured in one run by `make bench-publish` on {when} at commit {doc['commit']}: storage1 publishes to gpu1 "
+        "and gpu2. Each tree: files of 16-256 KiB of pseudo-random data, 1000 per directory. Figures also in "
+        "`bench/results/publish.json`.",
         "",
         "| size | files | ours: `fabricctl publish --to gpu1,gpu2` (on storage1 / host wall) "
         "| baseline: `rsync -a --whole-file` to an rsync daemon on both, in parallel | ratio publish / rsync "
@@ -400,6 +456,13 @@ def section(results: list[dict], when: str) -> list[str]:
         if by[4]["floor_s"] and by[1]["floor_s"]:
             growth.append(f"floor copy {ratio(by[4]['floor_s'], by[1]['floor_s'])}")
         rows += ["", "Growth with size, 4 GiB / 1 GiB: " + "; ".join(growth) + "."]
+    rows += ["", "Ratios (targets of issue 29 in brackets):", ""]
+    for name, (_a, _b, target) in RATIOS.items():
+        value = doc["ratios"][name]
+        if value is None:
+            rows.append(f"- {name}: - (target <= {target}; not measured: {doc['not_measured'][name]})")
+        else:
+            rows.append(f"- {name}: **{value}** (target <= {target}{'' if value <= target else ', not met'})")
     rows += ["", "First read on gpu1 (`tar -cf - DIR | wc -c`, gpu1's page cache dropped before each read):", "",
              "| size | published version over iSCSI | rsync'ed copy on gpu1's disk | ratio published / copy |",
              "|---|---|---|---|"]
@@ -437,6 +500,13 @@ def section(results: list[dict], when: str) -> list[str]:
     return rows
 
 
+def report(done: list[dict], when: str) -> list[str]:
+    """Writes bench/results/publish.json and returns the report section."""
+    doc = document(done)
+    write_json(SECTION, doc)
+    return section(done, when, doc)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1,4", help="sizes in GiB, comma separated (default 1,4)")
@@ -460,7 +530,7 @@ def main() -> int:
                      checking="up, converged, fabricctl on storage1, rsync and mbuffer on every node",
                      preflight=preflight, leftovers=lambda lab: cleanup_all(lab, sorted(set(sizes) | {1, 4})),
                      cleanup_only=args.cleanup_only, measure=measure, cleanup=lambda lab: cleanup_all(lab, sizes),
-                     rows=lambda lab, done, when: section(done, when),
+                     rows=lambda _lab, done, when: report(done, when),
                      cleanup_note="clean-up (whatever is left)", partial=lambda: results)
 
 
