@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from labbench import BenchError, bench_args, fabricctl_facts, run_bench, say, ssh  # noqa: E402
-from report import commit, now  # noqa: E402
+from report import FOLDER, commit, merge_json  # noqa: E402
 
 SECTION = "attach-prolog"
 STORAGE = "storage1"
@@ -43,7 +43,6 @@ DATA = "benchprolog"
 REF = f"{DATA}@v1"
 USER = "fabricjob"
 SRC = f"/srv/{DATA}-src"
-RESULTS = Path(__file__).resolve().parent / "results" / "attach.json"
 
 # Runs on gpu1 as root: the timed jobs. argv: rounds, ref, user.
 LOOP = r'''
@@ -170,20 +169,13 @@ def measure(rounds: int) -> dict:
             "plugin_attach_s": {gpu: round(statistics.median(v), 2) for gpu, v in plugin.items() if v}}
 
 
-def write_results(result: dict) -> None:
-    doc = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    figures = {**doc.get("figures", {}), **result["figures"]}
-    ratios = dict(doc.get("ratios", {}))
+def write_results(result: dict, folder: Path = FOLDER) -> Path:
+    """The prolog figures into bench/results/attach.json, and their ratio when the 1-node figure is above 0 (else
+    the file's ratio, if any, stays)."""
     one, two = result["figures"]["prolog_added_s_1node"], result["figures"]["prolog_added_s_2nodes"]
-    if one > 0:
-        ratios["prolog_2nodes_over_1node"] = round(two / one, 2)
-    runs = dict(doc.get("runs", {}))
-    runs["prolog"] = {"date": now(), "commit": commit(), "rounds": result["rounds"], "seconds": result["runs"],
-                      "plugin_attach_s": result["plugin_attach_s"]}
-    doc.update({"date": now(), "commit": commit(), "lab": doc.get("lab") or "QEMU TCG lab (docs/lab.md)",
-                "figures": figures, "ratios": ratios, "runs": runs})
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    ratios = {"prolog_2nodes_over_1node": round(two / one, 2)} if one > 0 else {}
+    record = {"rounds": result["rounds"], "seconds": result["runs"], "plugin_attach_s": result["plugin_attach_s"]}
+    return merge_json("attach", "prolog", result["figures"], ratios, record, folder=folder)
 
 
 def rows(result: dict, when: str) -> list[str]:

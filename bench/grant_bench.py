@@ -38,13 +38,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from labbench import BenchError, fabricctl_facts, run_bench, say, ssh  # noqa: E402
-from report import commit, now  # noqa: E402
+from report import FOLDER, commit, merge_json  # noqa: E402
 
 SECTION = "attach-grant"
 STORAGE = "storage1"
 HOSTS = 500
 PYTHON = "/opt/fabricctl/bin/python3"
-RESULTS = Path(__file__).resolve().parent / "results" / "attach.json"
 
 # Runs on storage1 as root. argv: a JSON object {hosts, order, cleanup_only}. Prints one JSON object.
 REMOTE = r'''
@@ -197,16 +196,10 @@ def measure(rounds: int, hosts: int) -> dict:
     return {"figures": figures, "ratios": ratios, "runs": runs, "rounds": rounds, "hosts": hosts}
 
 
-def write_results(result: dict) -> None:
-    doc = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    runs = dict(doc.get("runs", {}))
-    runs["grant"] = {"date": now(), "commit": commit(), "rounds": result["rounds"], "hosts": result["hosts"],
-                     "seconds": result["runs"]}
-    doc.update({"date": now(), "commit": commit(), "lab": doc.get("lab") or "QEMU TCG lab (docs/lab.md)",
-                "figures": {**doc.get("figures", {}), **result["figures"]},
-                "ratios": {**doc.get("ratios", {}), **result["ratios"]}, "runs": runs})
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+def write_results(result: dict, folder: Path = FOLDER) -> Path:
+    """The grant figures and ratios into bench/results/attach.json."""
+    return merge_json("attach", "grant", result["figures"], result["ratios"],
+                      {"rounds": result["rounds"], "hosts": result["hosts"], "seconds": result["runs"]}, folder=folder)
 
 
 def rows(result: dict, when: str) -> list[str]:

@@ -70,7 +70,7 @@ from labbench import (  # noqa: E402
     vm_cores,
     vm_cpu_ticks,
 )
-from report import commit, now  # noqa: E402
+from report import FOLDER, commit, merge_json  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "module_utils"))
 from fabric_core.node.iscsi import NODE_RECORD_ROOTS, RECORD_WRITER  # noqa: E402
@@ -85,7 +85,6 @@ TARGET = f"{BASE}:{NAME}"
 PORT = 3260
 STORAGE_PYTHON = "/opt/fabricctl/bin/python3"
 NODE_PYTHON = "python3"
-RESULTS = Path(__file__).resolve().parent / "results" / "attach.json"
 SECRET_CHARS = string.ascii_letters + string.digits
 SECRET_LEN = 14                        # the fabric's rule: 12-16 (rules.CHAP_SECRET_MIN/MAX)
 READY_TIMEOUT = 300                    # a node's process answers "ready" (a Python start on TCG: seconds)
@@ -838,16 +837,11 @@ def measure(lab: dict, rounds: int, count: int, result: dict) -> dict:
     return result
 
 
-def write_results(result: dict) -> None:
-    doc = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    runs = dict(doc.get("runs", {}))
-    runs["storm"] = {"date": now(), "commit": result["commit"], "rounds": result["rounds"],
-                     "initiators": result["initiators"], "seconds": result["runs"]}
-    doc.update({"date": now(), "commit": result["commit"], "lab": doc.get("lab") or "QEMU TCG lab (docs/lab.md)",
-                "figures": {**doc.get("figures", {}), **result["figures"]},
-                "ratios": {**doc.get("ratios", {}), **result["ratios"]}, "runs": runs})
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+def write_results(result: dict, folder: Path = FOLDER) -> Path:
+    """The storm figures and ratios into bench/results/attach.json, with the commit measured."""
+    return merge_json("attach", "storm", result["figures"], result["ratios"],
+                      {"rounds": result["rounds"], "initiators": result["initiators"], "seconds": result["runs"]},
+                      measured=result["commit"], folder=folder)
 
 
 def rows(result: dict, when: str) -> list[str]:
