@@ -523,7 +523,7 @@ def test_a_record_made_without_the_tpg_tag_is_made_again_tagged_before_a_login()
     runner = ScriptedRunner([
         step(SESSIONS, "session_none.txt"),
         step(node(XFS), stdout=data("iscsi", "node_default.txt")),
-        step(node(XFS, "-o", "delete")),
+        step(node(XFS, "-I", "default", "-o", "delete")),
         step(node_new(XFS), stdout=data("iscsi", "node_new.txt")),
         step(update(XFS, "node.startup", "automatic", "node.session.auth.authmethod", "None")),
         step(node(XFS, "--login"), stdout=data("iscsi", "login_ok.stdout")),
@@ -533,8 +533,9 @@ def test_a_record_made_without_the_tpg_tag_is_made_again_tagged_before_a_login()
     ])
     res = ensure_session(runner, portal=PORTAL, target_iqn=XFS, sleep=lambda s: None)
     runner.assert_done()
-    assert res["record_created"] and res["commands"][:2] == [f"iscsiadm -m node -T {XFS} -p {PORTAL} -o delete",
-                                                             f"iscsiadm -m node -T {XFS} -p {PORTAL},1 -o new"]
+    assert res["record_created"]
+    assert res["commands"][:2] == [f"iscsiadm -m node -T {XFS} -p {PORTAL} -I default -o delete",
+                                   f"iscsiadm -m node -T {XFS} -p {PORTAL},1 -o new"]
 
 
 def test_a_tagged_record_and_an_untagged_one_with_a_session_are_left_as_they_are():

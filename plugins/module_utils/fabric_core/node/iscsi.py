@@ -571,8 +571,9 @@ def plan_session(spec: SessionSpec, live: SessionLive, *, unmounting: tuple = ()
     if record is not None and record.get("node.tpgt") == "-1" and live.session is None:
         # a record made without the fabric's TPG tag (before it tagged them: the one file ADDRESS,PORT, which
         # another iface's record of the target replaces): made again, tagged, before this login; a record with a
-        # session is left as it is (deleting it does not end the session, but it is what the next boot reads)
-        steps.append(session_step("delete_record", spec.node_argv("-o", "delete")))
+        # session is left as it is (deleting it does not end the session, but it is what the next boot reads).
+        # The default iface's only: another iface's records of the target (an admin's) stay
+        steps.append(session_step("delete_record", spec.node_argv("-I", "default", "-o", "delete")))
         record = None
     if record is None:
         # with the fabric's TPG tag: the record is then ADDRESS,PORT,TAG/default, a file no other iface's shares
