@@ -15,6 +15,7 @@ edit (names replaced, named properties set): the format is always one zpool/zfs 
 from __future__ import annotations
 
 import copy
+import importlib.machinery
 import importlib.util
 import json
 import sys
@@ -257,24 +258,27 @@ class _Exit(Exception):
         self.result = result
 
 
+def load_file(path: Path, name: str, *, register: bool = False):
+    """Import the Python file at ``path`` as the module ``name`` (any file name: a script without `.py` too).
+    ``register``: put it in sys.modules first, where dataclasses and pickling look a module up by its name."""
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path, loader=loader))
+    if register:
+        sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
 def load_module(name: str):
     """Import plugins/modules/<name>.py as a Python module."""
-    path = REPO / "plugins" / "modules" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_fabric_test_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(REPO / "plugins" / "modules" / f"{name}.py", f"_fabric_test_{name}")
 
 
 def load_bench(name: str):
     """Import bench/<name>.py as the module ``name`` (bench/ on sys.path for its own imports; registered in
     sys.modules, where dataclasses look their module up)."""
     sys.path.insert(0, str(REPO / "bench"))
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_file(REPO / "bench" / f"{name}.py", name, register=True)
 
 
 def run_module(name: str, args: dict, script: list[dict] | None = None, *, check_mode: bool = False,

@@ -3,7 +3,6 @@ plugin's vault store (encrypted, 0600, atomic)."""
 
 from __future__ import annotations
 
-import importlib.util
 import stat
 import string
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 from fabric_core.base import chap
 from fabric_core.base.errors import UserError
 from fabric_core.base.rules import LIO, chap_secret_ok
+from support import load_file
 
 REPO = Path(__file__).resolve().parents[2]
 GIVEN = {"gpu1": {"password": "given-gpu1-pass", "mutual_password": "given-gpu1-mutu"}}
@@ -70,9 +70,7 @@ def test_credentials_in_lio_names():
 
 def test_the_store_is_vault_encrypted_private_and_round_trips(tmp_path):
     from ansible.parsing.vault import VaultLib, VaultSecret
-    spec = importlib.util.spec_from_file_location("fabric_chap_plugin", REPO / "plugins" / "action" / "fabric_chap.py")
-    plugin = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plugin)
+    plugin = load_file(REPO / "plugins" / "action" / "fabric_chap.py", "fabric_chap_plugin")
     vault = VaultLib([("lab", VaultSecret(b"unit-test-vault-password"))])
     path = tmp_path / "fabric-chap.vault.yml"
     store = plugin.Store(str(path), vault, None)

@@ -12,7 +12,6 @@ the fix and writes nothing. The rule itself (fabric_core.base.chap.store_vault_i
 from __future__ import annotations
 
 import configparser
-import importlib.util
 import os
 import secrets
 import shutil
@@ -25,6 +24,7 @@ import pytest
 import yaml
 from fabric_core.base import chap
 from fabric_core.base.errors import UserError
+from support import load_file
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -164,10 +164,7 @@ def test_the_store_vault_id_rule():
 
 
 def load_plugin():
-    spec = importlib.util.spec_from_file_location("fabric_chap_plugin", REPO / "plugins" / "action" / "fabric_chap.py")
-    plugin = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plugin)
-    return plugin
+    return load_file(REPO / "plugins" / "action" / "fabric_chap.py", "fabric_chap_plugin")
 
 
 def test_the_plugin_knows_the_lab_by_its_password_and_its_inventory(tmp_path):

@@ -7,7 +7,6 @@ while a value the core refuses fails the assert that checks it (with the assert'
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,16 +15,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import load_file
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET, OTHER = "s3cret-s3cret", "other-s3cret"
 
 
 def plugin():
-    spec = importlib.util.spec_from_file_location("fabric_test_plugin", REPO / "plugins" / "test" / "fabric.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.TestModule().tests()
+    return load_file(REPO / "plugins" / "test" / "fabric.py", "fabric_test_plugin").TestModule().tests()
 
 
 @pytest.mark.parametrize("test, good, bad", [

@@ -6,23 +6,18 @@ The script is standalone (it is copied to a GPU node), so it is imported by path
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
+from support import load_bench
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("read_loader", REPO / "bench" / "read_loader.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["read_loader"] = module  # worker processes pickle its functions by this name
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("read_loader")  # registered: worker processes pickle its functions by this name
 
 
 rl = _load()

@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 import sharding  # noqa: E402
@@ -43,20 +44,10 @@ def test_no_shard_asked_means_none_and_k_of_n_parses():
     assert sharding.parse_shard("2/2") == (2, 2)
 
 
-def _run_shards():
-    import importlib.machinery
-    import importlib.util
-    path = Path(__file__).resolve().parents[1] / "run-shards"
-    loader = importlib.machinery.SourceFileLoader("run_shards", str(path))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("run_shards", loader))
-    loader.exec_module(module)
-    return module
-
-
 def test_a_shards_pytest_summary_is_kept_from_its_header_on_to_print_again_at_the_end(capsys):
     import io
     import threading
-    run_shards = _run_shards()
+    run_shards = load_file(Path(__file__).resolve().parents[1] / "run-shards", "run_shards")
     out = (b"tests/integration/test_a.py::test_x PASSED\n"
            b"==== short test summary info ====\n"
            b"FAILED tests/integration/test_a.py::test_y - AssertionError: 2 != 3\n"

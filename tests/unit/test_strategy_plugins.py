@@ -3,18 +3,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import types
 from pathlib import Path
+
+from support import load_file
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"test_{name}", REPO / "plugins" / "strategy" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(REPO / "plugins" / "strategy" / f"{name}.py", f"test_{name}")
 
 
 def test_without_mitogen_the_builtin_strategies_are_used(monkeypatch):
