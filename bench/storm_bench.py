@@ -73,6 +73,7 @@ from labbench import (  # noqa: E402
 from report import FOLDER, commit, merge_json  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "module_utils"))
+from fabric_core.base.names import TPG_TAG  # noqa: E402
 from fabric_core.node.iscsi import NODE_RECORD_ROOTS, RECORD_WRITER  # noqa: E402
 
 SECTION = "attach-storm"
@@ -241,15 +242,16 @@ def serve(ops):
 '''
 
 # On gpu1 and gpu2 with the system's python3: the ifaces, node records, logins, logouts and clean-up.
-# The product's writer of node record secrets (iscsi.RECORD_WRITER, one iface's record with --iface=NAME) and where
-# open-iscsi keeps the records (Debian 12's, Debian 13's) are given to the program, not copied into it.
-NODE = f"RECORD_WRITER = {RECORD_WRITER!r}\nROOTS = {NODE_RECORD_ROOTS!r}\n" + r'''
+# The product's writer of node record secrets (iscsi.RECORD_WRITER, one iface's record with --iface=NAME), where
+# open-iscsi keeps the records (Debian 12's, Debian 13's) and the fabric's TPG tag are given to the program, not
+# copied into it.
+NODE = f"RECORD_WRITER = {RECORD_WRITER!r}\nROOTS = {NODE_RECORD_ROOTS!r}\nTPG_TAG = {TPG_TAG!r}\n" + r'''
 IFACE_DIRS = ("/etc/iscsi/ifaces", "/var/lib/iscsi/ifaces")
 
 def portal(cmd, tpgt=False):
-    """ADDR:PORT; with TPGT 1 for a new record: only a record with its TPGT is kept per iface
+    """ADDR:PORT; with the fabric's TPG tag for a new record: only a record with its TPGT is kept per iface
     (ROOT/T/ADDR,PORT,TPGT/IFACE); without one, open-iscsi keeps one file per portal (ROOT/T/ADDR,PORT)."""
-    return "%s:%d%s" % (cmd["address"], cmd["port"], ",1" if tpgt else "")
+    return "%s:%d%s" % (cmd["address"], cmd["port"], ",%d" % TPG_TAG if tpgt else "")
 
 def records(target):
     """How many node records of TARGET `iscsiadm -m node` lists (one line each: "ADDR:PORT,TPGT TARGET")."""
