@@ -77,8 +77,9 @@ def test_publish_asks_each_hosts_agent_and_runs_nothing_else_there(agents, fabri
     status, shells = fabricctl_node("publish", "imagenet@v2", "--to", "gpu1", "--dry-run")
     out = json.loads(capsys.readouterr().out)
     assert status == 0, out
+    # the attach's answer names the current link's version: no request reads it again (one round trip less)
     assert agents["gpu1"].requests == ["attach imagenet@v2 --holder manual --json --dry-run",
-                                       "current imagenet --json", "current imagenet v2 --json --dry-run"]
+                                       "current imagenet v2 --json --dry-run"]
     result = out["hosts"]["gpu1"]["result"]
     assert result["holders"] == ["manual"] and result["mountpoint"] == "/datasets/imagenet/v2"
     assert result["current"] == "v2" and shells["gpu1"].seen == []  # the shell runner was never used
@@ -90,8 +91,16 @@ def test_a_real_publish_then_unpublish_through_the_agent(agents, fabricctl_node,
     client = AgentClient(agents["gpu1"], "gpu1")
     out = client.attach("imagenet@v1")
     assert out["holders"] == ["manual"] and agents["gpu1"].node.mounts
+    assert out["current"] is None  # no current link yet
     assert client.in_use("imagenet@v1") == []
     assert client.current("imagenet", "v1")["switched"] and client.current("imagenet")["current"] == "v1"
+    assert client.attach("imagenet@v1")["current"] == "v1"  # an attach answers with the link's version
+    del agents["gpu1"].requests[:]
+    status, _shells = fabricctl_node("publish", "imagenet@v1", "--to", "gpu1", "--dry-run")
+    capsys.readouterr()
+    # the version is current there already: the attach is the publish's one request to the host
+    assert status == 0 and agents["gpu1"].requests == ["attach imagenet@v1 --holder manual --json --dry-run"]
+    agents["gpu1"].dry_run = False  # the publish's dry run set it
     with pytest.raises(AgentError) as err:
         client.attach("imagenet@v3")
     assert err.value.reason == "not_granted" and "fabricctl grant imagenet@v3 --to gpu1" in err.value.fix

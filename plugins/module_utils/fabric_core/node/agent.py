@@ -162,7 +162,8 @@ class Agent:
         configuration that exports it now (the one whose key asks): an attachment read through a multipath map
         without a path through it converges again, logging in there too (a version replicated and granted there
         after it was attached). Returns {ref, name, version, path, device, holders, storage_nodes, portals,
-        fstype, multipath, persistent, changed, commands}."""
+        fstype, multipath, persistent, changed, commands, current}: ``current``, the version MOUNT_ROOT/NAME/current
+        points at (None: no link), saves a storage node's publish a round trip to read it."""
         name, version, target, mountpoint = self.version(ref)
         validate_holder(holder)
         with self.locked(f"fabric-node attach {name}@{version} --holder {holder}"):
@@ -184,7 +185,8 @@ class Agent:
                 raise
             att.state = "attached"
             self._save(att)
-        return {**self._describe(att), "changed": bool(commands) or added, "commands": commands}
+            now = hostside.read_link(self.runner, posixpath.join(posixpath.dirname(mountpoint), "current"))
+        return {**self._describe(att), "changed": bool(commands) or added, "commands": commands, "current": now}
 
     def _settled(self, att: Attachment, via: str | None = None) -> bool:
         """An attachment that needs nothing for its new holder: attached, as persistent as its holders want, and

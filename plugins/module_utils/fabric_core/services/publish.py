@@ -523,9 +523,11 @@ class Publisher:
                "holders": list(res.get("holders") or [])}
         if created is not None and export.current_link:
             step("current")
-            now = agent.current(export.name)["current"]
+            # the attach's answer names the link's version (an agent older than that: one more request to read it)
+            now = res["current"] if "current" in res else agent.current(export.name)["current"]
             newer = now not in created or created[now] <= created[export.version]
-            switched = bool(agent.current(export.name, export.version)["switched"]) if newer else False
+            switched = bool(agent.current(export.name, export.version)["switched"]) if newer and \
+                now != export.version else False
             out.update(current=export.version if newer else now, switched=switched)
             out["changed"] = out["changed"] or switched
         return out
