@@ -81,11 +81,13 @@ def test_main_writes_the_file(tmp_path, capsys):
 def test_the_role_installs_it_beside_the_completion_and_removes_it():
     present = yaml.safe_load((REPO / "roles/fabricctl/tasks/present.yml").read_text())
     absent = yaml.safe_load((REPO / "roles/fabricctl/tasks/absent.yml").read_text())
-    printed = [t for t in present if t.get("ansible.builtin.command", {}).get("argv", [])[1:] == ["-m",
-                                                                                                   "fabricctl.manpage"]]
-    assert len(printed) == 1
-    copies = [t["ansible.builtin.copy"] for t in present if "ansible.builtin.copy" in t]
-    assert any(c["dest"] == manpage.INSTALLED_AT for c in copies)
-    assert any(c["dest"] == "/etc/bash_completion.d/fabricctl" for c in copies)
+    # one command on the node prints the completion and renders the page; one copy task installs each
+    printed = [t for t in present if "fabricctl.manpage" in " ".join(t.get("ansible.builtin.command", {}).get("argv", []))]
+    assert len(printed) == 1 and "completion bash" in printed[0]["ansible.builtin.command"]["argv"][2]
+    separator = printed[0]["vars"]["__fabricctl_generated_separator"]
+    copies = [t for t in present if "ansible.builtin.copy" in t and "loop" in t]
+    dests = {item["dest"]: item["part"] for t in copies for item in t["loop"]}
+    assert dests == {"/etc/bash_completion.d/fabricctl": 0, manpage.INSTALLED_AT: 1}
+    assert [t["vars"]["__fabricctl_generated_separator"] for t in copies] == [separator]
     removed = next(t for t in absent if "ansible.builtin.file" in t and "loop" in t)["loop"]
     assert manpage.INSTALLED_AT in removed
