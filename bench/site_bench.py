@@ -101,27 +101,29 @@ def sequence(mitogen: bool) -> dict:
     return out
 
 
-def main() -> int:
-    WORK.mkdir(exist_ok=True)
-    builtin = sequence(mitogen=False)
-    default = sequence(mitogen=True)  # the Mitogen opt-in (the default before issue 32); last: leaves the lab converged
-    first = default["first"]["wall_seconds"]
-    ratios = {"rerun_over_first": round(default["rerun"]["wall_seconds"] / first, 3),
-              "check_converged_over_first": round(default["check_converged"]["wall_seconds"] / first, 3)}
+LAB = "trixie lab, TCG: storage1 (2 vCPU, 2.5 GiB), gpu1 and gpu2 (1 vCPU, 1.25 GiB); 2 host cores"
+MITOGEN = "Mitogen (opt-in: ANSIBLE_STRATEGY=fabric_linear)"
+BUILTIN = "default (ansible-core's strategies)"
+
+
+def ratios_of(mitogen: dict, builtin: dict) -> dict:
+    first = mitogen["first"]["wall_seconds"]
+    ratios = {"rerun_over_first": round(mitogen["rerun"]["wall_seconds"] / first, 3),
+              "check_converged_over_first": round(mitogen["check_converged"]["wall_seconds"] / first, 3)}
     extra = {f"builtin_{k}": round(builtin[r]["wall_seconds"] / builtin["first"]["wall_seconds"], 3)
              for k, r in (("rerun_over_first", "rerun"), ("check_converged_over_first", "check_converged"))}
-    speedup = {f"mitogen_speedup_{r}": round(builtin[r]["wall_seconds"] / default[r]["wall_seconds"], 2)
+    speedup = {f"mitogen_speedup_{r}": round(builtin[r]["wall_seconds"] / mitogen[r]["wall_seconds"], 2)
                for r in ("first", "rerun", "check_converged")}
-    when = datetime.datetime.now(datetime.UTC)
-    commit = sh("git", "rev-parse", "--short", "HEAD").stdout.strip()
-    lab = "trixie lab, TCG: storage1 (2 vCPU, 2.5 GiB), gpu1 and gpu2 (1 vCPU, 1.25 GiB); 2 host cores"
-    write_json("site", {"date": when.isoformat(timespec="seconds"), "commit": commit, "lab": lab,
-                        "figures": {"Mitogen (opt-in: ANSIBLE_STRATEGY=fabric_linear)": default,
-                                    "default (ansible-core's strategies)": builtin},
-                        "ratios": {**ratios, **extra, **speedup}})
+    return {**ratios, **extra, **speedup}
+
+
+def render(result: dict) -> list[str]:
+    """docs/benchmarks.md's section from bench/results/site.json's content."""
+    mitogen, builtin, ratios = result["figures"][MITOGEN], result["figures"][BUILTIN], result["ratios"]
+    when = datetime.datetime.fromisoformat(result["date"])
     rows = ["## Issue 10: a site run, first and converged (lab, TCG)", "",
-            f"Measured in one run by `make bench-site` on {when:%Y-%m-%d %H:%M} UTC at commit {commit}, each "
-            "execution on a freshly booted lab with an empty fact cache: the first `site.yml` on bare VMs, the "
+            f"Measured in one run by `make bench-site` on {when:%Y-%m-%d %H:%M} UTC at commit {result['commit']}, "
+            "each execution on a freshly booted lab with an empty fact cache: the first `site.yml` on bare VMs, the "
             "converged re-run, and check mode on the converged fabric (both changed=0). Figures also in "
             "`bench/results/site.json`.", "",
             "| run | Mitogen (opt-in, `ANSIBLE_STRATEGY=fabric_linear`) | default: ansible-core's own strategies | "
@@ -129,28 +131,44 @@ def main() -> int:
             "|---|---|---|---|"]
     for name, label in (("first", "first run"), ("rerun", "converged re-run"),
                         ("check_converged", "check mode, converged")):
-        d, b = default[name], builtin[name]
+        d, b = mitogen[name], builtin[name]
         rows.append(f"| {label} | {d['wall_seconds']} s ({d['remote_module_executions']} module executions) | "
                     f"{b['wall_seconds']} s ({b['remote_module_executions']}) | "
-                    f"{speedup['mitogen_speedup_' + name]}x |")
+                    f"{ratios['mitogen_speedup_' + name]}x |")
+    hosts = sorted(mitogen["first"]["per_host_seconds"])
     rows += ["", f"Ratios through Mitogen (issue 10's target 0.25): re-run / first **{ratios['rerun_over_first']}**, "
              f"check on converged / first **{ratios['check_converged_over_first']}**. The default, without Mitogen "
-             "(issue 32's target for the re-run: 0.35): "
-             f"{extra['builtin_rerun_over_first']} and {extra['builtin_check_converged_over_first']}.", "",
+             f"(issue 32's target for the re-run: 0.35): **{ratios['builtin_rerun_over_first']}** and "
+             f"{ratios['builtin_check_converged_over_first']}.", "",
              "Per host (the sum of the host's task times, seconds; hosts work in parallel, so these add up to "
-             "more than the wall time):", "", "| run | " + " | ".join(sorted(default["first"]["per_host_seconds"]))
-             + " |", "|---" * (1 + len(default["first"]["per_host_seconds"])) + "|"]
-    for execution, figures in (("default", default), ("builtin", builtin)):
+             "more than the wall time):", "", "| run | " + " | ".join(hosts) + " |", "|---" * (1 + len(hosts)) + "|"]
+    for execution, figures in (("Mitogen", mitogen), ("default", builtin)):
         for name in ("first", "rerun", "check_converged"):
             per = figures[name]["per_host_seconds"]
             rows.append(f"| {execution} {name} | " + " | ".join(f"{per[h]:.1f}" for h in sorted(per)) + " |")
-    rows += ["", "Slowest tasks of the default converged re-run (summed over hosts, seconds): "
-             + "; ".join(f"{t} {s:.1f}" for t, s in default["rerun"]["slowest_tasks"]) + ".", "",
-             "Absolute numbers are bound by software emulation on two shared host cores; compare ratios."]
-    write_section(SECTION, rows)
-    print(json.dumps(ratios))
+    for execution, figures in (("default (ansible-core's strategies)", builtin), ("Mitogen", mitogen)):
+        rows += ["", f"Slowest tasks of the converged re-run, {execution} (summed over hosts, seconds): "
+                 + "; ".join(f"{t} {s:.1f}" for t, s in figures["rerun"]["slowest_tasks"]) + "."]
+    rows += ["", "Absolute numbers are bound by software emulation on two shared host cores; compare ratios."]
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--render"]:  # the section again from bench/results/site.json (no lab)
+        write_section(SECTION, render(json.loads((REPO / "bench" / "results" / "site.json").read_text())))
+        return 0
+    WORK.mkdir(exist_ok=True)
+    builtin = sequence(mitogen=False)
+    mitogen = sequence(mitogen=True)  # the opt-in (the default before issue 32); last: leaves the lab converged
+    when = datetime.datetime.now(datetime.UTC)
+    commit = sh("git", "rev-parse", "--short", "HEAD").stdout.strip()
+    result = {"date": when.isoformat(timespec="seconds"), "commit": commit, "lab": LAB,
+              "figures": {MITOGEN: mitogen, BUILTIN: builtin}, "ratios": ratios_of(mitogen, builtin)}
+    write_json("site", result)
+    write_section(SECTION, render(result))
+    print(json.dumps(result["ratios"]))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
