@@ -82,7 +82,8 @@ def test_the_role_installs_it_beside_the_completion_and_removes_it():
     present = yaml.safe_load((REPO / "roles/fabricctl/tasks/present.yml").read_text())
     absent = yaml.safe_load((REPO / "roles/fabricctl/tasks/absent.yml").read_text())
     # one command on the node prints the completion and renders the page; one copy task installs each
-    printed = [t for t in present if "fabricctl.manpage" in " ".join(t.get("ansible.builtin.command", {}).get("argv", []))]
+    printed = [t for t in present
+               if "fabricctl.manpage" in " ".join(t.get("ansible.builtin.command", {}).get("argv", []))]
     assert len(printed) == 1 and "completion bash" in printed[0]["ansible.builtin.command"]["argv"][2]
     separator = printed[0]["vars"]["__fabricctl_generated_separator"]
     copies = [t for t in present if "ansible.builtin.copy" in t and "loop" in t]
