@@ -40,6 +40,13 @@ options:
     type: list
     elements: str
     default: []
+  files:
+    description:
+      - Paths to look for (one shell); RV(present_files) lists those that exist, so that a role runs a task on a
+        file only when it is there.
+    type: list
+    elements: path
+    default: []
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -73,6 +80,12 @@ missing_packages:
   type: list
   elements: str
   sample: [multipath-tools]
+present_files:
+  description: The paths of O(files) that exist on the node, in the order given.
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/apt/sources.list.d/debian.sources]
 decision:
   description: With O(zfs=true), what to do about ZFS (ok, install, upgrade, reboot), whether the packages come from
     bookworm-backports, and why.
@@ -97,13 +110,15 @@ def main():
             allow_upgrade=dict(type="bool", default=False),
             allow_reboot=dict(type="bool", default=False),
             packages=dict(type="list", elements="str", default=[]),
+            files=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
     )
     runner = ModuleRunner(module)
     facts = platform.read(runner)
     out = {"changed": False, "facts": facts.as_dict(),
-           "missing_packages": platform.missing_packages(runner, module.params["packages"])}
+           "missing_packages": platform.missing_packages(runner, module.params["packages"]),
+           "present_files": platform.present_files(runner, module.params["files"])}
     try:
         if module.params["zfs"]:
             decision = platform.zfs_decision(facts, allow_upgrade=module.params["allow_upgrade"],
