@@ -190,7 +190,7 @@ print(len({side!r}))
 # the functions of the core that still take a dry_run argument instead: none since issue 28 item 1 (plan_session,
 # the argv builders' -n checks, named check_only, and LIO's reconcile/converge, which take the runner); it stays empty
 DRY_RUN_ARGUMENTS: set[str] = set()
-ON_THE_CONTRACT = ("fabric_core.base.conffile", "fabric_core.storage.tunables")
+ON_THE_CONTRACT = ("fabric_core.base.conffile", "fabric_core.base.files", "fabric_core.storage.tunables")
 
 
 def dry_run_functions() -> set[str]:

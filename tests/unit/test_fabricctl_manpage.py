@@ -81,14 +81,19 @@ def test_main_writes_the_file(tmp_path, capsys):
 def test_the_role_installs_it_beside_the_completion_and_removes_it():
     present = yaml.safe_load((REPO / "roles/fabricctl/tasks/present.yml").read_text())
     absent = yaml.safe_load((REPO / "roles/fabricctl/tasks/absent.yml").read_text())
-    # one command on the node prints the completion and renders the page; one copy task installs each
+    # one command on the node prints the completion and renders the page; the role's one fabric_files task installs
+    # each, from its part of that output
     printed = [t for t in present
                if "fabricctl.manpage" in " ".join(t.get("ansible.builtin.command", {}).get("argv", []))]
     assert len(printed) == 1 and "completion bash" in printed[0]["ansible.builtin.command"]["argv"][2]
     separator = printed[0]["vars"]["__fabricctl_generated_separator"]
-    copies = [t for t in present if "ansible.builtin.copy" in t and "loop" in t]
-    dests = {item["dest"]: item["part"] for t in copies for item in t["loop"]}
-    assert dests == {"/etc/bash_completion.d/fabricctl": 0, manpage.INSTALLED_AT: 1}
-    assert [t["vars"]["__fabricctl_generated_separator"] for t in copies] == [separator]
+    installs = [t for t in present if "__fabricctl_generated_files" in t.get("vars", {})]
+    assert len(installs) == 1 and "gpufabric.storage.fabric_files" in installs[0]
+    parts = {item["path"]: item["content"] for item in installs[0]["vars"]["__fabricctl_generated_files"]
+             if "content" in item}
+    assert set(parts) == {"/etc/bash_completion.d/fabricctl", manpage.INSTALLED_AT}
+    assert "split(__fabricctl_generated_separator)[0]" in parts["/etc/bash_completion.d/fabricctl"]
+    assert "split(__fabricctl_generated_separator)[1]" in parts[manpage.INSTALLED_AT]
+    assert installs[0]["vars"]["__fabricctl_generated_separator"] == separator
     removed = next(t for t in absent if "ansible.builtin.file" in t and "loop" in t)["loop"]
     assert manpage.INSTALLED_AT in removed

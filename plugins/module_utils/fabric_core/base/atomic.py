@@ -54,3 +54,27 @@ def sync_directory(directory: str) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def replace_link(path: str | os.PathLike, target: str) -> None:
+    """A symbolic link at ``path`` to ``target``, atomically: a new link under a name of its own in the same
+    directory, renamed over ``path`` (whatever was there, a link or nothing, is replaced at once; rename(2) never
+    follows a link at the final name)."""
+    path = os.fspath(path)
+    directory, base = os.path.split(path)
+    for n in range(100):
+        tmp = os.path.join(directory or ".", f".{base}.link-{os.getpid()}-{n}")
+        try:
+            os.symlink(target, tmp)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name beside {path}: remove the stale .{base}.link-* entries")
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    sync_directory(directory or ".")
