@@ -17,9 +17,9 @@ description:
   - Content is given as text (a C(lookup('ansible.builtin.template', ...)) or C(lookup('ansible.builtin.file', ...))
     renders a role's template or file on the controller). A file is replaced atomically (a temporary file of its
     own in the same directory, fsync, rename), so a link planted at its name is replaced, never written through.
-  - A directory is created when missing and its mode and owner set; nothing inside it is touched. A link is made,
-    or moved to its new target, atomically. An absent path is removed when it is a file or a link, or an empty
-    directory.
+  - A directory is created when missing (its missing parents too) and its mode and owner set; nothing inside it
+    is touched. A link is made, or moved to its new target, atomically. An absent path is removed when it is a
+    file or a link, or an empty directory.
   - A directory where a file is declared, anything but a directory where a directory is declared, anything but a
     link where a link is declared, or a directory with files in it declared absent, is refused with the fix,
     before any change.
@@ -134,6 +134,9 @@ def main():
         out = files.ensure(ModuleRunner(module, dry_run=module.check_mode), module.params["files"])
     except FabricError as err:
         module.fail_json(msg=str(err))
+    except OSError as err:  # the node refused a read or a change: name the path and why, nothing more
+        module.fail_json(msg=f"{err.filename or 'a path'}: {err.strerror or err}; nothing after it was changed "
+                             "(fix the path's parent directory or its permissions, then run again)")
     result = {"changed": out["changed"], "changes": out["changes"], "changed_paths": list(out["changes"]),
               "commands": out["commands"]}
     if module._diff and out["diffs"]:

@@ -172,3 +172,11 @@ def test_a_link_is_made_moved_atomically_and_left_when_right(tmp_path):
     assert refused["failed"] is True and "is a file, where a link is declared" in refused["msg"]
     bad = run_module("fabric_files", {"files": [{"path": f"{tmp_path}/x", "state": "link"}]})
     assert bad["failed"] is True and "only a link, has a src" in bad["msg"]
+
+
+def test_a_directory_gets_its_missing_parents_and_a_refused_write_is_named(tmp_path):
+    out = run_module("fabric_files", {"files": [{"path": f"{tmp_path}/srv/fabricctl/staging", "state": "directory"}]})
+    assert out["changed"] is True and (tmp_path / "srv" / "fabricctl" / "staging").is_dir()
+    missing = run_module("fabric_files", {"files": [{"path": f"{tmp_path}/nowhere/f", "content": "x\n"}]})
+    assert missing["failed"] is True and "No such file or directory" in missing["msg"]
+    assert "nothing after it was changed" in missing["msg"]

@@ -7,7 +7,7 @@ changes nothing. A role names its files in one list instead (``fabric_files``): 
 run, check mode, records the steps and makes none).
 
 What is declared, per path: ``file`` (the content, its mode, owner and group), ``directory`` (made when missing,
-its mode and owner set; never anything inside it), ``link`` (a symbolic link to ``src``, made or moved atomically:
+its missing parents made too, its mode and owner set; never anything inside it), ``link`` (a symbolic link to ``src``, made or moved atomically:
 a new link under a temporary name renamed over the old one) or ``absent`` (a file or a link removed; a directory
 only when empty). Content is written through ``atomic.write_file`` (a temporary file of its own, fsync, rename),
 so a link planted at a file's name is replaced, never written through. A directory in the way of a file (or of a
@@ -247,6 +247,10 @@ def _attributes(path: str, now: Live, mode: int, uid: int, gid: int, add, item: 
 
 
 def _mkdir(path: str, mode: int, uid: int, gid: int) -> None:
+    """The directory, its missing parents first (root's 0755, as `mkdir -p` by root makes them)."""
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        os.makedirs(parent, mode=0o755)
     os.mkdir(path, 0o700)  # narrow until its owner and mode are set
     os.chown(path, uid, gid, follow_symlinks=False)
     os.chmod(path, mode)
