@@ -42,7 +42,7 @@ options:
         choices: [file, directory, link, absent]
         default: file
       content:
-        description: The file's text (state C(file) only, and then required).
+        description: The file's text (state C(file) only; this or I(secret_content) is then required).
         type: str
       src:
         description: What a link points to (state C(link) only, and then required); the link is made or moved
@@ -59,10 +59,11 @@ options:
       group:
         description: Group name; as for owner.
         type: str
-      secret:
-        description: The content is a secret; it never shows in a diff or in the module's output.
-        type: bool
-        default: false
+      secret_content:
+        description:
+          - The file's text when it is a secret (credentials), instead of I(content). Marked no_log, so it never
+            reaches the node's journal (where the module logs its arguments), a diff or the module's output.
+        type: str
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -71,7 +72,7 @@ attributes:
     details: Reads every path and reports what would change; writes nothing.
   diff_mode:
     support: full
-    details: One diff per file whose content changes (secret files left out).
+    details: One diff per file whose content changes (files given by secret_content left out).
   platform:
     platforms: posix
 """
@@ -122,14 +123,11 @@ def main():
                 mode=dict(type="raw"),
                 owner=dict(type="str"),
                 group=dict(type="str"),
-                secret=dict(type="bool", default=False),
+                secret_content=dict(type="str", no_log=True),
             )),
         ),
         supports_check_mode=True,
     )
-    for item in module.params["files"]:
-        if item["secret"] and item["content"]:
-            module.no_log_values.add(item["content"])
     try:
         out = files.ensure(ModuleRunner(module, dry_run=module.check_mode), module.params["files"])
     except FabricError as err:

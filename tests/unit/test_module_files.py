@@ -12,7 +12,9 @@ import stat
 import pytest
 from fabric_core.base import files
 from fabric_core.base.errors import UserError
-from support import run_module
+from support import REPO, run_module
+
+MODULE_SOURCE = (REPO / "plugins" / "modules" / "fabric_files.py").read_text()
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 MY_GROUP = grp.getgrgid(os.getgid()).gr_name
@@ -117,10 +119,14 @@ def test_a_directory_with_files_in_it_is_never_removed(tmp_path):
 def test_a_secret_file_shows_no_content_anywhere(tmp_path):
     secret = "chap-secret-0123456789abcdef"
     out = run_module("fabric_files", {"files": [
-        {"path": f"{tmp_path}/credentials.json", "content": f'{{"password": "{secret}"}}\n', "mode": "0600",
-         "secret": True}]}, diff=True)
+        {"path": f"{tmp_path}/credentials.json", "secret_content": f'{{"password": "{secret}"}}\n', "mode": "0600"}]},
+        diff=True)
     assert out["changed"] is True and "diff" not in out
     assert secret not in repr(out)
+    # the option itself is no_log: AnsibleModule logs its arguments to the node's journal, masking those
+    assert "secret_content=dict(type=\"str\", no_log=True)" in MODULE_SOURCE
+    both = run_module("fabric_files", {"files": [{"path": f"{tmp_path}/x", "content": "a", "secret_content": "b"}]})
+    assert both["failed"] is True and "both given" in both["msg"]
     assert secret in (tmp_path / "credentials.json").read_text()
 
 

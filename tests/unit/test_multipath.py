@@ -43,8 +43,8 @@ def test_claim_lists_the_wwid_and_makes_the_map_once():
     dry = node(listed=False, mapped=False, dry_run=True)
     out = multipath.claim(dry, "/dev/sdb")
     assert out == {"changed": True, "wwid": WWID, "device": multipath.device_of(WWID),
-                   "commands": [f"multipath -a {WWID}", "multipath /dev/sdb"]}
-    assert dry.planned == [("multipath", "-a", WWID), ("multipath", "/dev/sdb")]
+                   "commands": [f"multipath -a {WWID}", "multipathd add path sdb"]}
+    assert dry.planned == [("multipath", "-a", WWID), ("multipathd", "add", "path", "sdb")]
     done = node(listed=True, mapped=True)
     done.answers[("readlink", "-e")] = (0, "/dev/sdc\n", "")
     done.answers[("multipathd", "show")] = (0, f"{WWID} sdc active ready\n", "")
@@ -92,7 +92,22 @@ def test_claim_hands_multipath_the_kernel_name_not_the_udev_link():
     link = "/dev/disk/by-path/ip-10.77.0.11:3260-iscsi-iqn.2026-11.io.fabric.lab.fabricctl:ds.a.v1-lun-0"
     runner = node(listed=True, mapped=False, dry_run=True)
     runner.answers[("readlink", "-e")] = (0, "/dev/sdc\n", "")
-    assert multipath.claim(runner, link)["commands"] == ["multipath /dev/sdc"]  # a link's name is blacklisted
+    assert multipath.claim(runner, link)["commands"] == ["multipathd add path sdc"]  # a link's name is blacklisted
+
+
+def test_the_multipath_command_makes_the_map_only_when_multipathd_does_not():
+    """multipathd makes a read-only disk's map read-only at once; the command (which tries read-write first, then
+    read-only on the kernel's refusal) is the fallback when multipathd refuses or does not answer."""
+    for answer, commands in [((0, "ok\n", ""), ["multipathd add path sdc"]),
+                             ((0, "fail\n", ""), ["multipathd add path sdc", "multipath /dev/sdc"]),
+                             ((1, "", "can't connect"), ["multipathd add path sdc", "multipath /dev/sdc"])]:
+        runner = node(listed=True, mapped=False)
+        runner.answers[("readlink", "-e")] = (0, "/dev/sdc\n", "")
+        runner.answers[("multipathd", "add")] = answer
+        runner.answers[("multipathd", "show")] = (0, f"{WWID} sdc active ready\n", "")
+        there = iter([(1, "", ""), (0, "", "")])
+        runner.answers[("test", "-e")] = lambda argv, there=there: next(there)
+        assert multipath.claim(runner, "/dev/sdc", sleep=lambda s: None)["commands"] == commands
 
 
 def test_a_new_path_is_reported_only_once_multipathd_has_it_in_the_map():

@@ -7,12 +7,14 @@ changes nothing. A role names its files in one list instead (``fabric_files``): 
 run, check mode, records the steps and makes none).
 
 What is declared, per path: ``file`` (the content, its mode, owner and group), ``directory`` (made when missing,
-its missing parents made too, its mode and owner set; never anything inside it), ``link`` (a symbolic link to ``src``, made or moved atomically:
-a new link under a temporary name renamed over the old one) or ``absent`` (a file or a link removed; a directory
-only when empty). Content is written through ``atomic.write_file`` (a temporary file of its own, fsync, rename),
-so a link planted at a file's name is replaced, never written through. A directory in the way of a file (or of a
-link), or anything other than a directory in the way of one, is refused with the fix: nothing the fabric did not
-write is removed to make room. A file declared ``secret`` (credentials) never shows its content in a diff or a step.
+its missing parents too, its mode and owner set; never anything inside it), ``link`` (a symbolic link to ``src``,
+made or moved atomically: a new link under a temporary name renamed over the old one) or ``absent`` (a file or a
+link removed; a directory only when empty). Content is written through ``atomic.write_file`` (a temporary file of
+its own, fsync, rename), so a link planted at a file's name is replaced, never written through. A directory in the
+way of a file (or of a link), or anything other than a directory in the way of one, is refused with the fix:
+nothing the fabric did not write is removed to make room. A file given as ``secret_content`` (credentials) never
+shows its content in a diff or a step (the module marks that option no_log, so its value never reaches the node's
+journal either).
 """
 
 from __future__ import annotations
@@ -104,7 +106,11 @@ def declared(items: list) -> list[Wanted]:
         state = item.get("state") or "file"
         if state not in STATES:
             raise UserError(f"{path}: state {state!r} is not one of {', '.join(STATES)}", "use one of them")
-        content = item.get("content")
+        content, secret = item.get("content"), item.get("secret_content")
+        if content is not None and secret is not None:
+            raise UserError(f"{path}: content and secret_content are both given", "give one of them")
+        if secret is not None:
+            content = secret
         if state == "file" and content is None:
             raise UserError(f"{path}: a file needs its content", "give content (a template lookup, a string)")
         if state != "file" and content is not None:
@@ -115,7 +121,7 @@ def declared(items: list) -> list[Wanted]:
                             "give src with state: link, and leave it out otherwise")
         out.append(Wanted(path=path, state=state, content=content, src=src, mode=parse_mode(item.get("mode")),
                           owner=item.get("owner") or None, group=item.get("group") or None,
-                          secret=bool(item.get("secret"))))
+                          secret=secret is not None))
     return out
 
 

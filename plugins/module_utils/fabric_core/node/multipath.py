@@ -93,9 +93,15 @@ def claim(runner, device: str, *, timeout: float = 60.0, sleep=time.sleep, clock
         runner.run(["multipath", "-a", ident], mutating=True)
         commands.append(f"multipath -a {ident}")
     if runner.run(["test", "-e", dm], check=False).rc != 0:
-        # multipath retries a read-only table by itself (it prints the first refusal); the link is the proof
-        runner.run(["multipath", device], mutating=True, check=False)
-        commands.append(f"multipath {device}")
+        # multipathd makes the map, read-only from the start for a read-only disk (it reads the path's ro flag
+        # before the table goes in). The multipath command tries read-write first and retries read-only on the
+        # kernel's refusal: a map made and removed, udev events for each (about 2 s of an attach on the lab's GPU
+        # nodes). Without an answering multipathd, the command; either way the link is the proof.
+        added = runner.run(["multipathd", "add", "path", device.rsplit("/", 1)[-1]], mutating=True, check=False)
+        commands.append(f"multipathd add path {device.rsplit('/', 1)[-1]}")
+        if added.rc != 0 or added.stdout.strip() not in ("", "ok"):
+            runner.run(["multipath", device], mutating=True, check=False)
+            commands.append(f"multipath {device}")
         if not runner.dry_run:
             # that map's link alone (`udevadm settle` waited for every queued event: 3.9 s of an attach on the lab)
             runner.run(["udevadm", "wait", f"--timeout={int(max(timeout, 1))}", dm], check=False)
