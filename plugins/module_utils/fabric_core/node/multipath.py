@@ -97,8 +97,9 @@ def claim(runner, device: str, *, timeout: float = 60.0, sleep=time.sleep, clock
         # before the table goes in). The multipath command tries read-write first and retries read-only on the
         # kernel's refusal: a map made and removed, udev events for each (about 2 s of an attach on the lab's GPU
         # nodes). Without an answering multipathd, the command; either way the link is the proof.
-        added = runner.run(["multipathd", "add", "path", device.rsplit("/", 1)[-1]], mutating=True, check=False)
-        commands.append(f"multipathd add path {device.rsplit('/', 1)[-1]}")
+        name = device.rsplit("/", 1)[-1]
+        added = runner.run(["multipathd", "add", "path", name], mutating=True, check=False)
+        commands.append(f"multipathd add path {name}")
         if added.rc != 0 or added.stdout.strip() not in ("", "ok"):
             runner.run(["multipath", device], mutating=True, check=False)
             commands.append(f"multipath {device}")
