@@ -41,7 +41,7 @@ from ..base.names import validate_tag
 from ..base.rules import OPEN_ISCSI, validate_filesystem
 from ..base.runner import Runner
 from . import attach as hostside
-from . import iscsi, manifest, mounts, multipath
+from . import iscsi, mounts, multipath
 from .attachments import (
     MANUAL,
     Attachment,
@@ -221,7 +221,11 @@ class Agent:
         step("login")
         sessions, commands = self._login(att.target, persistent=persistent, paths=paths)
         first = next(iter(sessions.values()))
-        device, claimed = hostside.device(self.runner, att.mountpoint, first, paths, step)
+        # read once: neither the claim nor the file system's probe changes what is mounted there
+        mounted = mounts.current_mount(self.runner, att.mountpoint)
+        unit_text = mounts.read_unit(self.runner, att.mountpoint)
+        device, claimed = hostside.device(self.runner, att.mountpoint, first, paths, step, current=mounted,
+                                          unit=unit_text)
         commands += claimed["commands"]
         att.portals = {node: res["portal"] for node, res in sessions.items()}
         att.multipath = claimed.get("wwid") or att.multipath
@@ -229,8 +233,7 @@ class Agent:
         att.fstype = att.fstype or self._fstype(device)
         step("mount")
         description = f"fabric dataset version {att.ref}"  # the publishing service's: an adopted unit stays as it is
-        mounted = mounts.current_mount(self.runner, att.mountpoint)
-        unit = self._unit_owner(att.mountpoint)
+        unit = unit_owner(unit_text)
         if persistent:
             if mounted is not None and unit is None:  # held by jobs so far (a runtime mount): kept, and persisted
                 commands += mounts.persist_mount(self.runner, device=device, mountpoint=att.mountpoint,
@@ -243,17 +246,10 @@ class Agent:
             if unit is not None:  # a manual holder left: the mount stays, until reboot only
                 commands += mounts.unpersist_mount(self.runner, att.mountpoint)["commands"]
             commands += mounts.ensure_runtime_mount(self.runner, device=device, mountpoint=att.mountpoint,
-                                                    fstype=att.fstype, description=description)["commands"]
+                                                    fstype=att.fstype, description=description,
+                                                    current=mounted)["commands"]
         att.persistent = persistent
         return commands
-
-    def _unit_owner(self, mountpoint: str) -> str | None:
-        """The owner of the persistent mount unit of a mount point (None: no unit file; "" an unmarked one)."""
-        res = self.runner.run(["cat", f"{mounts.UNIT_DIR}/{mounts.unit_name(mountpoint)}"], check=False)
-        if res.rc != 0:
-            return None
-        return next((line[len(mounts.OWNER_MARK):].strip() for line in res.stdout.splitlines()
-                     if line.startswith(mounts.OWNER_MARK)), "")
 
     def _fstype(self, device: str) -> str:
         """The file system on the version's device (a low-level probe; only ext4 and xfs are the fabric's)."""
@@ -277,11 +273,12 @@ class Agent:
         startup = "automatic" if persistent else "manual"
         settings = {"node.session.initial_login_retry_max": LOGIN_RETRIES}
 
-        live = {s["portal"] for s in iscsi.read_sessions(self.runner) if s["target"] == target}
+        found = iscsi.read_sessions(self.runner)
+        live = {s["portal"] for s in found if s["target"] == target}
 
-        def attempt(node):
+        def attempt(node, sessions=None):
             return hostside.login(self.runner, portal=node.portal, target_iqn=target, chap=chap, startup=startup,
-                                  map_path=paths, settings=settings)
+                                  map_path=paths, settings=settings, sessions=sessions)
 
         def one(node):
             if node.portal not in live and not self.runner.dry_run and not self._answers(node.portal):
@@ -290,7 +287,7 @@ class Agent:
                     f"{PROBE_SECONDS} s", "check that it is up and reachable on the storage network")
             try:
                 try:
-                    return node, attempt(node), None
+                    return node, attempt(node, found), None  # the sessions just read; a retry reads them again
                 except iscsi.LoginFailed as err:
                     if err.rc not in RC_REJECTED or isinstance(err, iscsi.AuthorizationFailed) or self.runner.dry_run:
                         raise
@@ -369,7 +366,8 @@ class Agent:
         validate_holder(holder)
         with self.locked(f"fabric-node detach {name}@{version} --holder {holder}"):
             att = self.store.load(f"{name}@{version}")
-            if att is None and holder == MANUAL and self._unit_owner(mountpoint) in ADOPTED_OWNERS:
+            if att is None and holder == MANUAL and \
+                    unit_owner(mounts.read_unit(self.runner, mountpoint)) in ADOPTED_OWNERS:
                 # published by fabricctl before the agent: its operator's publish is the manual holder
                 att = Attachment(name, version, target, mountpoint, holders={MANUAL: {"since": "", "boot_id": ""}},
                                  state="attached", persistent=True)
@@ -601,10 +599,21 @@ class Agent:
         except OSError as exc:
             raise NotFound(f"{path} cannot be read: {exc.strerror or exc}",
                            "the version has no manifest: seal it again on the storage node") from None
+        from . import manifest  # here only: a fifth of the agent's start (zipfile, multiprocessing) for one verb
+
         report = manifest.verify(mountpoint, path, workers=workers, progress=progress).to_dict()
         report["manifest_sha256"] = {"actual": sha}
         report["ref"] = f"{name}@{version}"
         return report
+
+
+def unit_owner(text: str | None) -> str | None:
+    """The owner marked in a persistent mount unit's text (``mounts.read_unit``): None without a unit file, ""
+    for an unmarked one."""
+    if text is None:
+        return None
+    return next((line[len(mounts.OWNER_MARK):].strip() for line in text.splitlines()
+                 if line.startswith(mounts.OWNER_MARK)), "")
 
 
 def as_dict(err: FabricError) -> dict:

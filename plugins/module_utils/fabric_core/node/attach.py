@@ -55,28 +55,31 @@ def switch_link(runner, link: str, target: str | None) -> bool:
 
 
 def login(runner: Runner, *, portal: str, target_iqn: str, chap: Chap | None, startup: str = "automatic",
-          map_path: bool = False, settings: dict | None = None) -> dict:
+          map_path: bool = False, settings: dict | None = None, sessions: list | None = None) -> dict:
     """The host's session to a target at a portal, with its own CHAP credentials written to the node record (never
     on a command line); a session already there stays, its record gets the current secrets and ``startup``
-    (``iscsi.ensure_session``). ``map_path``: a path of a multipath map (MULTIPATH_REPLACEMENT_TIMEOUT)."""
+    (``iscsi.ensure_session``). ``map_path``: a path of a multipath map (MULTIPATH_REPLACEMENT_TIMEOUT).
+    ``sessions``: the host's sessions, when the caller just read them (``iscsi.read_sessions``)."""
     wanted = dict(settings or {})
     if map_path:
         wanted["node.session.timeo.replacement_timeout"] = MULTIPATH_REPLACEMENT_TIMEOUT
     return iscsi.ensure_session(runner, portal=portal, target_iqn=target_iqn,
                                 chap=chap.fields(OPEN_ISCSI, compact=True) if chap else None, startup=startup,
-                                settings=wanted or None)
+                                settings=wanted or None, sessions=sessions)
 
 
 def device(runner: Runner, mountpoint: str, session: dict, paths: bool,
-           step: Callable[[str], None] = quiet) -> tuple[str, dict]:
+           step: Callable[[str], None] = quiet, *, current=mounts.UNREAD, unit=mounts.UNREAD) -> tuple[str, dict]:
     """The device to mount: the session's disk, or with ``paths`` its multipath map. A version mounted from the
     plain disk already (published before multipathd ran) stays so: claiming a disk in use fails, and the readers
-    must not lose their mount. Returns (device, the claim's result: {changed, commands[, wwid]})."""
+    must not lose their mount. ``current``/``unit``: the mount there and its unit's text, when the caller read
+    them (``mounts.current_mount``, ``mounts.read_unit``). Returns (device, the claim's result: {changed,
+    commands[, wwid]})."""
     none = {"changed": False, "commands": []}
     if not paths:
         return session["device"], none
-    current = mounts.current_mount(runner, mountpoint)
-    unit_device = mounts.unit_device(runner, mountpoint)
+    current = mounts.current_mount(runner, mountpoint) if current is mounts.UNREAD else current
+    unit_device = mounts.unit_device(runner, mountpoint, unit)
     if current is not None and multipath.wwid_of_device(unit_device or "") is None and \
             not (current["source"] or "").startswith(("/dev/mapper/", "/dev/dm-")):
         return session["device"], none

@@ -485,10 +485,11 @@ class SessionLive:
     mounted: list = field(default_factory=list)  # "/dev/sdX on /mount/point"
 
 
-def read_session(runner, spec: SessionSpec) -> SessionLive:
-    """Every read the plan needs (each runs in a dry run too). The portal is never asked what it offers: a
-    record is made from the target name given (SendTargets discovery is refused by the fabric's targets)."""
-    session = find_session(read_sessions(runner), spec.target_iqn, spec.portal)
+def read_session(runner, spec: SessionSpec, sessions: list | None = None) -> SessionLive:
+    """Every read the plan needs (each runs in a dry run too; ``sessions``: the host's, when the caller just read
+    them). The portal is never asked what it offers: a record is made from the target name given (SendTargets
+    discovery is refused by the fabric's targets)."""
+    session = find_session(read_sessions(runner) if sessions is None else sessions, spec.target_iqn, spec.portal)
     live = SessionLive(session, read_node_record(runner, spec.target_iqn, spec.portal, secrets=bool(spec.chap)))
     if spec.state == "logged_out":
         live.mounted = _mounted_disks(runner, session) if session is not None else []
@@ -650,7 +651,7 @@ def apply_session(runner, spec: SessionSpec, live: SessionLive, plan: SessionPla
 def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = None, startup: str = "automatic",
                    state: str = "logged_in", lun: int = 0, settings: dict | None = None,
                    device_timeout: float = 60.0, sleep=time.sleep, unmounting: tuple = (),
-                   paths_left: bool = False) -> dict:
+                   paths_left: bool = False, sessions: list | None = None) -> dict:
     """Converge one target's node record and session on this host: read, plan, apply.
 
     logged_in: make the node record if it is missing (from the target name given: the portal is not
@@ -661,14 +662,14 @@ def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = 
     logged_out: log out (refused while the disk is mounted) and delete the node record. In a dry
     run, mount points in ``unmounting`` (the caller's own planned unmounts, still mounted because
     nothing ran) do not count as mounted; with ``paths_left`` (the disk is one path of a mounted
-    multipath map that keeps other paths) nothing does.
+    multipath map that keeps other paths) nothing does. ``sessions``: the host's (``read_sessions``), just read.
 
     Returns {changed, commands, session, device, kernel_device, record_created, updated, warnings,
     before, after}; commands are redacted command lines of the changes (run or, in a dry run, planned).
     """
     spec = session_spec(portal=portal, target_iqn=target_iqn, chap=chap, startup=startup, state=state, lun=lun,
                         settings=settings)
-    live = read_session(runner, spec)
+    live = read_session(runner, spec, sessions)
     plan = plan_session(spec, live, unmounting=unmounting if runner.dry_run else (), paths_left=paths_left)
     return apply_session(runner, spec, live, plan, device_timeout=device_timeout, sleep=sleep)
 

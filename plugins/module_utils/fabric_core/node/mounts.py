@@ -85,12 +85,22 @@ def unit_text(*, device: str, mountpoint: str, fstype: str, readonly: bool, desc
     return "\n".join(lines)
 
 
-def unit_device(runner, mountpoint: str) -> str | None:
-    """The device (What=) of the .mount unit of a mount point, None when there is no unit."""
+UNREAD = object()  # an argument a caller did not read beforehand: the function reads it
+
+
+def read_unit(runner, mountpoint: str) -> str | None:
+    """The text of the persistent .mount unit of a mount point, None when there is no unit file."""
     res = runner.run(["cat", f"{UNIT_DIR}/{unit_name(mountpoint)}"], check=False)
-    if res.rc != 0:
+    return res.stdout if res.rc == 0 else None
+
+
+def unit_device(runner, mountpoint: str, text=UNREAD) -> str | None:
+    """The device (What=) of the .mount unit of a mount point, None when there is no unit (``text``: the unit's
+    text as ``read_unit`` read it)."""
+    text = read_unit(runner, mountpoint) if text is UNREAD else text
+    if text is None:
         return None
-    return next((line[len("What="):].strip() for line in res.stdout.splitlines() if line.startswith("What=")), None)
+    return next((line[len("What="):].strip() for line in text.splitlines() if line.startswith("What=")), None)
 
 
 def current_mount(runner, mountpoint: str) -> dict | None:
@@ -307,11 +317,13 @@ def runtime_mount_argv(*, device: str, mountpoint: str, fstype: str, description
             device, mountpoint]
 
 
-def ensure_runtime_mount(runner, *, device: str, mountpoint: str, fstype: str, description: str) -> dict:
+def ensure_runtime_mount(runner, *, device: str, mountpoint: str, fstype: str, description: str,
+                         current=UNREAD) -> dict:
     """Mount a read-only version until the next boot (``runtime_mount_argv``); a mount there already stays (it
-    must be read-only). Returns {changed, unit, commands}."""
+    must be read-only). ``current``: what ``current_mount`` read there, when the caller read it. Returns
+    {changed, unit, commands}."""
     unit = unit_name(mountpoint)
-    now = current_mount(runner, mountpoint)
+    now = current_mount(runner, mountpoint) if current is UNREAD else current
     if now is not None:
         if "ro" not in now["options"]:
             raise UserError(f"{mountpoint} is mounted, and not read-only ({now['source']})",
