@@ -47,6 +47,13 @@ options:
     type: list
     elements: path
     default: []
+  units:
+    description:
+      - systemd units to look up (one C(systemctl show)); RV(enabled_units) and RV(active_units) list those enabled
+        and active, so that a role runs a service task only when its unit is not already as the task wants it.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -86,6 +93,24 @@ present_files:
   type: list
   elements: str
   sample: [/etc/apt/sources.list.d/debian.sources]
+units:
+  description: The states of the units of O(units) (C(load) C(not-found) for a unit that does not exist); empty when
+    systemd did not answer.
+  returned: always
+  type: dict
+  sample: {"iscsid.service": {"load": "loaded", "file": "enabled", "active": "active"}}
+enabled_units:
+  description: The units of O(units) whose unit file state is C(enabled).
+  returned: always
+  type: list
+  elements: str
+  sample: [iscsid.service]
+active_units:
+  description: The units of O(units) that are active.
+  returned: always
+  type: list
+  elements: str
+  sample: [iscsid.service]
 decision:
   description: With O(zfs=true), what to do about ZFS (ok, install, upgrade, reboot), whether the packages come from
     bookworm-backports, and why.
@@ -111,6 +136,7 @@ def main():
             allow_reboot=dict(type="bool", default=False),
             packages=dict(type="list", elements="str", default=[]),
             files=dict(type="list", elements="path", default=[]),
+            units=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -119,6 +145,9 @@ def main():
     out = {"changed": False, "facts": facts.as_dict(),
            "missing_packages": platform.missing_packages(runner, module.params["packages"]),
            "present_files": platform.present_files(runner, module.params["files"])}
+    units = platform.unit_states(runner, module.params["units"])
+    out.update(units=units, enabled_units=[u for u in module.params["units"] if units.get(u, {}).get("file") == "enabled"],
+               active_units=[u for u in module.params["units"] if units.get(u, {}).get("active") == "active"])
     try:
         if module.params["zfs"]:
             decision = platform.zfs_decision(facts, allow_upgrade=module.params["allow_upgrade"],

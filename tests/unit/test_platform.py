@@ -21,6 +21,7 @@ class Scripted:
 
     def run(self, argv, check=True, **kw):
         self.calls.append(argv[0])
+        self.argvs = [*getattr(self, "argvs", []), tuple(argv)]
         rc, out = self.answers.get(argv[0], (1, ""))
 
         class R:
@@ -145,3 +146,31 @@ def test_missing_packages_from_one_dpkg_query():
     assert platform.missing_packages(runner, ["zfs-dkms", "nosuchpkg", "python3-rtslib-fb", "sanoid"]) == [
         "nosuchpkg", "sanoid"]
     assert platform.missing_packages(Scripted({}), []) == []
+
+
+# recorded on the trixie lab's gpu1: systemctl show --property=Id,LoadState,UnitFileState,ActiveState -- iscsid.service
+# nosuch.service open-iscsi.service fabric-node-gc.service (exit 0; one block per unit, in the order given)
+SHOWN = ("Id=iscsid.service\nLoadState=loaded\nActiveState=active\nUnitFileState=enabled\n\n"
+         "Id=nosuch.service\nLoadState=not-found\nActiveState=inactive\nUnitFileState=\n\n"
+         "Id=open-iscsi.service\nLoadState=loaded\nActiveState=active\nUnitFileState=enabled\n\n"
+         "Id=fabric-node-gc.service\nLoadState=loaded\nActiveState=inactive\nUnitFileState=enabled\n")
+UNITS = ["iscsid.service", "nosuch.service", "open-iscsi.service", "fabric-node-gc.service"]
+
+
+def test_unit_states_from_one_systemctl_show():
+    runner = Scripted({"systemctl": (0, SHOWN)})
+    states = platform.unit_states(runner, UNITS)
+    assert states == {"iscsid.service": {"load": "loaded", "file": "enabled", "active": "active"},
+                      "nosuch.service": {"load": "not-found", "file": "", "active": "inactive"},
+                      "open-iscsi.service": {"load": "loaded", "file": "enabled", "active": "active"},
+                      "fabric-node-gc.service": {"load": "loaded", "file": "enabled", "active": "inactive"}}
+    assert runner.argvs == [
+        ("systemctl", "show", "--property=Id,LoadState,UnitFileState,ActiveState", "--", *UNITS)]
+
+
+def test_unit_states_unread_read_as_nothing_known():
+    """No systemd, a failing systemctl or an answer that does not match the units asked: {} (the role's tasks then
+    run as they would without the read)."""
+    assert platform.unit_states(Scripted({"systemctl": (1, "")}), UNITS) == {}
+    assert platform.unit_states(Scripted({"systemctl": (0, SHOWN.split("\n\n")[0])}), UNITS) == {}
+    assert platform.unit_states(Scripted({}), []) == {}

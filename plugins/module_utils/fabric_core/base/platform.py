@@ -120,6 +120,25 @@ def missing_packages(runner, names: list[str]) -> list[str]:
     return [name for name in names if name not in installed]
 
 
+UNIT_PROPERTIES = "Id,LoadState,UnitFileState,ActiveState"
+
+
+def unit_states(runner, names: list[str]) -> dict[str, dict]:
+    """{unit: {load, file, active}} of systemd units, from one ``systemctl show`` (a unit that does not exist:
+    load ``not-found``). A role skips a service task whose unit is already as the task wants it (each module
+    execution costs seconds on a busy or emulated node); nothing found (no systemd, an unreadable answer) reads as
+    {}, and the tasks run as they would without the read."""
+    if not names:
+        return {}
+    res = runner.run(["systemctl", "show", f"--property={UNIT_PROPERTIES}", "--", *names], check=False)
+    blocks = [dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+              for block in res.stdout.strip().split("\n\n")] if res.rc == 0 else []
+    if len(blocks) != len(names):  # one block per unit, in the order given
+        return {}
+    return {name: {"load": b.get("LoadState", ""), "file": b.get("UnitFileState", ""),
+                   "active": b.get("ActiveState", "")} for name, b in zip(names, blocks)}
+
+
 PRESENT_FILES = 'for p; do if [ -e "$p" ]; then printf "%s\\n" "$p"; fi; done'
 
 
