@@ -74,12 +74,17 @@ def test_the_role_upgrades_then_removes_cleanly_and_a_reinstall_restores_it(lab,
     """One sequence, three role runs: an upgrade in place (pip --force-reinstall of the named wheel, the path a
     downgrade takes too), removal, and a fresh install of this checkout, which leaves the lab as it was."""
     wheel, version = next_wheel
-    step(f"role with fabricctl_wheel={wheel.name}")
-    up = role(lab, fabricctl_wheel=str(wheel))
+    # the upgrade also switches rotation to cron and turns the metrics off: both timers stop and their units go
+    step(f"role with fabricctl_wheel={wheel.name}, rotation by cron, no metrics")
+    up = role(lab, fabricctl_wheel=str(wheel), fabricctl_rotation_scheduler="cron", fabricctl_metrics_enabled=False)
     assert up.changed()["storage1"] > 0
     assert installed(storage)["version"] == version
     assert storage.check_output("fabricctl --version").splitlines()[0] == f"fabricctl {version}"
     assert storage.check_output(f"ls {VENV}/wheel") == wheel.name  # the older wheel is gone
+    for timer in ("fabricctl-rotate.timer", "fabricctl-metrics.timer"):
+        assert storage.run(f"systemctl is-active --quiet {timer}").rc != 0
+        assert storage.run(f"test -e /etc/systemd/system/{timer}").rc != 0
+    assert "fabricctl rotate" in storage.check_output("cat /etc/cron.d/fabricctl-rotate")
     # (the role's second run changing nothing is the converged site's idempotence run)
 
     key = storage.check_output("cut -d' ' -f2 /etc/fabricctl/id_ed25519.pub")
@@ -95,7 +100,10 @@ def test_the_role_upgrades_then_removes_cleanly_and_a_reinstall_restores_it(lab,
     role(lab)
     assert installed(storage)["version"] == built_version()
     assert storage.check_output("fabricctl --version").splitlines()[0] == f"fabricctl {built_version()}"
-    assert storage.check_output("systemctl is-enabled fabricctl-rotate.timer") == "enabled"
+    for timer in ("fabricctl-rotate.timer", "fabricctl-metrics.timer"):  # the defaults: both back, and running
+        assert storage.check_output(f"systemctl is-enabled {timer}") == "enabled"
+        assert storage.check_output(f"systemctl is-active {timer}") == "active"
+    assert storage.run("test -e /etc/cron.d/fabricctl-rotate").rc != 0
     for gpu in ("gpu1", "gpu2"):
         assert key in hosts[gpu].check_output("cat /root/.ssh/authorized_keys")
 
