@@ -146,8 +146,9 @@ def main():
            "missing_packages": platform.missing_packages(runner, module.params["packages"]),
            "present_files": platform.present_files(runner, module.params["files"])}
     units = platform.unit_states(runner, module.params["units"])
-    out.update(units=units, enabled_units=[u for u in module.params["units"] if units.get(u, {}).get("file") == "enabled"],
-               active_units=[u for u in module.params["units"] if units.get(u, {}).get("active") == "active"])
+    asked = module.params["units"]
+    out.update(units=units, enabled_units=[u for u in asked if units.get(u, {}).get("file") == "enabled"],
+               active_units=[u for u in asked if units.get(u, {}).get("active") == "active"])
     try:
         if module.params["zfs"]:
             decision = platform.zfs_decision(facts, allow_upgrade=module.params["allow_upgrade"],

@@ -55,5 +55,5 @@ def test_module_documentation_parses_and_matches_the_argument_spec():
     assert set(doc["options"]) == {"zfs", "allow_upgrade", "allow_reboot", "packages", "files", "units"}
     assert doc["attributes"]["check_mode"]["support"] == "full"
     assert all(task.get("name") for task in yaml.safe_load(module.EXAMPLES))
-    assert set(yaml.safe_load(module.RETURN)) == {"facts", "missing_packages", "present_files", "units", "enabled_units",
-                                                     "active_units", "decision"}
+    assert set(yaml.safe_load(module.RETURN)) == {"facts", "missing_packages", "present_files", "units",
+                                                  "enabled_units", "active_units", "decision"}

@@ -136,7 +136,7 @@ def unit_states(runner, names: list[str]) -> dict[str, dict]:
     if len(blocks) != len(names):  # one block per unit, in the order given
         return {}
     return {name: {"load": b.get("LoadState", ""), "file": b.get("UnitFileState", ""),
-                   "active": b.get("ActiveState", "")} for name, b in zip(names, blocks)}
+                   "active": b.get("ActiveState", "")} for name, b in zip(names, blocks, strict=True)}
 
 
 PRESENT_FILES = 'for p; do if [ -e "$p" ]; then printf "%s\\n" "$p"; fi; done'
