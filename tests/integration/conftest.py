@@ -288,7 +288,7 @@ def pytest_collection_modifyitems(session, config, items):
 # took 4,396 s of CI's 5,400 at a69ecd3 without them); FABRIC_TEST_ALL=1 collects them (and the unproven ones).
 UNPROVEN: dict[str, str] = {}
 OVER_BUDGET = {
-    "test_agent.py": "issue 29's node agent: its 10 tests passed on a fresh lab on 2026-11-27 (cd3ac37) in about 22 "
+    "test_agent.py": "issue 29's node agent: its 10 tests passed on a fresh lab on 2026-11-28 (90ee3c3) in about 21 "
                      "min, storage2's boot included; CI's 90 minutes have no room for it yet (issue 27)",
     # two roles tested alone, each also converged by every site run of the suite (Molecule's sequence: check,
     # converge, idempotence, check, verify) and attacked by test_security*.py; CI at b320ca3 was stopped at its
@@ -308,8 +308,9 @@ OVER_BUDGET = {
                            "storage nodes (issue 27)",
     "test_versions.py": "issue 31's provenance, tags, incremental seal, log/show/diff: its 11 tests passed on a "
                         "clean clone's lab on 2026-11-27 (a668e58, about 6.5 min) (issue 27)",
-    "test_packaging.py": "the fabricctl role's upgrade, removal and reinstall of its pip package: its 3 tests passed "
-                         "in CI's run at dda851e (about 5.5 min) (issue 27)",
+    "test_packaging.py": "the fabricctl role's upgrade (rotation switched to cron, metrics off), removal and "
+                         "reinstall of its pip package: its 3 tests passed on the lab on 2026-11-28 (8d60f31, about "
+                         "5 min) (issue 27)",
     "test_lab_lifecycle.py": "the lab's own lifecycle (Ansible through the generated inventory, lab up refusals, a "
                              "half-up lab converged): its 4 tests passed in CI's run at dda851e (about 2 min) "
                              "(issue 27)",
