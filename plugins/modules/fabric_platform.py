@@ -47,6 +47,13 @@ options:
     type: list
     elements: path
     default: []
+  file_digests:
+    description:
+      - Directories whose regular files are read (one shell); RV(file_digests) gives each file's SHA-256, mode, owner
+        and group, so that a role copies a file only when the node's differs.
+    type: list
+    elements: path
+    default: []
   units:
     description:
       - systemd units to look up (one C(systemctl show)); RV(enabled_units) and RV(active_units) list those enabled
@@ -93,6 +100,14 @@ present_files:
   type: list
   elements: str
   sample: [/etc/apt/sources.list.d/debian.sources]
+file_digests:
+  description: The regular files directly in the directories of O(file_digests), each with its SHA-256, octal mode,
+    owner and group.
+  returned: always
+  type: dict
+  sample: {"/opt/fabricctl/wheel/gpu_storage_fabric-0.2.0-py3-none-any.whl": {
+           "sha256": "0f343b0931126a20f133d67c2b018a3b6e1f2a1a3f1c8b9a0e6c2a1b3d4e5f60", "mode": "644",
+           "owner": "root", "group": "root"}}
 units:
   description: The states of the units of O(units) (C(load) C(not-found) for a unit that does not exist); empty when
     systemd did not answer.
@@ -136,6 +151,7 @@ def main():
             allow_reboot=dict(type="bool", default=False),
             packages=dict(type="list", elements="str", default=[]),
             files=dict(type="list", elements="path", default=[]),
+            file_digests=dict(type="list", elements="path", default=[]),
             units=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
@@ -145,6 +161,7 @@ def main():
     out = {"changed": False, "facts": facts.as_dict(),
            "missing_packages": platform.missing_packages(runner, module.params["packages"]),
            "present_files": platform.present_files(runner, module.params["files"])}
+    out["file_digests"] = platform.file_digests(runner, module.params["file_digests"])
     units = platform.unit_states(runner, module.params["units"])
     asked = module.params["units"]
     out.update(units=units, enabled_units=[u for u in asked if units.get(u, {}).get("file") == "enabled"],

@@ -52,8 +52,9 @@ def test_module_documentation_parses_and_matches_the_argument_spec():
     module = load_module("fabric_platform")
     doc = yaml.safe_load(module.DOCUMENTATION)
     assert doc["module"] == "fabric_platform"
-    assert set(doc["options"]) == {"zfs", "allow_upgrade", "allow_reboot", "packages", "files", "units"}
+    assert set(doc["options"]) == {"zfs", "allow_upgrade", "allow_reboot", "packages", "files", "file_digests",
+                                      "units"}
     assert doc["attributes"]["check_mode"]["support"] == "full"
     assert all(task.get("name") for task in yaml.safe_load(module.EXAMPLES))
-    assert set(yaml.safe_load(module.RETURN)) == {"facts", "missing_packages", "present_files", "units",
-                                                  "enabled_units", "active_units", "decision"}
+    assert set(yaml.safe_load(module.RETURN)) == {"facts", "missing_packages", "present_files", "file_digests",
+                                                  "units", "enabled_units", "active_units", "decision"}

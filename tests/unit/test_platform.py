@@ -174,3 +174,16 @@ def test_unit_states_unread_read_as_nothing_known():
     assert platform.unit_states(Scripted({"systemctl": (1, "")}), UNITS) == {}
     assert platform.unit_states(Scripted({"systemctl": (0, SHOWN.split("\n\n")[0])}), UNITS) == {}
     assert platform.unit_states(Scripted({}), []) == {}
+
+
+def test_file_digests_from_one_shell():
+    # the shell's output as dash printed it on the host for a directory with one file, a link to it (not listed) and
+    # a subdirectory (not listed), and a directory that does not exist (nothing)
+    out = "644 root root ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad /tmp/fd/a.whl\n"
+    runner = Scripted({"sh": (0, out)})
+    assert platform.file_digests(runner, ["/tmp/fd", "/tmp/nonexist"]) == {
+        "/tmp/fd/a.whl": {"sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "mode": "644",
+                          "owner": "root", "group": "root"}}
+    assert runner.argvs == [("sh", "-c", platform.FILE_DIGESTS, "sh", "/tmp/fd", "/tmp/nonexist")]
+    assert platform.file_digests(Scripted({"sh": (0, "garbage\n")}), ["/x"]) == {}
+    assert platform.file_digests(Scripted({}), []) == {}
