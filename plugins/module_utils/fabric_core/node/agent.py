@@ -233,7 +233,7 @@ class Agent:
         att.fstype = att.fstype or self._fstype(device)
         step("mount")
         description = f"fabric dataset version {att.ref}"  # the publishing service's: an adopted unit stays as it is
-        unit = unit_owner(unit_text)
+        unit = mounts.unit_owner(unit_text)
         if persistent:
             if mounted is not None and unit is None:  # held by jobs so far (a runtime mount): kept, and persisted
                 commands += mounts.persist_mount(self.runner, device=device, mountpoint=att.mountpoint,
@@ -367,7 +367,7 @@ class Agent:
         with self.locked(f"fabric-node detach {name}@{version} --holder {holder}"):
             att = self.store.load(f"{name}@{version}")
             if att is None and holder == MANUAL and \
-                    unit_owner(mounts.read_unit(self.runner, mountpoint)) in ADOPTED_OWNERS:
+                    mounts.unit_owner(mounts.read_unit(self.runner, mountpoint)) in ADOPTED_OWNERS:
                 # published by fabricctl before the agent: its operator's publish is the manual holder
                 att = Attachment(name, version, target, mountpoint, holders={MANUAL: {"since": "", "boot_id": ""}},
                                  state="attached", persistent=True)
@@ -605,15 +605,6 @@ class Agent:
         report["manifest_sha256"] = {"actual": sha}
         report["ref"] = f"{name}@{version}"
         return report
-
-
-def unit_owner(text: str | None) -> str | None:
-    """The owner marked in a persistent mount unit's text (``mounts.read_unit``): None without a unit file, ""
-    for an unmarked one."""
-    if text is None:
-        return None
-    return next((line[len(mounts.OWNER_MARK):].strip() for line in text.splitlines()
-                 if line.startswith(mounts.OWNER_MARK)), "")
 
 
 def as_dict(err: FabricError) -> dict:

@@ -103,6 +103,14 @@ def unit_device(runner, mountpoint: str, text=UNREAD) -> str | None:
     return next((line[len("What="):].strip() for line in text.splitlines() if line.startswith("What=")), None)
 
 
+def unit_owner(text: str | None) -> str | None:
+    """The owner marked in a persistent mount unit's text (``read_unit``): None without a unit file, "" for an
+    unmarked one."""
+    if text is None:
+        return None
+    return next((line[len(OWNER_MARK):].strip() for line in text.splitlines() if line.startswith(OWNER_MARK)), "")
+
+
 def current_mount(runner, mountpoint: str) -> dict | None:
     """{source, fstype, options} of what is mounted at mountpoint, or None."""
     res = runner.run(["findmnt", "-n", "-r", "-o", "SOURCE,FSTYPE,OPTIONS", "--mountpoint", mountpoint], check=False)
