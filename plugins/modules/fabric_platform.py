@@ -56,8 +56,9 @@ options:
     default: []
   units:
     description:
-      - systemd units to look up (one C(systemctl show)); RV(enabled_units) and RV(active_units) list those enabled
-        and active, so that a role runs a service task only when its unit is not already as the task wants it.
+      - systemd units to look up (one C(systemctl show)); RV(enabled_units), RV(active_units) and RV(running_units)
+        list those enabled, active, and both, so that a role runs a service task only when its unit is not already
+        as the task wants it.
     type: list
     elements: str
     default: []
@@ -126,6 +127,13 @@ active_units:
   type: list
   elements: str
   sample: [iscsid.service]
+running_units:
+  description: The units of O(units) that are both enabled and active (a task that enables and starts a unit is
+    needed only for those not in it).
+  returned: always
+  type: list
+  elements: str
+  sample: [iscsid.service]
 decision:
   description: With O(zfs=true), what to do about ZFS (ok, install, upgrade, reboot), whether the packages come from
     bookworm-backports, and why.
@@ -166,6 +174,7 @@ def main():
     asked = module.params["units"]
     out.update(units=units, enabled_units=[u for u in asked if units.get(u, {}).get("file") == "enabled"],
                active_units=[u for u in asked if units.get(u, {}).get("active") == "active"])
+    out["running_units"] = [u for u in out["enabled_units"] if u in out["active_units"]]
     try:
         if module.params["zfs"]:
             decision = platform.zfs_decision(facts, allow_upgrade=module.params["allow_upgrade"],

@@ -57,4 +57,5 @@ def test_module_documentation_parses_and_matches_the_argument_spec():
     assert doc["attributes"]["check_mode"]["support"] == "full"
     assert all(task.get("name") for task in yaml.safe_load(module.EXAMPLES))
     assert set(yaml.safe_load(module.RETURN)) == {"facts", "missing_packages", "present_files", "file_digests",
-                                                  "units", "enabled_units", "active_units", "decision"}
+                                                  "units", "enabled_units", "active_units", "running_units",
+                                                  "decision"}

@@ -123,6 +123,26 @@ def test_older_module_under_new_packages_needs_a_reboot():
     assert platform.zfs_decision(f, allow_reboot=True).action == "reboot"
 
 
+def test_a_later_release_installed_under_the_running_module_needs_a_reboot_naming_it():
+    # trixie 2.3.9 running, trixie-backports 2.4.4 installed (docs/operations.md, "Upgrading": tried on the lab)
+    f = facts(package="2.4.4-1~bpo13+1", module="2.3.9-0+deb13u1", pools=["tank"])
+    with pytest.raises(UnsupportedPlatform) as exc:
+        platform.zfs_decision(f)
+    assert "must reboot to run 2.4.4-1~bpo13+1" in exc.value.problem and "2.3.9-0+deb13u1" in exc.value.problem
+    allowed = platform.zfs_decision(f, allow_reboot=True)
+    assert allowed.action == "reboot" and "rebooting to load 2.4.4-1~bpo13+1" in allowed.explanation
+    # after the reboot: 2.4 is as good as 2.3 (the fabric needs 2.3 or later)
+    assert platform.zfs_decision(facts(package="2.4.4-1~bpo13+1", module="2.4.4-1~bpo13+1")).action == "ok"
+
+
+def test_a_point_release_installed_reboots_only_when_allowed_and_otherwise_says_so():
+    f = facts(package="2.3.10-0+deb13u1", module="2.3.9-0+deb13u1", pools=["tank"])
+    waiting = platform.zfs_decision(f)
+    assert waiting.action == "ok" and "2.3.9-0+deb13u1 loaded until the next reboot" in waiting.explanation
+    allowed = platform.zfs_decision(f, allow_reboot=True)
+    assert allowed.action == "reboot" and "rebooting to load them" in allowed.explanation
+
+
 @pytest.mark.parametrize("release", ["ubuntu"])
 def test_other_systems_are_refused_naming_the_two(release):
     with pytest.raises(UnsupportedPlatform) as exc:

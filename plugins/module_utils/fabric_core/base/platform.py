@@ -56,7 +56,8 @@ class Decision:
 
     action: "ok" (2.3 installed and running or loadable), "install" (no ZFS yet: install 2.3),
     "upgrade" (2.1 installed, nothing uses it or the operator allowed it: install 2.3 over it),
-    "reboot" (2.3 installed, the older module still loaded: reboot, allowed by the operator).
+    "reboot" (newer packages installed than the module still loaded, 2.1 -> 2.3 or a later release or point
+    release: reboot, allowed by the operator).
     backports: the packages come from bookworm-backports (Debian 12).
     """
 
@@ -222,6 +223,15 @@ def zfs_decision(facts: Facts, *, allow_upgrade: bool = False, allow_reboot: boo
                         + f": installing 2.3 from {where}")
     if loaded is not None and loaded[:2] != installed[:2]:
         return _older_in_use(facts, allow_reboot, backports, where)
+    if loaded is not None and loaded != installed:
+        # a point release installed (apt upgrade; DKMS built its module): the running module serves the pools
+        # until the next reboot, which the operator allowed or plans (docs/operations.md, "Upgrading")
+        if allow_reboot:
+            return Decision("reboot", backports,
+                            f"the loaded zfs module is {facts.zfs_module} but the installed packages are "
+                            f"{facts.zfs_package}: rebooting to load them, as allowed")
+        return Decision("ok", backports, f"OpenZFS {facts.zfs_package} from {where}, module {facts.zfs_module} "
+                        "loaded until the next reboot")
     return Decision("ok", backports, f"OpenZFS {facts.zfs_package} from {where}"
                     + (f", module {facts.zfs_module} loaded" if loaded else ", module not loaded yet"))
 
@@ -230,9 +240,10 @@ def _older_in_use(facts: Facts, allow_reboot: bool, backports: bool, where: str)
     if allow_reboot:
         return Decision("reboot", backports,
                         f"the loaded zfs module is {facts.zfs_module} but the installed packages are "
-                        f"{facts.zfs_package or 'absent'}: rebooting to load 2.3, as allowed")
+                        f"{facts.zfs_package or 'absent'}: rebooting to load {facts.zfs_package or '2.3'}, as allowed")
     raise UnsupportedPlatform(
         f"the loaded zfs module is {facts.zfs_module} but the installed OpenZFS is "
-        f"{facts.zfs_package or 'not a Debian package'}: the node must reboot to run 2.3",
+        f"{facts.zfs_package or 'not a Debian package'}: the node must reboot to run "
+        f"{facts.zfs_package or '2.3'}",
         "reboot the node (its pools are imported again at boot), or set storage_base_zfs_allow_reboot: true "
         "to let the role reboot it")
