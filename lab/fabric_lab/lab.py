@@ -153,8 +153,11 @@ class Lab:
             self.wait_for_ssh(vms, restart=lambda vm: self.start(vm, img, accel))
             self.write_access_files(vms, mirror=image.image_mirror(img))
             self.check_identity(vms)
-            for vm in vms:  # cheaper daemon-reloads (topology.UNNEEDED_GENERATORS)
-                self.ssh(vm.name, "sh", "-c", shlex.quote(topology.mask_generators_script()), timeout=120)
+            for vm in vms:  # cheaper daemon-reloads (topology.UNNEEDED_GENERATORS); no ZFS on GPU nodes' udev
+                script = topology.mask_generators_script()
+                if vm.role == "gpu":
+                    script += " && " + topology.mask_udev_rules_script()
+                self.ssh(vm.name, "sh", "-c", shlex.quote(script), timeout=120)
         log(f"lab is up ({', '.join(vm.name for vm in vms)}, Debian {release}) in {time.monotonic() - started:.0f} s; "
             f"inventory: {self.inventory_dir / 'hosts.yml'}")
 

@@ -174,6 +174,22 @@ def mask_generators_script() -> str:
             "if [ $changed = 1 ]; then systemctl daemon-reload; fi")
 
 
+# ZFS's udev rules, masked on the GPU stand-ins (a link to /dev/null in /etc/udev/rules.d, udev's way): a real GPU
+# node has no ZFS, and on the lab's they ran ZFS's vdev_id (an 800-line shell script) for every new disk, its SCSI
+# generic device and every multipath map event of an attach, on the emulated CPU a job's start waits for.
+STORAGE_ONLY_UDEV_RULES = ("60-zvol.rules", "69-vdev.rules", "90-zfs.rules")
+
+
+def mask_udev_rules_script() -> str:
+    """Shell run on a GPU stand-in once it is up: masks STORAGE_ONLY_UDEV_RULES (idempotent), reloading udev's
+    rules only when it masked one."""
+    links = " ".join(f"/etc/udev/rules.d/{r}" for r in STORAGE_ONLY_UDEV_RULES)
+    return ("mkdir -p /etc/udev/rules.d && changed=0 && "
+            f"for l in {links}; do [ \"$(readlink \"$l\")\" = /dev/null ] || "
+            "{ ln -sfn /dev/null \"$l\" && changed=1; }; done && "
+            "if [ $changed = 1 ]; then udevadm control --reload; fi")
+
+
 def kernel_cmdline(vm: VM, ssh_pubkey: str) -> str:
     """Kernel command line; fabric.* words are read by fabric-lab-seed in the guest."""
     key = base64.b64encode(ssh_pubkey.strip().encode() + b"\n").decode()

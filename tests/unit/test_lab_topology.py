@@ -184,3 +184,17 @@ def test_masking_generators_is_idempotent_and_reloads_only_when_it_masked_one(tm
     assert sorted(p.name for p in root.iterdir()) == sorted(topology.UNNEEDED_GENERATORS)
     assert all(os.readlink(p) == "/dev/null" for p in root.iterdir())
     assert (tmp_path / "log").read_text() == "reloaded\n"  # the second run changed nothing
+
+
+def test_zfs_udev_rules_are_masked_on_gpu_stand_ins_idempotently(tmp_path):
+    """A real GPU node has no ZFS: its udev rules (vdev_id for every disk and map) are masked on the stand-ins,
+    with udev's rules reloaded only when one was masked."""
+    assert set(topology.STORAGE_ONLY_UDEV_RULES) == {"60-zvol.rules", "69-vdev.rules", "90-zfs.rules"}
+    root = tmp_path / "rules"
+    script = topology.mask_udev_rules_script().replace("/etc/udev/rules.d", str(root)).replace(
+        "udevadm control --reload", f"echo reloaded >> {tmp_path / 'log'}")
+    for _ in range(2):
+        subprocess.run(["sh", "-c", script], check=True)
+    assert sorted(p.name for p in root.iterdir()) == sorted(topology.STORAGE_ONLY_UDEV_RULES)
+    assert all(os.readlink(p) == "/dev/null" for p in root.iterdir())
+    assert (tmp_path / "log").read_text() == "reloaded\n"
