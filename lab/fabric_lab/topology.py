@@ -164,14 +164,19 @@ UNNEEDED_GENERATORS = ("systemd-getty-generator", "systemd-gpt-auto-generator", 
                        "systemd-system-update-generator", "systemd-tpm2-generator")
 
 
+def _mask_script(directory: str, names: tuple[str, ...], reload: str) -> str:
+    """Shell that links each name in directory to /dev/null (idempotent), running reload only when it masked one."""
+    links = " ".join(f"{directory}/{n}" for n in names)
+    return (f"mkdir -p {directory} && changed=0 && "
+            f"for l in {links}; do [ \"$(readlink \"$l\")\" = /dev/null ] || "
+            "{ ln -sfn /dev/null \"$l\" && changed=1; }; done && "
+            f"if [ $changed = 1 ]; then {reload}; fi")
+
+
 def mask_generators_script() -> str:
     """Shell run on a guest once it is up: masks UNNEEDED_GENERATORS (idempotent), reloading systemd only when
     it masked one."""
-    links = " ".join(f"/etc/systemd/system-generators/{g}" for g in UNNEEDED_GENERATORS)
-    return ("mkdir -p /etc/systemd/system-generators && changed=0 && "
-            f"for l in {links}; do [ \"$(readlink \"$l\")\" = /dev/null ] || "
-            "{ ln -sfn /dev/null \"$l\" && changed=1; }; done && "
-            "if [ $changed = 1 ]; then systemctl daemon-reload; fi")
+    return _mask_script("/etc/systemd/system-generators", UNNEEDED_GENERATORS, "systemctl daemon-reload")
 
 
 # ZFS's udev rules, masked on the GPU stand-ins (a link to /dev/null in /etc/udev/rules.d, udev's way): a real GPU
@@ -183,11 +188,7 @@ STORAGE_ONLY_UDEV_RULES = ("60-zvol.rules", "69-vdev.rules", "90-zfs.rules")
 def mask_udev_rules_script() -> str:
     """Shell run on a GPU stand-in once it is up: masks STORAGE_ONLY_UDEV_RULES (idempotent), reloading udev's
     rules only when it masked one."""
-    links = " ".join(f"/etc/udev/rules.d/{r}" for r in STORAGE_ONLY_UDEV_RULES)
-    return ("mkdir -p /etc/udev/rules.d && changed=0 && "
-            f"for l in {links}; do [ \"$(readlink \"$l\")\" = /dev/null ] || "
-            "{ ln -sfn /dev/null \"$l\" && changed=1; }; done && "
-            "if [ $changed = 1 ]; then udevadm control --reload; fi")
+    return _mask_script("/etc/udev/rules.d", STORAGE_ONLY_UDEV_RULES, "udevadm control --reload")
 
 
 def kernel_cmdline(vm: VM, ssh_pubkey: str) -> str:

@@ -175,26 +175,22 @@ def test_the_generators_masked_on_guests_keep_what_the_lab_uses():
     assert subprocess.run(["sh", "-n", "-c", script], check=False).returncode == 0  # valid shell
 
 
-def test_masking_generators_is_idempotent_and_reloads_only_when_it_masked_one(tmp_path):
-    root = tmp_path / "gens"
-    script = topology.mask_generators_script().replace("/etc/systemd/system-generators", str(root)).replace(
-        "systemctl daemon-reload", f"echo reloaded >> {tmp_path / 'log'}")
+@pytest.mark.parametrize("script, directory, reload, names", [
+    (topology.mask_generators_script, "/etc/systemd/system-generators", "systemctl daemon-reload",
+     topology.UNNEEDED_GENERATORS),
+    # a real GPU node has no ZFS: its udev rules (vdev_id for every disk and map) are masked on the stand-ins
+    (topology.mask_udev_rules_script, "/etc/udev/rules.d", "udevadm control --reload",
+     topology.STORAGE_ONLY_UDEV_RULES),
+], ids=["generators", "zfs-udev-rules"])
+def test_masking_is_idempotent_and_reloads_only_when_it_masked_one(tmp_path, script, directory, reload, names):
+    root = tmp_path / "masked"
+    text = script().replace(directory, str(root)).replace(reload, f"echo reloaded >> {tmp_path / 'log'}")
     for _ in range(2):
-        subprocess.run(["sh", "-c", script], check=True)
-    assert sorted(p.name for p in root.iterdir()) == sorted(topology.UNNEEDED_GENERATORS)
+        subprocess.run(["sh", "-c", text], check=True)
+    assert sorted(p.name for p in root.iterdir()) == sorted(names)
     assert all(os.readlink(p) == "/dev/null" for p in root.iterdir())
     assert (tmp_path / "log").read_text() == "reloaded\n"  # the second run changed nothing
 
 
-def test_zfs_udev_rules_are_masked_on_gpu_stand_ins_idempotently(tmp_path):
-    """A real GPU node has no ZFS: its udev rules (vdev_id for every disk and map) are masked on the stand-ins,
-    with udev's rules reloaded only when one was masked."""
+def test_the_zfs_udev_rules_masked_on_gpu_stand_ins_are_zfs_own():
     assert set(topology.STORAGE_ONLY_UDEV_RULES) == {"60-zvol.rules", "69-vdev.rules", "90-zfs.rules"}
-    root = tmp_path / "rules"
-    script = topology.mask_udev_rules_script().replace("/etc/udev/rules.d", str(root)).replace(
-        "udevadm control --reload", f"echo reloaded >> {tmp_path / 'log'}")
-    for _ in range(2):
-        subprocess.run(["sh", "-c", script], check=True)
-    assert sorted(p.name for p in root.iterdir()) == sorted(topology.STORAGE_ONLY_UDEV_RULES)
-    assert all(os.readlink(p) == "/dev/null" for p in root.iterdir())
-    assert (tmp_path / "log").read_text() == "reloaded\n"
