@@ -140,7 +140,7 @@ def test_a_point_release_installed_reboots_only_when_allowed_and_otherwise_says_
     waiting = platform.zfs_decision(f)
     assert waiting.action == "ok" and "2.3.9-0+deb13u1 loaded until the next reboot" in waiting.explanation
     allowed = platform.zfs_decision(f, allow_reboot=True)
-    assert allowed.action == "reboot" and "rebooting to load them" in allowed.explanation
+    assert allowed.action == "reboot" and "rebooting to load 2.3.10-0+deb13u1, as allowed" in allowed.explanation
 
 
 @pytest.mark.parametrize("release", ["ubuntu"])

@@ -221,15 +221,11 @@ def zfs_decision(facts: Facts, *, allow_upgrade: bool = False, allow_reboot: boo
                         f"OpenZFS {facts.zfs_package} is installed"
                         + (" and in use; upgrading as allowed" if in_use else " and unused")
                         + f": installing 2.3 from {where}")
-    if loaded is not None and loaded[:2] != installed[:2]:
-        return _older_in_use(facts, allow_reboot, backports, where)
     if loaded is not None and loaded != installed:
-        # a point release installed (apt upgrade; DKMS built its module): the running module serves the pools
-        # until the next reboot, which the operator allowed or plans (docs/operations.md, "Upgrading")
-        if allow_reboot:
-            return Decision("reboot", backports,
-                            f"the loaded zfs module is {facts.zfs_module} but the installed packages are "
-                            f"{facts.zfs_package}: rebooting to load them, as allowed")
+        # another release stops until the reboot; a point release (apt upgrade; DKMS built its module) is left to
+        # the running module until the next reboot, which the operator allowed or plans (docs/operations.md)
+        if loaded[:2] != installed[:2] or allow_reboot:
+            return _older_in_use(facts, allow_reboot, backports, where)
         return Decision("ok", backports, f"OpenZFS {facts.zfs_package} from {where}, module {facts.zfs_module} "
                         "loaded until the next reboot")
     return Decision("ok", backports, f"OpenZFS {facts.zfs_package} from {where}"
