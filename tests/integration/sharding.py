@@ -10,18 +10,18 @@ DEFAULT_SECONDS. Any file still runs alone and in any shard: this only decides w
 from __future__ import annotations
 
 # seconds per file on this project's machine kind with the other shard's lab running beside it (two labs on two
-# cores run each file 1.3-1.9 times its one-lab seconds): the clean-clone run at 291de4e (docs/testing.md), with
-# the set-up every shard pays (the lab's boot and one converge, about 930 s there) taken out of its first file
+# cores run each file 1.3-1.9 times its one-lab seconds): `make test` on a clean clone at 84a33d3 (docs/testing.md),
+# with the set-up every shard pays (the lab's boot and one converge, about 790 s there) taken out of its first file
 # (test_checkpoints.py, test_csi.py); test_site.py carries what Molecule's sequence costs beyond one converge
-# (about 60 s with Mitogen; a shard that does not collect it converges its lab with one site run). test_reboot.py
-# carries storage2's boot and converge. Files outside `make test` keep their one-lab seconds.
+# (about 150 s; a shard that does not collect it converges its lab with one site run). test_reboot.py carries
+# storage2's boot and converge. Files outside `make test` keep their one-lab seconds.
 SECONDS = {
-    "test_agent.py": 1320, "test_checkpoints.py": 228, "test_csi.py": 595, "test_fabricctl.py": 593,
-    "test_health.py": 82, "test_iscsi_initiator.py": 300, "test_lab.py": 83, "test_lab_lifecycle.py": 120,
-    "test_lio_target.py": 150, "test_packaging.py": 330, "test_read_bench.py": 90, "test_reboot.py": 738,
-    "test_replication.py": 780, "test_security.py": 584, "test_security_leftovers.py": 131,
-    "test_security_reservations.py": 80, "test_security_secrets.py": 25, "test_security_stall.py": 79,
-    "test_site.py": 164, "test_site_invariants.py": 38, "test_slurm.py": 316, "test_storage2.py": 18,
+    "test_agent.py": 1320, "test_checkpoints.py": 324, "test_csi.py": 736, "test_fabricctl.py": 662,
+    "test_health.py": 71, "test_iscsi_initiator.py": 300, "test_lab.py": 73, "test_lab_lifecycle.py": 120,
+    "test_lio_target.py": 150, "test_packaging.py": 330, "test_read_bench.py": 90, "test_reboot.py": 733,
+    "test_replication.py": 780, "test_security.py": 612, "test_security_leftovers.py": 235,
+    "test_security_reservations.py": 144, "test_security_secrets.py": 64, "test_security_stall.py": 108,
+    "test_site.py": 320, "test_site_invariants.py": 40, "test_slurm.py": 389, "test_storage2.py": 40,
     "test_versions.py": 390,
 }
 DEFAULT_SECONDS = 300
