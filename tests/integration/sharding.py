@@ -11,17 +11,17 @@ from __future__ import annotations
 
 # seconds per file on this project's machine kind with the other shard's lab running beside it (two labs on two
 # cores run each file 1.3-1.9 times its one-lab seconds): `make test` on a clean clone at 84a33d3 (docs/testing.md),
-# with the set-up every shard pays (the lab's boot and one converge, about 790 s there) taken out of its first file
-# (test_checkpoints.py, test_csi.py); test_site.py carries what Molecule's sequence costs beyond one converge
-# (about 150 s; a shard that does not collect it converges its lab with one site run). test_reboot.py carries
-# storage2's boot and converge. Files outside `make test` keep their one-lab seconds.
+# with the set-up every shard pays (the lab's boot and one converge, 744 s there) taken out of its first file
+# (test_checkpoints.py, test_csi.py; pytest's seconds per file); test_site.py carries what Molecule's sequence costs
+# beyond one converge (about 150 s; a shard that does not collect it converges its lab with one site run).
+# test_reboot.py carries storage2's boot and converge. Files outside `make test` keep their one-lab seconds.
 SECONDS = {
-    "test_agent.py": 1320, "test_checkpoints.py": 324, "test_csi.py": 736, "test_fabricctl.py": 662,
-    "test_health.py": 71, "test_iscsi_initiator.py": 300, "test_lab.py": 73, "test_lab_lifecycle.py": 120,
-    "test_lio_target.py": 150, "test_packaging.py": 330, "test_read_bench.py": 90, "test_reboot.py": 733,
-    "test_replication.py": 780, "test_security.py": 612, "test_security_leftovers.py": 235,
-    "test_security_reservations.py": 144, "test_security_secrets.py": 64, "test_security_stall.py": 108,
-    "test_site.py": 320, "test_site_invariants.py": 40, "test_slurm.py": 389, "test_storage2.py": 40,
+    "test_agent.py": 1320, "test_checkpoints.py": 369, "test_csi.py": 880, "test_fabricctl.py": 562,
+    "test_health.py": 83, "test_iscsi_initiator.py": 300, "test_lab.py": 79, "test_lab_lifecycle.py": 120,
+    "test_lio_target.py": 150, "test_packaging.py": 330, "test_read_bench.py": 90, "test_reboot.py": 732,
+    "test_replication.py": 780, "test_security.py": 703, "test_security_leftovers.py": 160,
+    "test_security_reservations.py": 194, "test_security_secrets.py": 40, "test_security_stall.py": 125,
+    "test_site.py": 265, "test_site_invariants.py": 41, "test_slurm.py": 348, "test_storage2.py": 22,
     "test_versions.py": 390,
 }
 DEFAULT_SECONDS = 300
