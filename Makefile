@@ -44,16 +44,16 @@ demo: venv lab-up ## boot the lab, converge site.yml, print the fabric, publish 
 	@echo "== lab is still up: 'make lab-status', 'python3 lab/labctl.py ssh gpu1', 'make lab-down' =="
 
 test: host-deps ## all tests: unit (seconds, no root) and linters (make lint) beside integration on the lab VMs (root) in SHARDS=2 runs on two labs at once; SHUFFLE=SEED shuffles the files, DEBIAN=12 runs them on Debian 12 guests
-	@# the guest image (when not cached: about 15 minutes, mostly ZFS's DKMS build) is built first, beside the
-	@# virtualenv's set-up, the unit tests and linters, which leave a core idle; the lab's own image step then waits
-	@# for it (one build per cache). labctl needs only the system's Python.
+	@# the guest image (when not cached: about 7-15 minutes, mostly ZFS's DKMS build) is built first, beside the
+	@# virtualenv's set-up and the unit tests and linters; each shard's own image step then waits for it (one build
+	@# per cache). labctl needs only the system's Python.
 	@$(LABCTL) image $(if $(DEBIAN),--debian $(DEBIAN)) > .lab-image-build.log 2>&1 & \
 		echo "lab image: found or built in the background (log: .lab-image-build.log)"
 	$(MAKE) --no-print-directory venv test-tools
 	@# the unit tests and linters (about 3 minutes of one core) run beside the labs' boot instead of before it, their
 	@# lines prefixed [checks]; the run fails when they or a shard fail (docs/testing.md)
 	@set -o pipefail; \
-	{ $(PYTEST) tests/unit -q && $(MAKE) --no-print-directory lint; } 2>&1 | sed -u 's/^/[checks] /' & pid=$$!; \
+	$(MAKE) --no-print-directory unit lint 2>&1 | sed -u 's/^/[checks] /' & pid=$$!; \
 	shards=0; $(if $(DEBIAN),FABRIC_LAB_DEBIAN=$(DEBIAN)) tests/run-shards $(SHARDS) $(PY) -v --durations=60 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE)) || shards=$$?; \
 	checks=0; wait $$pid || checks=$$?; \
 	echo "make test: unit tests and linters $$([ $$checks = 0 ] && echo passed || echo FAILED), integration $$([ $$shards = 0 ] && echo passed || echo FAILED)"; \
