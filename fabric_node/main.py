@@ -40,6 +40,7 @@ import sys
 import syslog
 import time
 
+from fabric_core.base import interrupt
 from fabric_core.base.errors import EXIT_PARTIAL, EXIT_UNEXPECTED, EXIT_USAGE, FabricError, UserError
 from fabric_core.base.rules import FILESYSTEMS
 from fabric_core.base.runner import LocalRunner
@@ -306,7 +307,13 @@ def _checkpoint(agent, args, out_json: bool, dry: bool) -> int:
 
 
 def main(argv: list[str] | None = None, *, agent=None, environ=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run one command of the agent; returns its exit status. Only the first Ctrl-C (or SIGINT) counts: the command
+    stops and cleans up (``fabric_core.base.interrupt``)."""
+    with interrupt.first_only():
+        return _main(list(sys.argv[1:] if argv is None else argv), agent, environ)
+
+
+def _main(argv: list[str], agent, environ) -> int:
     environ = os.environ if environ is None else environ
     p = parser()
     as_json = "--json" in argv

@@ -12,7 +12,7 @@ from fabric_core.base.runner import LocalRunner
 
 from . import output
 from .audit import command_line
-from .fanout import HostProgress, run_on_hosts
+from .fanout import HostProgress, checkpoint, run_on_hosts
 
 
 class Context:
@@ -125,11 +125,18 @@ class Context:
 
     def fan(self, hosts, fn, what: str, *, quiet: bool = False):
         """Run ``fn(host, step)`` on every host in parallel with a per-host progress display (``step(text)``
-        shows where a host is); returns the FanoutResult and notes each host's outcome for the journal."""
+        shows where a host is, and is a step boundary: after Ctrl-C the host stops there, fanout.checkpoint);
+        returns the FanoutResult and notes each host's outcome for the journal."""
         progress = None if quiet or not hosts else HostProgress(hosts, title=what)
 
         def call(host):
-            return fn(host, (lambda text: progress.set(host, text)) if progress else (lambda text: None))
+            def step(text: str) -> None:
+                if progress:
+                    progress.update(host, text)
+                else:
+                    checkpoint()
+
+            return fn(host, step)
 
         try:
             result = run_on_hosts(hosts, call, parallel=self.config.defaults.parallel_hosts, progress=progress)

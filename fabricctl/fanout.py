@@ -11,7 +11,6 @@ left in the middle of a step; then KeyboardInterrupt is raised in the caller.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -280,32 +279,40 @@ def run_on_hosts(hosts: Iterable, fn: Callable[[Any], Any], *, parallel: int = 1
         finally:
             _worker.stop = None
 
-    pending = list(range(len(hosts)))
-    running: set[cf.Future] = set()
-    with cf.ThreadPoolExecutor(max_workers=min(parallel, max(len(hosts), 1)),
-                               thread_name_prefix="fabricctl-host") as pool:
-        try:
-            while pending or running:
-                while pending and len(running) < parallel and not stop.is_set():
-                    running.add(pool.submit(work, pending.pop(0)))
-                if not running:
-                    break
-                # a timeout so that the main thread notices Ctrl-C promptly on every platform
-                _done, running = cf.wait(running, timeout=poll, return_when=cf.FIRST_COMPLETED)
-                running = set(running)
-                if stop.is_set():  # a worker saw KeyboardInterrupt
-                    pending.clear()
-        except KeyboardInterrupt as exc:
-            stop.set()
-            pending.clear()
-            result.interrupted = True
-            cf.wait(running)  # running hosts stop at their next step boundary
-            if progress is not None:
-                for o in outcomes:
-                    if o.status == SKIPPED:
-                        progress.set(o.host, "not started (interrupted)")
-            exc.fanout_result = result  # type: ignore[attr-defined]
-            raise
+    # N threads, each taking the next host until none is left or Ctrl-C was pressed (``take``, under a lock). Not a
+    # ThreadPoolExecutor: a KeyboardInterrupt landing inside its submit() leaves a started worker it never joins.
+    # Here a thread that already took a host is alive when the main thread looks, and is waited for; one that
+    # starts later finds ``stop`` set and takes nothing.
+    taken = iter(range(len(hosts)))
+    lock = threading.Lock()
+
+    def take() -> int | None:
+        with lock:
+            return None if stop.is_set() else next(taken, None)
+
+    def worker() -> None:
+        while (index := take()) is not None:
+            work(index)
+
+    threads = [threading.Thread(target=worker, name=f"fabricctl-host-{n}", daemon=True)
+               for n in range(min(parallel, len(hosts)))]
+    try:
+        for thread in threads:
+            thread.start()
+        while alive := [t for t in threads if t.is_alive()]:
+            alive[0].join(poll)  # a timeout so that the main thread notices Ctrl-C promptly on every platform
+    except KeyboardInterrupt as exc:
+        stop.set()
+        result.interrupted = True
+        for thread in threads:
+            if thread.is_alive():
+                thread.join()  # running hosts stop at their next step boundary
+        if progress is not None:
+            for o in outcomes:
+                if o.status == SKIPPED:
+                    progress.set(o.host, "not started (interrupted)")
+        exc.fanout_result = result  # type: ignore[attr-defined]
+        raise
     if stop.is_set():
         result.interrupted = True
         if progress is not None:

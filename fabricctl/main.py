@@ -24,6 +24,8 @@ import sys
 import time
 import traceback
 
+from fabric_core.base import interrupt
+
 from . import audit, commands, output
 from .context import Context
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_STATUSES, EXIT_UNEXPECTED, EXIT_USAGE, FabricError
@@ -223,8 +225,13 @@ def _usage_error(exc: UsageExit) -> None:
 
 def main(argv: list[str] | None = None, *, sink: audit.Sink | None = None) -> int:
     """Run one command; returns its exit status. ``sink`` receives the journal record of a change
-    (default: the journal, else syslog; see fabricctl.audit)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    (default: the journal, else syslog; see fabricctl.audit). Only the first Ctrl-C counts (the command stops
+    at its next step boundary and cleans up; ``fabric_core.base.interrupt``)."""
+    with interrupt.first_only():
+        return _main(sys.argv[1:] if argv is None else list(argv), sink)
+
+
+def _main(argv: list[str], sink: audit.Sink | None) -> int:
     parser = build_parser(commands.matching(command_words(argv)))
     try:
         args = parser.parse_args(argv)

@@ -359,7 +359,10 @@ def test_an_interrupted_publish_converges_when_run_again(hosts, storage, fctl):
         stopped = storage.run(f"timeout --preserve-status -s {signal} {delay} fabricctl publish {NAME}@v2 "
                               "--to gpu_nodes; echo rc=$?")
         # 137: killed; 130: ^C handled (the fabric left consistent); 0: it finished first
-        assert stopped.stdout.strip().splitlines()[-1] in tuple(f"rc={rc}" for rc in rcs), stopped.stdout
+        if stopped.stdout.strip().splitlines()[-1] not in tuple(f"rc={rc}" for rc in rcs):
+            record = storage.run("journalctl -t fabricctl -n 1 -o verbose | grep -E 'FABRIC_|MESSAGE='").stdout
+            raise AssertionError(f"publish stopped by SIG{signal} after {delay} s: {stopped.stdout.strip()}\n"
+                                 f"stderr:\n{stopped.stderr}\njournal record:\n{record}")
         res = fctl("publish", f"{NAME}@v2", "--to", "gpu_nodes")
         assert res.rc == 0, f"re-run after a kill at {delay} s: {res.stderr}"
         st = state_of(hosts, storage, "v2")

@@ -755,6 +755,37 @@ def test_the_record_lists_hosts_in_the_fan_outs_order_whatever_order_they_were_r
     assert rec.hosts == ["writer", "gpu1", "gpu2", "gpu3"] and rec.hosts_failed == ["gpu2"]
 
 
+@pytest.mark.parametrize("quiet", [False, True], ids=["progress shown", "--json (no progress)"])
+def test_a_fan_outs_step_is_where_a_host_stops_after_ctrl_c(cfg, quiet):
+    """``step(text)`` of ``Context.fan`` is a step boundary with or without the progress display: after Ctrl-C a
+    host finishes the step it is in and stops at its next one (fanout.checkpoint), never inside a step."""
+    import signal
+    import time
+
+    from fabricctl.context import Context
+
+    ctx = Context(build_parser().parse_args(["--config", cfg, "publish", "imagenet@v1", "--to", "gpu_nodes"]))
+    hosts = ctx.config.resolve_targets("gpu_nodes")
+    main_thread, reached = threading.main_thread().ident, []
+
+    def one(host, step):
+        step("attach")
+        if host is hosts[0]:
+            signal.pthread_kill(main_thread, signal.SIGINT)  # Ctrl-C while the first host attaches
+        time.sleep(0.5)  # the rest of the step: not cut short
+        step("current")  # the boundary: Interrupted here
+        reached.append(host.name)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt) as exc:
+            ctx.fan(hosts, one, "publish", quiet=quiet)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert reached == []
+    assert {o.status for o in exc.value.fanout_result.outcomes} <= {"interrupted", "skipped"}
+
+
 # --------------------------------------------------------------------------------------------
 # one command imported per run
 

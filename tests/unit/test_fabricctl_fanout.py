@@ -187,6 +187,26 @@ def test_ctrl_c_starts_no_new_host_and_lets_running_ones_finish_their_step(sigin
     assert progress.steps["gpu1"] == "interrupted" and progress.steps["gpu6"] == "not started (interrupted)"
 
 
+def test_after_ctrl_c_no_host_runs_on_whenever_it_lands(sigint_raises):
+    """Ctrl-C while the main thread is still starting hosts (here: sent by the first host as it starts): when
+    run_on_hosts raises, no host's thread is left running and no outcome changes afterwards."""
+    main = threading.main_thread().ident
+    for _ in range(20):
+        def fn(host):
+            if host.name == "gpu1":
+                signal.pthread_kill(main, signal.SIGINT)
+            time.sleep(0.02)
+            checkpoint()
+
+        with pytest.raises(KeyboardInterrupt) as exc:
+            run_on_hosts(HOSTS, fn, parallel=6, poll=0.05)
+        assert not [t for t in threading.enumerate() if t.name.startswith("fabricctl-host")]
+        seen = [o.status for o in exc.value.fanout_result.outcomes]
+        time.sleep(0.05)
+        assert [o.status for o in exc.value.fanout_result.outcomes] == seen
+        assert "failed" not in seen and exc.value.fanout_result.interrupted
+
+
 def test_checkpoint_outside_a_fanout_does_nothing():
     checkpoint()
     assert getattr(fanout._worker, "stop", None) is None
