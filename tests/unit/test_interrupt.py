@@ -15,7 +15,11 @@ from support import REPO
 
 PATH = os.pathsep.join([str(REPO / "plugins" / "module_utils"), str(REPO)])
 
-CHILD = r"""
+# Ctrl-C raises KeyboardInterrupt at the start, as in a terminal: a process started in the background by a
+# non-interactive shell (`make test` runs the unit tests so, beside the labs) inherits SIGINT ignored
+TERMINAL = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+BODY = r"""
 import os, signal, sys, time
 from fabric_core.base import interrupt
 
@@ -35,6 +39,7 @@ with interrupt.first_only() as seen:
 print(",".join(steps), seen.received, seen.ignored)
 print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)
 """
+CHILD = TERMINAL + BODY
 
 
 def run(code: str, **env) -> subprocess.CompletedProcess:
@@ -57,7 +62,7 @@ def test_without_the_block_a_second_sigint_cuts_the_clean_up_short():
 
 def test_an_ignored_sigint_stays_ignored():
     """A parent that ignores SIGINT (a background job of a script) keeps it ignored: nothing is installed."""
-    code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n" + CHILD.replace(
+    code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n" + BODY.replace(
         "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)",
         "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
     res = run(code)
@@ -68,7 +73,7 @@ def test_an_ignored_sigint_stays_ignored():
 def test_fabricctl_and_fabric_node_run_their_commands_inside_the_block():
     """Each main's body (``_main``) runs with the block's handler installed, and the default is back after."""
     for module in ("fabricctl.main", "fabric_node.main"):
-        code = (f"import signal, {module} as m\n"
+        code = (TERMINAL + f"import signal, {module} as m\n"
                 "m._main = lambda *a, **k: print(signal.getsignal(signal.SIGINT) is not signal.default_int_handler)"
                 " or 7\n"
                 "print(m.main([]))\n"
