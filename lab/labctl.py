@@ -16,7 +16,9 @@ Environment: FABRIC_LAB_DEBIAN (13 or 12), FABRIC_LAB_CACHE (image cache, defaul
 /var/cache/fabric-lab), FABRIC_LAB_STATE (per-checkout state, default .lab/), FABRIC_LAB_ACCEL
 (auto|tcg|kvm), FABRIC_LAB_MIRROR,
 FABRIC_LAB_BOOT_TIMEOUT (seconds, default 600), FABRIC_LAB_NETNS (network namespace, default
-fabriclab-<hash of the state directory>: one per checkout).
+fabriclab-<hash of the state directory>: one per checkout); the emulation profile (docs/lab.md):
+FABRIC_LAB_STORAGE_CPUS (1 or 2), FABRIC_LAB_TCG_THREAD (single or multi), FABRIC_LAB_TCG_CPU (QEMU's -cpu, default
+max).
 """
 
 from __future__ import annotations

@@ -10,8 +10,10 @@ prunes). The serial console is watched throughout; a run ends early when the gue
 
   lab/panic_repro.py --profiles multi:2,single:2,multi:1 --runs 2
 
-A profile is TCG_THREAD:STORAGE_CPUS (FABRIC_LAB_TCG_THREAD, FABRIC_LAB_STORAGE_CPUS). Every run is
-appended to bench/results/panic.json and the table in docs/lab.md ("Panic runs") is written from it.
+A profile is TCG_THREAD:STORAGE_CPUS (FABRIC_LAB_TCG_THREAD, FABRIC_LAB_STORAGE_CPUS). The CPU model is
+FABRIC_LAB_TCG_CPU's (default max), recorded with each run: `FABRIC_LAB_TCG_CPU=max,-cx16 lab/panic_repro.py ...`
+runs the same workload on a CPU without CMPXCHG16B. Every run is appended to bench/results/panic.json and the
+table in docs/lab.md ("Panic runs") is written from it.
 The repro's VM is always stopped and its namespace removed at the end, whatever happened.
 """
 
@@ -100,7 +102,8 @@ def one_run(profile: dict, n: int, args) -> dict:
     lab.facts_dir = STATE / "facts"  # never the main lab's fact cache
     vm = topology.plan(storage_cpus=profile["storage_cpus"])[0]
     release = image.release_name(image.DEFAULT_DEBIAN)
-    record = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), **profile, "run": n,
+    record = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), **profile,
+              "tcg_cpu": lab.profile()["tcg_cpu"], "run": n,
               "release": release, "host_load": os.getloadavg()[0], "boot_panics": 0, "panicked": False,
               "workload": "incomplete"}
     t0 = time.monotonic()
@@ -181,7 +184,7 @@ def render(runs: list[dict]) -> str:
     """The table of docs/lab.md: one row per profile (runs, panics at boot and in the workload, minutes)."""
     rows: dict[tuple, dict] = {}
     for r in runs:
-        key = (r["tcg_thread"], r["storage_cpus"], r.get("release", ""))
+        key = (r["tcg_thread"], r["storage_cpus"], r.get("tcg_cpu", "max"), r.get("release", ""))
         row = rows.setdefault(key, {"runs": 0, "completed": 0, "panics": 0, "boot_panics": 0, "minutes": 0.0,
                                     "destroy": []})
         row["runs"] += 1
@@ -191,11 +194,12 @@ def render(runs: list[dict]) -> str:
         row["minutes"] += (r.get("boot_s", 0) + r.get("workload_s", 0)) / 60
         if "destroy_s" in r:
             row["destroy"].append(f"{r.get('destroyed', 900)} in {r['destroy_s']}")
-    out = ["| profile (TCG thread, storage vCPUs, guest) | runs | workload completed | panics in the workload | "
-           "boot panics | snapshots destroyed one at a time, in s | lab minutes |", "|---|---|---|---|---|---|---|"]
-    for (thread, cpus, release), row in sorted(rows.items()):
+    out = ["| profile (TCG thread, storage vCPUs, CPU model, guest) | runs | workload completed | "
+           "panics in the workload | boot panics | snapshots destroyed one at a time, in s | lab minutes |",
+           "|---|---|---|---|---|---|---|"]
+    for (thread, cpus, cpu, release), row in sorted(rows.items()):
         destroys = ", ".join(row["destroy"]) or "-"
-        out.append(f"| thread={thread}, {cpus} vCPU, {release} | {row['runs']} | {row['completed']} | "
+        out.append(f"| thread={thread}, {cpus} vCPU, {cpu}, {release} | {row['runs']} | {row['completed']} | "
                    f"{row['panics']} | {row['boot_panics']} | {destroys} | {row['minutes']:.0f} |")
     return "\n".join(out)
 
@@ -232,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     try:  # a LabError (no boot, no SSH) stops the whole series: it is no run of the workload
         for n in range(1, args.runs + 1):
             for profile in args.profiles:
-                log(f"panic run {n}: thread={profile['tcg_thread']}, {profile['storage_cpus']} vCPU")
+                log(f"panic run {n}: thread={profile['tcg_thread']}, {profile['storage_cpus']} vCPU, "
+                    f"cpu={os.environ.get('FABRIC_LAB_TCG_CPU') or topology.TCG_CPU}")
                 record = one_run(profile, n, args)
                 log(f"  -> {record['workload']}; panicked={record['panicked']}, boot panics {record['boot_panics']}"
                     + (f"; {record['console_lines'][:2]}" if record.get("console_lines") else ""))

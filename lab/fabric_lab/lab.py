@@ -78,11 +78,12 @@ class Lab:
         return self.settings().get("release") or image.release_name(image.DEFAULT_DEBIAN)
 
     def profile(self) -> dict:
-        """The emulation profile: the running lab's (lab.json), else FABRIC_LAB_STORAGE_CPUS and
-        FABRIC_LAB_TCG_THREAD, else topology's defaults. A running lab keeps its profile."""
+        """The emulation profile: the running lab's (lab.json), else FABRIC_LAB_STORAGE_CPUS, FABRIC_LAB_TCG_THREAD
+        and FABRIC_LAB_TCG_CPU, else topology's defaults. A running lab keeps its profile."""
         saved = self.settings()
         cpus = saved.get("storage_cpus") or os.environ.get("FABRIC_LAB_STORAGE_CPUS") or topology.STORAGE_CPUS
         thread = saved.get("tcg_thread") or os.environ.get("FABRIC_LAB_TCG_THREAD") or topology.TCG_THREAD
+        cpu = saved.get("tcg_cpu") or os.environ.get("FABRIC_LAB_TCG_CPU") or topology.TCG_CPU
         try:
             cpus = int(cpus)
             topology.plan(storage_cpus=cpus)
@@ -92,7 +93,10 @@ class Lab:
         if thread not in topology.TCG_THREADS:
             raise LabError(f"FABRIC_LAB_TCG_THREAD={thread!r} is not a TCG thread mode",
                            f"set it to one of {', '.join(topology.TCG_THREADS)}, or unset it")
-        return {"storage_cpus": cpus, "tcg_thread": thread}
+        if not topology.valid_cpu(cpu):
+            raise LabError(f"FABRIC_LAB_TCG_CPU={cpu!r} is not a QEMU CPU model",
+                           "set it to a model and its feature switches (e.g. max or max,-cx16), or unset it")
+        return {"storage_cpus": cpus, "tcg_thread": thread, "tcg_cpu": cpu}
 
     def vms(self, storage2: bool | None = None) -> tuple[VM, ...]:
         if storage2 is None:
@@ -186,9 +190,11 @@ class Lab:
         (d / "qemu.pid").unlink(missing_ok=True)
         host.ensure_tap(self.netns, vm.tap)
         argv = topology.qemu_argv(vm, vmdir=d, image_dir=img, ssh_pubkey=self.key.with_suffix(".pub").read_text(),
-                                  accel=accel, tcg_thread=self.profile()["tcg_thread"])
+                                  accel=accel, tcg_thread=self.profile()["tcg_thread"],
+                                  tcg_cpu=self.profile()["tcg_cpu"])
         (d / "qemu.argv").write_text("\n".join(argv) + "\n")
-        mode = f"tcg, thread={self.profile()['tcg_thread']}" if accel == "tcg" else accel
+        profile = self.profile()
+        mode = f"tcg, thread={profile['tcg_thread']}, cpu={profile['tcg_cpu']}" if accel == "tcg" else accel
         log(f"{vm.name}: starting ({vm.addr}, {vm.memory_mib} MiB, {vm.cpus} vCPU, {len(vm.disks)} data disks, {mode})")
         host.run(["ip", "netns", "exec", self.netns, *argv])
 

@@ -128,6 +128,15 @@ def gpu_disks(index: int) -> tuple[Disk, ...]:
 STORAGE_CPUS = 2
 TCG_THREADS = ("multi", "single")
 TCG_THREAD = "single"
+# The CPU model every VM gets under TCG (FABRIC_LAB_TCG_CPU): QEMU's -cpu, a model and its feature switches, e.g.
+# "max,-cx16" (no CMPXCHG16B: the guest kernel's SLUB then takes its locked path; see docs/lab.md's double faults).
+TCG_CPU = "max"
+_CPU_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(,[+-]?[A-Za-z0-9_.-]+(=[A-Za-z0-9_.-]+)?)*")
+
+
+def valid_cpu(model: str) -> bool:
+    """A QEMU -cpu value: a model name, then comma-separated feature switches (+f, -f, f=value)."""
+    return bool(_CPU_MODEL.fullmatch(model))
 
 
 def plan(with_storage2: bool = False, storage_cpus: int = STORAGE_CPUS) -> tuple[VM, ...]:
@@ -203,15 +212,17 @@ def kernel_cmdline(vm: VM, ssh_pubkey: str) -> str:
 
 
 def qemu_argv(vm: VM, *, vmdir: Path, image_dir: Path, ssh_pubkey: str, accel: str = "tcg",
-              tcg_thread: str = TCG_THREAD) -> list[str]:
+              tcg_thread: str = TCG_THREAD, tcg_cpu: str = TCG_CPU) -> list[str]:
     """The full QEMU command line for one VM (the caller runs it inside the lab's namespace)."""
     if tcg_thread not in TCG_THREADS:
         raise ValueError(f"TCG thread mode {tcg_thread!r}: one of {', '.join(TCG_THREADS)}")
+    if not valid_cpu(tcg_cpu):
+        raise ValueError(f"CPU model {tcg_cpu!r}: a QEMU -cpu value such as max or max,-cx16")
     argv = [
         "qemu-system-x86_64",
         "-name", vm.name,
         "-machine", "q35",
-        *(["-accel", f"tcg,thread={tcg_thread}", "-cpu", "max"] if accel == "tcg"
+        *(["-accel", f"tcg,thread={tcg_thread}", "-cpu", tcg_cpu] if accel == "tcg"
           else ["-accel", "kvm", "-cpu", "host"]),
         "-smp", str(vm.cpus),
         "-m", str(vm.memory_mib),

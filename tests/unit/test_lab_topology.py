@@ -138,22 +138,33 @@ def test_emulation_profile_storage_cpus_and_tcg_thread():
         topology.plan(storage_cpus=3)
     with pytest.raises(ValueError):
         topology.qemu_argv(vm, vmdir=Path("/s"), image_dir=Path("/c"), ssh_pubkey="k", tcg_thread="many")
+    line = " ".join(topology.qemu_argv(vm, vmdir=Path("/s"), image_dir=Path("/c"), ssh_pubkey="k",
+                                       tcg_cpu="max,-cx16"))
+    assert "-cpu max,-cx16 " in line
+    for bad in ("max;reboot", "max,,x", "-cx16", "max, -cx16", ""):
+        assert not topology.valid_cpu(bad), bad
+        with pytest.raises(ValueError, match="CPU model"):
+            topology.qemu_argv(vm, vmdir=Path("/s"), image_dir=Path("/c"), ssh_pubkey="k", tcg_cpu=bad)
+    assert all(topology.valid_cpu(m) for m in ("max", "Skylake-Client-v4", "max,-cx16,+pcid", "qemu64,pmu=off"))
 
 
 def test_lab_profile_from_the_environment_and_refusals(tmp_path, monkeypatch):
     from fabric_lab.lab import Lab
-    for name in ("FABRIC_LAB_STATE", "FABRIC_LAB_STORAGE_CPUS", "FABRIC_LAB_TCG_THREAD"):
+    for name in ("FABRIC_LAB_STATE", "FABRIC_LAB_STORAGE_CPUS", "FABRIC_LAB_TCG_THREAD", "FABRIC_LAB_TCG_CPU"):
         monkeypatch.delenv(name, raising=False)
     lab = Lab(state_dir=tmp_path, inventory_dir=tmp_path / "inv")
     assert Lab(state_dir=tmp_path).profile() == {"storage_cpus": topology.STORAGE_CPUS,
-                                                 "tcg_thread": topology.TCG_THREAD}
+                                                 "tcg_thread": topology.TCG_THREAD, "tcg_cpu": "max"}
     monkeypatch.setenv("FABRIC_LAB_STORAGE_CPUS", "1")
     monkeypatch.setenv("FABRIC_LAB_TCG_THREAD", "single")
-    assert lab.profile() == {"storage_cpus": 1, "tcg_thread": "single"}
+    monkeypatch.setenv("FABRIC_LAB_TCG_CPU", "max,-cx16")
+    assert lab.profile() == {"storage_cpus": 1, "tcg_thread": "single", "tcg_cpu": "max,-cx16"}
     assert lab.vms()[0].cpus == 1
     # a running lab keeps the profile it was booted with
     (tmp_path / "lab.json").write_text('{"storage2": false, "storage_cpus": 2, "tcg_thread": "multi"}')
-    assert Lab(state_dir=tmp_path).profile() == {"storage_cpus": 2, "tcg_thread": "multi"}
+    assert Lab(state_dir=tmp_path).profile() == {"storage_cpus": 2, "tcg_thread": "multi", "tcg_cpu": "max,-cx16"}
+    (tmp_path / "lab.json").write_text('{"storage_cpus": 2, "tcg_thread": "multi", "tcg_cpu": "qemu64"}')
+    assert Lab(state_dir=tmp_path).profile()["tcg_cpu"] == "qemu64"
     (tmp_path / "lab.json").unlink()
     monkeypatch.setenv("FABRIC_LAB_STORAGE_CPUS", "4")
     with pytest.raises(LabError, match="1 or 2"):
@@ -161,6 +172,10 @@ def test_lab_profile_from_the_environment_and_refusals(tmp_path, monkeypatch):
     monkeypatch.setenv("FABRIC_LAB_STORAGE_CPUS", "1")
     monkeypatch.setenv("FABRIC_LAB_TCG_THREAD", "fast")
     with pytest.raises(LabError, match="TCG thread mode"):
+        lab.profile()
+    monkeypatch.setenv("FABRIC_LAB_TCG_THREAD", "single")
+    monkeypatch.setenv("FABRIC_LAB_TCG_CPU", "max -cx16")
+    with pytest.raises(LabError, match="not a QEMU CPU model"):
         lab.profile()
 
 

@@ -35,11 +35,16 @@ def test_render_counts_runs_per_profile():
          "panicked": False, "boot_panics": 0, "boot_s": 60, "workload_s": 540, "destroy_s": 450},
         {"tcg_thread": "multi", "storage_cpus": 1, "release": "trixie", "workload": "completed",
          "panicked": False, "boot_panics": 0, "boot_s": 60, "workload_s": 480, "destroy_s": 410, "destroyed": 270},
+        {"tcg_thread": "single", "storage_cpus": 2, "tcg_cpu": "max,-cx16", "release": "trixie",
+         "workload": "completed", "panicked": False, "boot_panics": 0, "boot_s": 60, "workload_s": 480,
+         "destroy_s": 400},
     ]
     table = panic_repro.render(runs).splitlines()
     assert "snapshots destroyed one at a time, in s" in table[0]  # how many: a run may destroy fewer than 900
-    assert table[2] == "| thread=multi, 1 vCPU, trixie | 1 | 1 | 0 | 0 | 270 in 410 | 9 |"
-    assert table[3] == "| thread=multi, 2 vCPU, trixie | 2 | 1 | 1 | 1 | 900 in 450 | 15 |"
+    # runs recorded before the CPU model was (all under max) count as max
+    assert table[2] == "| thread=multi, 1 vCPU, max, trixie | 1 | 1 | 0 | 0 | 270 in 410 | 9 |"
+    assert table[3] == "| thread=multi, 2 vCPU, max, trixie | 2 | 1 | 1 | 1 | 900 in 450 | 15 |"
+    assert table[4] == "| thread=single, 2 vCPU, max,-cx16, trixie | 1 | 1 | 0 | 0 | 900 in 400 | 9 |"
 
 
 def test_panic_lines_pick_the_fault():
