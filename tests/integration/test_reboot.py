@@ -23,6 +23,9 @@ import pytest
 from conftest import LABCTL, REPO, Fctl, run, step
 
 BOOT_TIMEOUT = 600  # seconds; software emulation boots slowly, more so under load
+# storage_base_udev_settle_timeout's default: ZFS loads and imports the pools once udev is done with the disks, which
+# under emulation and a loaded host took past udevadm's own 120 s (2026-11-29: no pool after that boot)
+SETTLE_TIMEOUT = 600
 
 
 def ssh(vm: str, command: str, timeout: float = 120):
@@ -117,7 +120,7 @@ def rebooted(lab, converged, published, peers):
         step("rebooting storage1 while gpu1 reads over both paths")
         took = reboot("storage1", during=storage2_sees_a_path_down)
         step(f"storage1 back after {took:.0f} s; waiting for its path on gpu1")
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + SETTLE_TIMEOUT + 180  # udev's wait, then the import, LIO, the login
         while paths_up(wwid) < 2 and time.monotonic() < deadline:
             time.sleep(3)
         back = paths_up(wwid)
@@ -176,6 +179,16 @@ def test_the_read_path_tuning_is_back_after_the_gpu_node_reboots(rebooted):
 
 def test_pool_is_imported_and_healthy(rebooted):
     assert wait_for("storage1", "zpool list -H -o health tank") == "ONLINE"
+
+
+def test_the_boot_waited_for_udev_as_the_role_sets_it(rebooted):
+    """The boot's systemd-udev-settle ran with the role's timeout (its drop-in), and ZFS's units after it: read back
+    from systemd, not from the file."""
+    exec_start = ssh("storage1", "systemctl show -p ExecStart --value systemd-udev-settle.service").stdout
+    assert f"--timeout={SETTLE_TIMEOUT}" in exec_start, exec_start
+    for unit in ("systemd-udev-settle.service", "zfs-load-module.service", "zfs-import-cache.service"):
+        res = ssh("storage1", f"systemctl show -p ActiveState,Result --value {unit}")
+        assert res.stdout.split() == ["active", "success"], (unit, res.stdout, res.stderr)
 
 
 def test_lio_configuration_is_restored(rebooted):
