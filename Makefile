@@ -52,8 +52,9 @@ test: host-deps ## all tests: unit (seconds, no root) and linters (make lint) be
 	$(MAKE) --no-print-directory venv test-tools
 	@# the unit tests and linters (about 3 minutes of one core) run beside the labs' boot instead of before it, their
 	@# lines prefixed [checks]; the run fails when they or a shard fail (docs/testing.md)
-	@set -o pipefail; \
-	$(MAKE) --no-print-directory unit lint 2>&1 | sed -u 's/^/[checks] /' & pid=$$!; \
+	@# (a subshell: `$$!` of a pipeline sent to the background is its last command's, sed's; the subshell's status is
+	@# the pipeline's, the checks' own under pipefail)
+	@(set -o pipefail; $(MAKE) --no-print-directory unit lint 2>&1 | sed -u 's/^/[checks] /') & pid=$$!; \
 	shards=0; $(if $(DEBIAN),FABRIC_LAB_DEBIAN=$(DEBIAN)) tests/run-shards $(SHARDS) $(PY) -v --durations=60 $(if $(SHUFFLE),--shuffle-files $(SHUFFLE)) || shards=$$?; \
 	checks=0; wait $$pid || checks=$$?; \
 	echo "make test: unit tests and linters $$([ $$checks = 0 ] && echo passed || echo FAILED), integration $$([ $$shards = 0 ] && echo passed || echo FAILED)"; \
