@@ -187,8 +187,9 @@ def test_the_boot_waited_for_udev_as_the_role_sets_it(rebooted):
     exec_start = ssh("storage1", "systemctl show -p ExecStart --value systemd-udev-settle.service").stdout
     assert f"--timeout={SETTLE_TIMEOUT}" in exec_start, exec_start
     for unit in ("systemd-udev-settle.service", "zfs-load-module.service", "zfs-import-cache.service"):
-        res = ssh("storage1", f"systemctl show -p ActiveState,Result --value {unit}")
-        assert res.stdout.split() == ["active", "success"], (unit, res.stdout, res.stderr)
+        res = ssh("storage1", f"systemctl show -p ActiveState,Result {unit}")  # KEY=VALUE lines, in systemd's order
+        state = dict(line.split("=", 1) for line in res.stdout.split())
+        assert state == {"ActiveState": "active", "Result": "success"}, (unit, res.stdout, res.stderr)
 
 
 def test_lio_configuration_is_restored(rebooted):
