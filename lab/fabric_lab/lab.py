@@ -189,11 +189,10 @@ class Lab:
         (d / "console.log").unlink(missing_ok=True)
         (d / "qemu.pid").unlink(missing_ok=True)
         host.ensure_tap(self.netns, vm.tap)
-        argv = topology.qemu_argv(vm, vmdir=d, image_dir=img, ssh_pubkey=self.key.with_suffix(".pub").read_text(),
-                                  accel=accel, tcg_thread=self.profile()["tcg_thread"],
-                                  tcg_cpu=self.profile()["tcg_cpu"])
-        (d / "qemu.argv").write_text("\n".join(argv) + "\n")
         profile = self.profile()
+        argv = topology.qemu_argv(vm, vmdir=d, image_dir=img, ssh_pubkey=self.key.with_suffix(".pub").read_text(),
+                                  accel=accel, tcg_thread=profile["tcg_thread"], tcg_cpu=profile["tcg_cpu"])
+        (d / "qemu.argv").write_text("\n".join(argv) + "\n")
         mode = f"tcg, thread={profile['tcg_thread']}, cpu={profile['tcg_cpu']}" if accel == "tcg" else accel
         log(f"{vm.name}: starting ({vm.addr}, {vm.memory_mib} MiB, {vm.cpus} vCPU, {len(vm.disks)} data disks, {mode})")
         host.run(["ip", "netns", "exec", self.netns, *argv])
