@@ -235,6 +235,18 @@ class HostProgress:
 # the fan-out
 
 
+def _interrupted(result: FanoutResult, progress: HostProgress | None, exc: KeyboardInterrupt) -> KeyboardInterrupt:
+    """The fan-out's KeyboardInterrupt after Ctrl-C: the result marked interrupted and carried on the exception
+    (``exc.fanout_result``), hosts never started shown as such."""
+    result.interrupted = True
+    if progress is not None:
+        for o in result.outcomes:
+            if o.status == SKIPPED:
+                progress.set(o.host, "not started (interrupted)")
+    exc.fanout_result = result  # type: ignore[attr-defined]
+    return exc
+
+
 def run_on_hosts(hosts: Iterable, fn: Callable[[Any], Any], *, parallel: int = 16,
                  progress: HostProgress | None = None, poll: float = 0.2) -> FanoutResult:
     """Call ``fn(host)`` for every host, at most ``parallel`` at a time; never raises for a host's error.
@@ -303,23 +315,11 @@ def run_on_hosts(hosts: Iterable, fn: Callable[[Any], Any], *, parallel: int = 1
             alive[0].join(poll)  # a timeout so that the main thread notices Ctrl-C promptly on every platform
     except KeyboardInterrupt as exc:
         stop.set()
-        result.interrupted = True
         for thread in threads:
             if thread.is_alive():
                 thread.join()  # running hosts stop at their next step boundary
-        if progress is not None:
-            for o in outcomes:
-                if o.status == SKIPPED:
-                    progress.set(o.host, "not started (interrupted)")
-        exc.fanout_result = result  # type: ignore[attr-defined]
+        _interrupted(result, progress, exc)
         raise
-    if stop.is_set():
-        result.interrupted = True
-        if progress is not None:
-            for o in outcomes:
-                if o.status == SKIPPED:
-                    progress.set(o.host, "not started (interrupted)")
-        interrupt = KeyboardInterrupt()
-        interrupt.fanout_result = result  # type: ignore[attr-defined]
-        raise interrupt
+    if stop.is_set():  # a host's function raised KeyboardInterrupt itself
+        raise _interrupted(result, progress, KeyboardInterrupt())
     return result
