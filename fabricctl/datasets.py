@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 
 from fabric_core.base.errors import NotFound, UserError
 from fabric_core.base.rules import KIND_DATASET
@@ -85,6 +84,8 @@ def mounted_readonly(ctx, export):
     block: through a read-only loop device, since LIO opens an exported device exclusively and a loop device
     does not. Unmounted and the loop device detached however the block ends. XFS gets ``nouuid``: every version
     of a dataset, and its staging file system, carry the same XFS UUID, which XFS otherwise mounts once."""
+    import tempfile  # noqa: PLC0415 - lazy: a command's start (docs/testing.md)
+
     run = ctx.local
     where = tempfile.mkdtemp(prefix=f"fabricctl-{export.name}-{export.version}-", dir="/run")
     try:

@@ -22,7 +22,6 @@ import contextlib
 import os
 import sys
 import time
-import traceback
 
 from fabric_core.base import interrupt
 
@@ -213,6 +212,8 @@ def fail(ctx, status: int, error_type: str, problem: str, fix: str, text: str) -
     status and the error's class: output.failure)."""
     print(text, file=sys.stderr)
     if debugging(ctx.args):
+        import traceback  # noqa: PLC0415 - lazy: a command's start (docs/testing.md)
+
         traceback.print_exc(file=sys.stderr)
     ctx.finish(output.failure(problem, fix, status, error_type))
 

@@ -22,7 +22,6 @@ import select
 import shlex
 import subprocess
 import sys
-import tempfile
 
 from fabric_core.base.errors import CommandBounded, CommandError, FabricError, UserError
 from fabric_core.base.names import (
@@ -188,6 +187,8 @@ def _transfer(ctx, peer: Peer, dataset: str, src: replicate.Side, t: replicate.T
     for snap in held:
         lzc.hold(snap, tag, runner=ctx.local)
     progress_bar = None if ctx.json else ProgressBar(1, t.estimate, label=f"{label}@{t.snapshot} -> {peer.name}")
+    import tempfile  # noqa: PLC0415 - lazy: a command's start (docs/testing.md)
+
     try:
         with tempfile.TemporaryFile() as send_err, tempfile.TemporaryFile() as recv_err:
             send = subprocess.Popen(replicate.send_argv(dataset, t, raw=src.encrypted), stdout=subprocess.PIPE,
@@ -421,6 +422,8 @@ def serve(ctx, request: dict) -> int:
         argv = replicate.receive_argv(dataset, origin=request["origin"], force=request["force"],
                                       props=request["props"])
         sys.stdout.flush()
+        import tempfile  # noqa: PLC0415 - lazy: a command's start (docs/testing.md)
+
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
                                     env={**os.environ, "LC_ALL": "C"})

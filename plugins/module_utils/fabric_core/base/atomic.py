@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 
 
 @contextlib.contextmanager
@@ -22,6 +21,8 @@ def replacing(path: str | os.PathLike, *, mode: int = 0o600, owner: tuple[int, i
     """A binary file object whose content replaces ``path`` atomically, with ``mode`` (and ``owner``: (uid, gid)),
     once the ``with`` block ends without an error; on an error the old file stays and the temporary one goes."""
     path = os.fspath(path)
+    import tempfile  # noqa: PLC0415 - lazy: a command's start (docs/testing.md)
+
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")  # 0600, O_EXCL|O_NOFOLLOW
     try:

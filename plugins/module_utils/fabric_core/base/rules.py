@@ -14,7 +14,6 @@ target that is not ours, so its view only checks the form).
 
 from __future__ import annotations
 
-import difflib
 import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,6 +29,8 @@ def closest(word, choices: Iterable) -> str | None:
     """The choice closest to ``word`` (difflib's ratio of at least 0.6), or None. Never ``word`` itself (nor a
     choice that reads the same, e.g. the key "1" for a YAML key 1): a word that is one of the choices but refused
     for another reason (a group where one host is wanted) needs that reason, not itself suggested back."""
+    import difflib  # noqa: PLC0415 - lazy: a command's start (docs/testing.md)
+
     typed = str(word)
     match = difflib.get_close_matches(typed, [str(c) for c in choices if str(c) != typed], n=1)
     return match[0] if match else None

@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import os
 import posixpath
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from ..base import lock
@@ -300,6 +298,9 @@ class Agent:
 
         outcomes = []
         if paths:
+            # lazy: concurrent.futures imports logging and traceback, a tenth of the agent's start on the lab
+            from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
             with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
                 outcomes = list(pool.map(one, nodes))
         else:
@@ -593,6 +594,8 @@ class Agent:
             raise NotFound(f"{name}@{version} is not mounted on this node at {mountpoint}",
                            f"attach it first (`fabric-node attach {name}@{version} --holder manual`)")
         path = posixpath.join(mountpoint, MANIFEST)
+        import hashlib  # noqa: PLC0415 - lazy: a command's start (docs/testing.md)
+
         try:
             with open(path, "rb") as fh:
                 sha = hashlib.file_digest(fh, "sha256").hexdigest()

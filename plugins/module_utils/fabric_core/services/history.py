@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import unicodedata
 
 from ..base import atomic
 from ..base.errors import AlreadyExists, NotFound, UserError
@@ -42,6 +41,8 @@ SOURCES_FILE = os.path.join(".fabric", "ingest-sources.json")  # in the staging 
 
 def _control(text: str, allowed: str = "") -> list[str]:
     """The control characters of text (C0, DEL, C1, line/paragraph separators), but ``allowed``."""
+    import unicodedata  # noqa: PLC0415 - lazy: a command's start (docs/testing.md)
+
     return sorted({c for c in text if c not in allowed and (unicodedata.category(c) == "Cc" or c in "\u2028\u2029")})
 
 

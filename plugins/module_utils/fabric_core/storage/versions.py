@@ -12,9 +12,7 @@ listing.
 from __future__ import annotations
 
 import datetime
-import getpass
 import os
-import socket
 
 from . import zfs, zjson
 
@@ -77,8 +75,10 @@ def list_volumes(runner, root: str, kinds=("dataset",)) -> list[dict]:
 
 
 def created_by() -> str:
+    import getpass  # noqa: PLC0415 - lazy: a command's start (docs/testing.md)
+
     user = os.environ.get("SUDO_USER") or getpass.getuser()
-    return f"{user}@{socket.gethostname()}"
+    return f"{user}@{os.uname().nodename}"  # gethostname(2)
 
 
 def now_iso(now: datetime.datetime | None = None) -> str:

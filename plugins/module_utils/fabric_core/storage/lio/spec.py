@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import uuid
 from dataclasses import dataclass, field
 
 from ...base.errors import InvalidName, UnsafeOperation, UserError
@@ -23,7 +22,7 @@ from ...base.rules import LIO, Chap, check_keys, parse_chap
 
 DEFAULT_BACKSTORE_PREFIX = "fabric_"
 # Fixed namespace of the deterministic T10 unit serials (uuid5 over "TARGET_IQN/LUN_NAME").
-SERIAL_NAMESPACE = uuid.UUID("6f0d7a52-3c0e-5b8e-9f43-2d1a7c9e0b15")
+SERIAL_NAMESPACE = "6f0d7a52-3c0e-5b8e-9f43-2d1a7c9e0b15"
 MAX_LUN = 255
 REDACTED = "********"
 # LIO's SendTargets discovery credentials (one set for the whole node, rtslib's FabricModule.discovery_*)
@@ -102,13 +101,20 @@ class DesiredState:
         return name.startswith(self.backstore_prefix)
 
 
+def _serial(name: str) -> str:
+    """uuid5 of ``name`` in SERIAL_NAMESPACE, as text."""
+    import uuid  # noqa: PLC0415 - lazy: a command's start (docs/testing.md; uuid imports platform)
+
+    return str(uuid.uuid5(uuid.UUID(SERIAL_NAMESPACE), name))
+
+
 def unit_serial(target_iqn: str, lun_name: str) -> str:
     """The deterministic T10 unit serial of a LUN: the same disk to initiators after a re-create.
 
     The target IQN is part of it so that the same LUN name on two storage nodes is never taken
     for one disk by dm-multipath.
     """
-    return str(uuid.uuid5(SERIAL_NAMESPACE, f"{target_iqn}/{lun_name}"))
+    return _serial(f"{target_iqn}/{lun_name}")
 
 
 def emulate_pr(readonly: bool) -> int:
@@ -130,7 +136,7 @@ def snapshot_serial(guid: str) -> str:
     if not str(guid).isdigit():
         raise UserError(f"snapshot GUID {guid!r} is not a number",
                         "read it with `zfs get -H -p -o value guid SNAPSHOT`")
-    return str(uuid.uuid5(SERIAL_NAMESPACE, f"zfs-guid/{int(guid)}"))
+    return _serial(f"zfs-guid/{int(guid)}")
 
 
 def _bool(value, what: str) -> bool:
