@@ -7,6 +7,7 @@ version is named (datasets.require_version)."""
 from __future__ import annotations
 
 import json
+import tempfile
 
 import pytest
 from fabric_core.base import names
@@ -332,7 +333,7 @@ def test_a_version_is_mounted_read_only_through_a_loop_device_and_always_let_go(
         made.mkdir()
         return str(made)
 
-    monkeypatch.setattr(datasets.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)  # datasets imports it where it mounts
     runner = AnsweringRunner({("losetup", "--find"): (0, "/dev/loop7\n", "")})
     ctx = type("Ctx", (), {"local": runner})()
     monkeypatch.setattr(datasets, "readable_device", lambda ctx, export: export.device)
