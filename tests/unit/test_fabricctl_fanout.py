@@ -18,7 +18,7 @@ from fabric_core.base.errors import NotFound, UserError
 from fabricctl import fanout
 from fabricctl.config import Host
 from fabricctl.errors import EXIT_PARTIAL, EXIT_USER, PartialFailure
-from fabricctl.fanout import HostProgress, checkpoint, run_on_hosts
+from fabricctl.fanout import HostProgress, Interrupted, checkpoint, run_on_hosts
 from fabricctl.output import ProgressBar, human_bytes, human_duration, print_json, print_table
 
 HOSTS = [Host(f"gpu{i}", f"10.77.0.{20 + i}", f"iqn.2026-11.io.fabric.lab:gpu{i}") for i in range(1, 7)]
@@ -164,7 +164,14 @@ def test_ctrl_c_starts_no_new_host_and_lets_running_ones_finish_their_step(sigin
     main = threading.main_thread().ident
     started, finished_step1, reached_step2 = [], [], []
     progress = HostProgress(HOSTS, stream=io.StringIO(), tty=False)
-    both_running = threading.Barrier(2, timeout=2)
+    both_running = threading.Barrier(2, timeout=30)
+
+    def stopping() -> bool:  # whether the fan-out was told to stop (the public probe of a step boundary)
+        try:
+            checkpoint()
+        except Interrupted:
+            return True
+        return False
 
     def fn(host):
         started.append(host.name)
@@ -172,7 +179,11 @@ def test_ctrl_c_starts_no_new_host_and_lets_running_ones_finish_their_step(sigin
         both_running.wait()
         if host.name == "gpu1":
             signal.pthread_kill(main, signal.SIGINT)  # the user presses Ctrl-C during step1
-        time.sleep(0.3)  # the rest of step1: it is not cut short
+        # the rest of step1 lasts until the main thread has handled Ctrl-C, however long a loaded machine takes
+        # (a fixed sleep raced with it): it is not cut short
+        deadline = time.monotonic() + 30
+        while not stopping() and time.monotonic() < deadline:
+            time.sleep(0.01)
         finished_step1.append(host.name)
         progress.update(host, "step2")  # the step boundary: Interrupted is raised here
         reached_step2.append(host.name)
