@@ -145,6 +145,9 @@ class _Capture:
         self.size = 0
         self.over = False
         self._stream, self._cap, self._on_over = stream, cap, on_over
+        # set when the reading ends: after a Ctrl-C that interrupted the thread's join, CPython 3.11 reports the
+        # thread not alive while it still reads (fabricctl.fanout has the same rule), so is_alive() cannot say it
+        self.done = threading.Event()
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
@@ -166,6 +169,8 @@ class _Capture:
                 self.size += len(chunk)
         except (OSError, ValueError):
             return
+        finally:
+            self.done.set()
 
     def text(self) -> str:
         return b"".join(self.chunks).decode("utf-8", "replace")
@@ -216,7 +221,7 @@ def bounded_run(argv, data: str | bytes | None = None, *, timeout: float = LOCAL
         raise
     finally:
         for stream, capture in ((proc.stdout, out), (proc.stderr, err)):
-            if capture is None or not capture.thread.is_alive():  # never closed under a reading thread
+            if capture is None or capture.done.is_set():  # never closed under a reading thread
                 stream.close()
     if timed_out:
         raise CommandBounded(argv, f"ran longer than {timeout:g} s", out.text(), err.text(), where=where,
