@@ -1,6 +1,6 @@
 """fabric-node: the GPU-node agent's command line (root only), a thin shell over ``fabric_core.node.agent``.
 
-  fabric-node attach NAME@VERSION --holder HOLDER [--json] [--dry-run]
+  fabric-node attach NAME@VERSION --holder HOLDER [--current] [--json] [--dry-run]
   fabric-node detach NAME@VERSION --holder HOLDER [--force] [--json] [--dry-run]
   fabric-node detach --holder HOLDER --all [--force] [--json]
   fabric-node list [--json]
@@ -82,6 +82,9 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--from", dest="storage_node", metavar="NODE",
                    help="a storage node of this node's configuration that exports it now (a storage node's key adds "
                         "its own name): an attachment read without a path through it logs in there too")
+    v.add_argument("--current", action="store_true",
+                   help="then point MOUNT_ROOT/NAME/current at this version (what a publish of a dataset's newest "
+                        "version asks)")
     v = verb("detach", "count a holder out (the last one unmounts and logs out)", dry_run=True)
     v.add_argument("ref", metavar="NAME@VERSION", nargs="?")
     v.add_argument("--holder", required=True, help="job:<id> or manual")
@@ -174,7 +177,7 @@ def run(args, *, agent=None) -> int:
     out_json = bool(getattr(args, "json", False))
     verb = args.verb
     if verb == "attach":
-        res = agent.attach(args.ref, args.holder, via=args.storage_node)
+        res = agent.attach(args.ref, args.holder, via=args.storage_node, current=args.current)
         _emit(res, out_json) if out_json else print(
             f"{res['ref']} {'would be ' if dry else ''}mounted read-only at {res['path']} ({res['device']}); holders: "
             f"{', '.join(res['holders'])}")

@@ -8,7 +8,7 @@ nothing else ever runs: no shell, no other program, no other verb, no option the
 word that breaks its rule. A storage node acts for an
 operator, so it holds versions as ``manual`` only: a job's holder is the scheduler's, never the key's.
 
-  attach NAME@VERSION --holder manual [--dry-run] [--json]
+  attach NAME@VERSION --holder manual [--current] [--dry-run] [--json]
   detach NAME@VERSION --holder manual [--force] [--dry-run] [--json]
   list [--json]
   in-use NAME@VERSION [--json]
@@ -45,7 +45,7 @@ ENV = "SSH_ORIGINAL_COMMAND"
 MAX_REQUEST = 512  # characters: every allowed request is far shorter
 MAX_WORKERS = 64
 FLAGS = {  # verb -> the flags it takes (no value)
-    "attach": ("--json", "--dry-run"),
+    "attach": ("--json", "--dry-run", "--current"),
     "detach": ("--json", "--dry-run", "--force"),
     "list": ("--json",),
     "in-use": ("--json",),
@@ -66,7 +66,8 @@ VALUES = {  # verb -> the options it takes with a value
 }
 BOUND = ("attach-writable", "detach-writable", "attach-restore", "detach-restore")  # logged in/out at --from NODE
 VIA = ("attach", "detach")  # --from NODE added when the key is bound: the node asking (a path through it)
-FIX = ("a storage node's key runs only the agent's verbs: attach/detach NAME@VERSION --holder manual, list, in-use "
+FIX = ("a storage node's key runs only the agent's verbs: attach NAME@VERSION --holder manual [--current], detach "
+       "NAME@VERSION --holder manual, list, in-use "
        "NAME@VERSION, verify NAME@VERSION [--workers N], current NAME [VERSION|--none], attach-writable/"
        "detach-writable JOB, attach-restore/detach-restore JOB STEP, freeze/thaw JOB --seconds N, writer-state "
        "JOB..., refresh-credentials (fabricctl sends them)")

@@ -8,8 +8,9 @@ host in parallel: iSCSI login, a read-only mount at MOUNT_ROOT/NAME/VERSION thro
 unit (back after a reboot), and an atomic switch of MOUNT_ROOT/NAME/current when this version
 is newer than the one it points to. Hosts that fail are named with the reason (exit 3); the
 others finish. Where this node's key runs only the hosts' node agent (ssh.access: agent, the default of
-role fabric_node), the host side is the agent's own `fabric-node attach NAME@VERSION --holder manual` (and its
-`current`): nothing else runs there. With no key on the hosts (ssh.access: none, pull only), publish grants
+role fabric_node), the host side is the agent's own `fabric-node attach NAME@VERSION --holder manual` (with
+`--current` when the version is the dataset's newest: one request a host; an older version's `current` is a
+second request, only when the link is to move): nothing else runs there. With no key on the hosts (ssh.access: none, pull only), publish grants
 the version and the hosts attach it themselves. Publishing again to more hosts adds them; hosts already there
 are left as they are.
 

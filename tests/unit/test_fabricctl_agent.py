@@ -77,13 +77,40 @@ def test_publish_asks_each_hosts_agent_and_runs_nothing_else_there(agents, fabri
     status, shells = fabricctl_node("publish", "imagenet@v2", "--to", "gpu1", "--dry-run")
     out = json.loads(capsys.readouterr().out)
     assert status == 0, out
-    # the attach's answer names the current link's version: no request reads it again (one round trip less)
-    assert agents["gpu1"].requests == ["attach imagenet@v2 --holder manual --json --dry-run",
-                                       "current imagenet v2 --json --dry-run"]
+    # v2 is the dataset's newest version: the attach itself moves the current link (one request to the host)
+    assert agents["gpu1"].requests == ["attach imagenet@v2 --holder manual --current --json --dry-run"]
     result = out["hosts"]["gpu1"]["result"]
     assert result["holders"] == ["manual"] and result["mountpoint"] == "/datasets/imagenet/v2"
-    assert result["current"] == "v2" and shells["gpu1"].seen == []  # the shell runner was never used
+    assert result["current"] == "v2" and result["switched"] is True
+    assert shells["gpu1"].seen == []  # the shell runner was never used
     assert agents["gpu1"].node.executed == [] and not agents["gpu1"].node.mounts  # a dry run all the way down
+
+
+def test_publish_of_an_older_version_reads_the_link_and_leaves_a_newer_one(agents, fabricctl_node, capsys):
+    """v1 is not the newest: the attach only reads the link; `current` stays on v2, which the host has."""
+    make = agents["gpu1"].make
+    make(False).attach("imagenet@v2", "manual", current=True)
+    status, _shells = fabricctl_node("publish", "imagenet@v1", "--to", "gpu1", "--dry-run")
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0, out
+    assert agents["gpu1"].requests == ["attach imagenet@v1 --holder manual --json --dry-run"]
+    result = out["hosts"]["gpu1"]["result"]
+    assert result["current"] == "v2" and result["switched"] is False
+
+
+def test_publish_to_an_agent_older_than_current_asks_the_old_way(agents, fabricctl_node, monkeypatch, capsys):
+    """An agent that refuses --current (installed before it): the attach again without it, then `current`."""
+    from fabric_node import ssh
+
+    monkeypatch.setitem(ssh.FLAGS, "attach", ("--json", "--dry-run"))
+    status, _shells = fabricctl_node("publish", "imagenet@v2", "--to", "gpu1", "--dry-run")
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0, out
+    assert agents["gpu1"].requests == ["attach imagenet@v2 --holder manual --current --json --dry-run",
+                                       "attach imagenet@v2 --holder manual --json --dry-run",
+                                       "current imagenet v2 --json --dry-run"]
+    result = out["hosts"]["gpu1"]["result"]
+    assert result["current"] == "v2" and result["switched"] is True
 
 
 def test_a_real_publish_then_unpublish_through_the_agent(agents, fabricctl_node, monkeypatch, capsys):

@@ -229,6 +229,16 @@ def test_current_points_at_an_attached_version_only(tmp_path):
                                         "holders": ["manual"]}
 
 
+def test_an_attach_with_current_moves_the_link_once_mounted(tmp_path):
+    node = granted(P1)
+    out = agent(tmp_path, node).attach("imagenet@v3", "manual", current=True)
+    assert out["current"] == "v3" and out["switched"] and node.files["/datasets/imagenet/current"] == "v3"
+    again = agent(tmp_path, node).attach("imagenet@v3", "manual", current=True)  # nothing left to do
+    assert not again["changed"] and not again["switched"] and again["current"] == "v3"
+    plain = agent(tmp_path, node).attach("imagenet@v3", "job:7")  # without it the link is only read
+    assert plain["current"] == "v3" and plain["switched"] is False
+
+
 # --- the configuration ----------------------------------------------------------------------------
 
 def test_the_configuration_is_checked_whole(tmp_path):

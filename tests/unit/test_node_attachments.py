@@ -196,6 +196,8 @@ def test_gc_of_an_attachment_killed_before_it_had_a_holder_left_takes_it_down():
     ("attach imagenet@v3 --holder manual --json", ["attach", "imagenet@v3", "--holder", "manual", "--json"]),
     ("attach imagenet@v3 --json --holder=manual --dry-run",
      ["attach", "imagenet@v3", "--holder", "manual", "--json", "--dry-run"]),
+    ("attach imagenet@v3 --current --holder manual --json",
+     ["attach", "imagenet@v3", "--holder", "manual", "--json", "--current"]),
     ("detach imagenet@v3 --holder manual --force", ["detach", "imagenet@v3", "--holder", "manual", "--force"]),
     ("list --json", ["list", "--json"]), ("list", ["list"]),
     ("in-use imagenet@v3 --json", ["in-use", "imagenet@v3", "--json"]),
@@ -216,7 +218,8 @@ def test_the_agents_verbs_with_valid_arguments_are_served(text, argv):
     "attach 'image net@v1' --holder manual", "attach " + "a" * 300 + "@v1 --holder manual",
     "attach imagenet@v3 --holder manual --config /tmp/evil.json", "attach imagenet@v3 --holder manual --ssh",
     "gc", "gc --dry-run", "verify imagenet@v3 --workers 999", "verify imagenet@v3 --workers -1",
-    "list --json --json", "current", "current imagenet v1 v2", "current ../x v1", "in-use imagenet@v3 extra",
+    "list --json --json", "current", "detach imagenet@v3 --holder manual --current",
+    "attach imagenet@v3 --holder manual --current --current", "current imagenet v3 --current", "current imagenet v1 v2", "current ../x v1", "in-use imagenet@v3 extra",
     "attach imagenet@v3 --holder manual\nid", "attach 'unterminated --holder manual", "x" * 600,
     "--help", "attach --help", "list --config=/etc/shadow",
 ])

@@ -155,13 +155,15 @@ class Agent:
     # ---- attach
 
     def attach(self, ref: str, holder: str, step: Callable[[str], None] = hostside.quiet, *,
-               via: str | None = None) -> dict:
+               via: str | None = None, current: bool = False) -> dict:
         """Mount NAME@VERSION read-only for ``holder`` (see the module's docstring). ``via``: a storage node of the
         configuration that exports it now (the one whose key asks): an attachment read through a multipath map
         without a path through it converges again, logging in there too (a version replicated and granted there
         after it was attached). Returns {ref, name, version, path, device, holders, storage_nodes, portals,
-        fstype, multipath, persistent, changed, commands, current}: ``current``, the version MOUNT_ROOT/NAME/current
-        points at (None: no link), saves a storage node's publish a round trip to read it."""
+        fstype, multipath, persistent, changed, commands, current, switched}: ``current``, the version
+        MOUNT_ROOT/NAME/current points at (None: no link), saves a storage node's publish a round trip to read it.
+        With ``current`` the link is pointed at this version once it is mounted, under the same lock (a publish of a
+        dataset's newest version: one request instead of two); ``switched`` says whether it moved."""
         name, version, target, mountpoint = self.version(ref)
         validate_holder(holder)
         with self.locked(f"fabric-node attach {name}@{version} --holder {holder}"):
@@ -183,8 +185,11 @@ class Agent:
                 raise
             att.state = "attached"
             self._save(att)
-            now = hostside.read_link(self.runner, posixpath.join(posixpath.dirname(mountpoint), "current"))
-        return {**self._describe(att), "changed": bool(commands) or added, "commands": commands, "current": now}
+            link = posixpath.join(posixpath.dirname(mountpoint), "current")
+            switched = hostside.switch_link(self.runner, link, version) if current else False
+            now = version if current else hostside.read_link(self.runner, link)
+        return {**self._describe(att), "changed": bool(commands) or added or switched, "commands": commands,
+                "current": now, "switched": switched}
 
     def _settled(self, att: Attachment, via: str | None = None) -> bool:
         """An attachment that needs nothing for its new holder: attached, as persistent as its holders want, and

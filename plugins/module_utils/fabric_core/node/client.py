@@ -64,8 +64,9 @@ class AgentClient:
                              res.rc if res.rc in (EXIT_USER, EXIT_PARTIAL) else 5)
         return answer
 
-    def attach(self, ref: str) -> dict:
-        return self.ask("attach", ref, "--holder", HOLDER, mutating=True)
+    def attach(self, ref: str, *, current: bool = False) -> dict:
+        """Attach as the manual holder; with ``current``, MOUNT_ROOT/NAME/current then points at the version."""
+        return self.ask("attach", ref, "--holder", HOLDER, *(["--current"] if current else []), mutating=True)
 
     def detach(self, ref: str, *, force: bool = False) -> dict:
         return self.ask("detach", ref, "--holder", HOLDER, *(["--force"] if force else []), mutating=True)

@@ -47,7 +47,7 @@ from ..base.runner import Runner
 from ..node import attach as hostside
 from ..node import iscsi
 from ..node.attach import read_link, switch_link
-from ..node.client import HOLDER, AgentClient
+from ..node.client import HOLDER, AgentClient, AgentError
 from ..storage import blockfs, lio, lioacls, lzc, zfs
 
 
@@ -515,13 +515,26 @@ class Publisher:
             _same_path(host, export, res, "fabricctl_checkpoint_mount_root and fabric_node_checkpoint_mount_root")
             return {"changed": bool(res.get("changed")), "device": res.get("device"), "mountpoint": export.mountpoint,
                     "commands": list(res.get("commands") or []), "multipath": res.get("multipath")}
-        res = agent.attach(export.ref)
+        # the newest version the storage node has: ``current`` moves to it whatever it points at now (the rule
+        # below), so the attach's own request moves it (one request, not two); an agent older than --current refuses
+        # the option, and is asked the old way
+        newest = created is not None and bool(export.current_link) and \
+            all(t <= created[export.version] for t in created.values())
+        try:
+            res = agent.attach(export.ref, current=newest)
+        except AgentError as err:
+            if not (newest and "--current" in err.problem):
+                raise
+            newest = False
+            res = agent.attach(export.ref)
         _same_path(host, export, res, "fabricctl_mount_root and fabric_node_mount_root")
         _through_here(host, export, res, self.settings.portal)
         out = {"changed": bool(res.get("changed")), "device": res.get("device"), "mountpoint": export.mountpoint,
                "commands": list(res.get("commands") or []), "multipath": res.get("multipath"),
                "holders": list(res.get("holders") or [])}
-        if created is not None and export.current_link:
+        if newest:
+            out.update(current=export.version, switched=bool(res.get("switched")))
+        elif created is not None and export.current_link:
             step("current")
             # the attach's answer names the link's version (an agent older than that: one more request to read it)
             now = res["current"] if "current" in res else agent.current(export.name)["current"]
