@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -59,6 +60,7 @@ class HostOutcome:
     status: str  # ok | failed | interrupted | skipped
     value: Any = None
     error: BaseException | None = None
+    seconds: float | None = None  # the host's wall time, once it started
 
     @property
     def name(self) -> str:
@@ -100,10 +102,13 @@ class FanoutResult:
         return [o.name for o in self.ok]
 
     def to_dict(self) -> dict:
-        """Host -> {status, result} (or {status, error}): the ``hosts`` of a command's JSON."""
+        """Host -> {status, result} (or {status, error}), and ``seconds`` for a host that started: the ``hosts`` of
+        a command's JSON."""
         out = {}
         for o in self.outcomes:
             item: dict = {"status": o.status}
+            if o.seconds is not None:
+                item["seconds"] = o.seconds
             if o.ok:
                 item["result"] = o.value
             elif o.error is not None:
@@ -265,29 +270,35 @@ def run_on_hosts(hosts: Iterable, fn: Callable[[Any], Any], *, parallel: int = 1
     def work(index: int):
         host = hosts[index]
         _worker.stop = stop
+        started = None
+
+        def took() -> float | None:
+            return None if started is None else round(time.monotonic() - started, 2)
+
         try:
             if stop.is_set():
                 raise Interrupted()
             if progress is not None:
                 progress.set(host, "starting")
+            started = time.monotonic()
             value = fn(host)
         except Interrupted as exc:
-            outcomes[index] = HostOutcome(host, INTERRUPTED, error=exc)
+            outcomes[index] = HostOutcome(host, INTERRUPTED, error=exc, seconds=took())
             if progress is not None:
                 progress.set(host, "interrupted")
         except KeyboardInterrupt as exc:  # a plain one raised inside fn: treat as the user's Ctrl-C
             stop.set()
-            outcomes[index] = HostOutcome(host, INTERRUPTED, error=exc)
+            outcomes[index] = HostOutcome(host, INTERRUPTED, error=exc, seconds=took())
             if progress is not None:
                 progress.set(host, "interrupted")
         except BaseException as exc:  # noqa: BLE001 - every host's error is reported, none stops the others
-            outcomes[index] = HostOutcome(host, FAILED, error=exc)
+            outcomes[index] = HostOutcome(host, FAILED, error=exc, seconds=took())
             if progress is not None:
                 progress.failed(host, exc)
         else:
-            outcomes[index] = HostOutcome(host, OK, value=value)
+            outcomes[index] = HostOutcome(host, OK, value=value, seconds=took())
             if progress is not None:
-                progress.done(host)
+                progress.done(host, f"done in {outcomes[index].seconds:.1f} s")
         finally:
             _worker.stop = None
 

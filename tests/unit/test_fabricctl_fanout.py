@@ -107,13 +107,17 @@ def test_progress_shows_steps_done_and_failed_on_a_plain_stream():
             raise UserError("login refused: authorization failure\nmore detail")
         progress.update(host, "mount")
 
-    run_on_hosts(HOSTS[:2], fn, parallel=1, progress=progress)
+    result = run_on_hosts(HOSTS[:2], fn, parallel=1, progress=progress)
     lines = out.getvalue().splitlines()
     assert "\x1b" not in out.getvalue()
+    took = result.outcomes[0].seconds
     assert lines == ["publish imagenet@v1",
-                     "gpu1: starting", "gpu1: discovery", "gpu1: login", "gpu1: mount", "gpu1: done",
+                     "gpu1: starting", "gpu1: discovery", "gpu1: login", "gpu1: mount", f"gpu1: done in {took:.1f} s",
                      "gpu2: starting", "gpu2: discovery", "gpu2: login",
                      "gpu2: FAILED: login refused: authorization failure"]
+    # each host's wall time, in the command's JSON too
+    hosts = result.to_dict()
+    assert hosts["gpu1"]["seconds"] == took and hosts["gpu2"]["seconds"] >= 0 and hosts["gpu2"]["status"] == "failed"
 
 
 def _screen(text: str) -> list[str]:
