@@ -10,9 +10,9 @@ is newer than the one it points to. Hosts that fail are named with the reason (e
 others finish. Where this node's key runs only the hosts' node agent (ssh.access: agent, the default of
 role fabric_node), the host side is the agent's own `fabric-node attach NAME@VERSION --holder manual` (with
 `--current` when the version is the dataset's newest: one request a host; an older version's `current` is a
-second request, only when the link is to move): nothing else runs there. With no key on the hosts (ssh.access: none, pull only), publish grants
-the version and the hosts attach it themselves. Publishing again to more hosts adds them; hosts already there
-are left as they are.
+second request, only when the link is to move): nothing else runs there. With no key on the hosts
+(ssh.access: none, pull only), publish grants the version and the hosts attach it themselves. Publishing again
+to more hosts adds them; hosts already there are left as they are.
 
 With --from-nodes, the version is served by several storage nodes at once: each named node must hold
 the same snapshot (same GUID; `fabricctl replicate` copies it there) and exports it too (asked over its

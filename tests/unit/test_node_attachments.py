@@ -219,7 +219,8 @@ def test_the_agents_verbs_with_valid_arguments_are_served(text, argv):
     "attach imagenet@v3 --holder manual --config /tmp/evil.json", "attach imagenet@v3 --holder manual --ssh",
     "gc", "gc --dry-run", "verify imagenet@v3 --workers 999", "verify imagenet@v3 --workers -1",
     "list --json --json", "current", "detach imagenet@v3 --holder manual --current",
-    "attach imagenet@v3 --holder manual --current --current", "current imagenet v3 --current", "current imagenet v1 v2", "current ../x v1", "in-use imagenet@v3 extra",
+    "attach imagenet@v3 --holder manual --current --current", "current imagenet v3 --current",
+    "current imagenet v1 v2", "current ../x v1", "in-use imagenet@v3 extra",
     "attach imagenet@v3 --holder manual\nid", "attach 'unterminated --holder manual", "x" * 600,
     "--help", "attach --help", "list --config=/etc/shadow",
 ])
