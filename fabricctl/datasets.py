@@ -42,13 +42,20 @@ def require_version(ctx, name: str, version: str) -> dict:
     resolved, when the command runs (a tag: to the version it names now; the row's ``snapshot`` is the version,
     ``tag`` the tag). NotFound names the dataset's versions and tags (and, on a node with peers, how to
     replicate it here)."""
+    return resolve(ctx, name, version)[0]
+
+
+def resolve(ctx, name: str, version: str) -> tuple[dict, dict, list[dict]]:
+    """``require_version``, with what it read handed on: (the version's row, the staging volume's row, the dataset's
+    sealed versions oldest first), so that a command needing them too does not list them again."""
     try:
-        require(ctx, name)
+        volume_row = require(ctx, name)
     except NotFound as exc:
         raise NotFound(exc.problem, exc.fix + _replicate_hint(ctx, f"{name}@{version}")) from None
-    rows = {r["snapshot"]: r for r in sealed(ctx, name)}
+    listed = sealed(ctx, name)
+    rows = {r["snapshot"]: r for r in listed}
     if version in rows:
-        return rows[version]
+        return rows[version], volume_row, listed
     known_tags = tags(ctx, name)
     if version in known_tags:
         target = known_tags[version]
@@ -56,7 +63,7 @@ def require_version(ctx, name: str, version: str) -> dict:
             raise NotFound(f"tag {name}@{version} names version {target}, which is not on this node (destroyed, or "
                            "not replicated here)", f"move the tag (`fabricctl tag {name}@VERSION {version}`) or remove "
                            f"it (`fabricctl untag {name} {version}`)" + _replicate_hint(ctx, f"{name}@{target}"))
-        return {**rows[target], "tag": version}
+        return {**rows[target], "tag": version}, volume_row, listed
     known = ", ".join(rows) or "none sealed yet"
     tagged = ", ".join(f"{t} -> {v}" for t, v in sorted(known_tags.items()))
     raise NotFound(f"unknown version {name}@{version} (versions of {name}: {known}"

@@ -39,9 +39,9 @@ def configure(p) -> None:
 def run(ctx, args) -> int:
     name, version = parse_ref(args.ref)
     hosts = ctx.config.resolve_targets(args.to)
-    row = datasets.require_version(ctx, name, version)
+    row, volume_row, _listed = datasets.resolve(ctx, name, version)
     version = row["snapshot"]  # a tag resolved: the version it names now
-    export = datasets.export_of(ctx, row, datasets.require(ctx, name))
+    export = datasets.export_of(ctx, row, volume_row)
     peers, unreachable = serving.peers(ctx, args.from_nodes, name, version)
     here = Grants(ctx.publisher).grant(export, hosts)
     nodes = {ctx.config.node or "this node": here}

@@ -48,10 +48,10 @@ def configure(p) -> None:
 def run(ctx, args) -> int:
     name, version = parse_ref(args.ref)
     hosts = ctx.config.resolve_targets(args.to)
-    row = datasets.require_version(ctx, name, version)
+    row, volume_row, listed = datasets.resolve(ctx, name, version)  # one listing of volumes and one of versions
     version = row["snapshot"]  # a tag resolved (datasets.require_version): the version it names now
-    export = datasets.export_of(ctx, row, datasets.require(ctx, name))
-    created = {r["snapshot"]: r["creation"] for r in datasets.sealed(ctx, name)}
+    export = datasets.export_of(ctx, row, volume_row)
+    created = {r["snapshot"]: r["creation"] for r in listed}
     pub = ctx.publisher
     peers = serving.named_peers(ctx, args.from_nodes, name, version) if args.from_nodes else []
     pull_only = ctx.config.ssh.access == "none"  # each host attaches it itself: granted, not published

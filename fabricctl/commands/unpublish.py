@@ -36,7 +36,7 @@ def configure(p) -> None:
 
 def run(ctx, args) -> int:
     name, version = parse_ref(args.ref)
-    row = datasets.require_version(ctx, name, version)
+    row, _volume_row, listed = datasets.resolve(ctx, name, version)
     version = row["snapshot"]  # a tag resolved (datasets.require_version): the version it names now
     export = datasets.export_of(ctx, row)
     pub = ctx.publisher
@@ -44,7 +44,7 @@ def run(ctx, args) -> int:
     published, foreign = index.hosts_of(export)
     acl_inits = index.initiators(export)
     hosts = ctx.config.resolve_targets(args.from_) if args.from_ else published
-    created = {r["snapshot"]: r["creation"] for r in datasets.sealed(ctx, name)}
+    created = {r["snapshot"]: r["creation"] for r in listed}
 
     if not args.force:
         checked = ctx.fan(hosts, lambda host, step: pub.in_use(export, host, step), "check", quiet=True)

@@ -316,8 +316,13 @@ def fabricctl_node(lio_state, monkeypatch, tmp_path):
                ("zfs", "list", "-j", "-p", "-t", "snapshot"): under(snapshots),
                ("zpool", "list"): (0, (DATA / "zfs23b" / "tank_list.json").read_text(), ""),
                ("zpool", "status"): (0, (DATA / "zfs23b" / "tank_status.json").read_text(), "")}
-    monkeypatch.setattr(context, "LocalRunner", lambda dry_run: AnsweringRunner(answers, dry_run=dry_run,
-                                                                                default=None))
+    local: list = []  # every LocalRunner a command made (run.local): what it ran on the storage node
+
+    def make_local(dry_run):
+        local.append(AnsweringRunner(answers, dry_run=dry_run, default=None))
+        return local[-1]
+
+    monkeypatch.setattr(context, "LocalRunner", make_local)
     hosts = {"gpu1": gpu(GPU1), "gpu2": gpu(GPU2)}
     monkeypatch.setattr(context.Context, "ssh", lambda self, host: (self.hosts.setdefault(host.name, "contacted"),
                                                                     hosts[host.name])[1])
@@ -329,12 +334,17 @@ def fabricctl_node(lio_state, monkeypatch, tmp_path):
         return status, hosts
 
     run.hosts = hosts
+    run.local = local
     return run
 
 
 def test_a_dry_run_publish_from_the_command_line(fabricctl_node, capsys):
     status, hosts = fabricctl_node("publish", "imagenet@v2", "--to", "gpu_nodes", "--dry-run")
     out = json.loads(capsys.readouterr().out)
+    listings = [tuple(argv[:6]) for r in fabricctl_node.local for argv in r.seen if tuple(argv[:2]) == ("zfs", "list")]
+    # the version, its staging volume and the dataset's versions come from one listing each (datasets.resolve)
+    assert listings.count(("zfs", "list", "-j", "-p", "-t", "volume")) == 1, listings
+    assert listings.count(("zfs", "list", "-j", "-p", "-t", "snapshot")) == 1, listings
     assert status == 0 and set(out) == {"ref", "target", "dry_run", "storage", "hosts", "mountpoint", "planned"}
     assert out["target"] == f"{BASE}:ds.imagenet.v2" and out["dry_run"] is True
     assert set(out["storage"]) == {"held", "snapdev", "lio_changed", "lio_actions", "revoked", "warnings"}
