@@ -73,6 +73,23 @@ def test_two_jobs_share_one_mount_and_the_last_one_out_detaches(tmp_path):
     assert not again["held"] and not again["changed"]
 
 
+def test_a_jobs_attachment_from_the_only_storage_node_reads_the_disk_without_a_map(tmp_path):
+    """A map of one path buys a job nothing (no other node can join it before the configuration changes): its
+    attachment does not even ask whether multipathd runs; a manual holder's, or one with several storage nodes,
+    does (a map, when multipathd runs: another node's path joins it later)."""
+    asked = ["systemctl", "is-active", "multipathd.service"]
+    one = {"storage_nodes": {"storage1": {"portal": P1}}}
+    node = granted(P1)
+    out = agent(tmp_path, node, **one).attach("imagenet@v3", "job:1")
+    assert asked not in node.seen and out["multipath"] is None and out["device"].startswith("/dev/disk/by-path/")
+    manual = granted(P1)
+    agent(tmp_path / "m", manual, **one).attach("imagenet@v3", "manual")
+    assert asked in manual.seen
+    several = granted(P1)
+    agent(tmp_path / "s", several).attach("imagenet@v3", "job:1")
+    assert asked in several.seen
+
+
 def test_several_storage_nodes_without_multipathd_attach_from_one(tmp_path):
     node = granted(P1, P2)
     out = agent(tmp_path, node).attach("imagenet@v3", "job:1")

@@ -7,7 +7,8 @@ grant``); the GPU node attaches by itself, driven by a scheduler's hooks (a job'
 
 ``attach(REF, HOLDER)``: the target of NAME@VERSION is derived with the storage side's rule
 (``exports.dataset_on_node``); the agent logs in to every storage node of its configuration that exports it
-(all at once, one multipath map when multipathd runs; else the first that lets it in), mounts it read-only at
+(all at once, one multipath map when multipathd runs; else the first that lets it in; a job's attachment on a
+node whose configuration names one storage node reads the session's disk, no map), mounts it read-only at
 MOUNT_ROOT/NAME/VERSION and records the holder. A second holder of a mounted version only adds itself. A
 version held by ``manual`` comes back after a reboot (node records ``node.startup=automatic``, a mount unit in
 /etc/systemd/system); one held by jobs only never logs in again by itself (``node.startup=manual``, a transient
@@ -220,7 +221,12 @@ class Agent:
         """Sessions, device, mount and persistence of an attachment as its holders want them; returns the
         changes (commands, redacted)."""
         persistent = att.wants_persistent()
-        paths = self.config.multipath and multipath.active(self.runner)
+        # A job's attachment (gone at reboot) from the one storage node this node's configuration names reads the
+        # session's disk: no other node can add a path to a map before that configuration changes, and a map's udev
+        # events cost an attach about 2 s on the lab (issue 29's prolog). A manual holder's attachment (it outlives
+        # configurations), one with several storage nodes, or one read through a map already, goes through a map.
+        paths = self.config.multipath and (persistent or len(self.config.storage_nodes) > 1 or bool(att.multipath)) \
+            and multipath.active(self.runner)
         step("login")
         sessions, commands = self._login(att.target, persistent=persistent, paths=paths)
         first = next(iter(sessions.values()))
