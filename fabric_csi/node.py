@@ -1,7 +1,8 @@
 """The CSI node service: a version attached through the GPU-node agent and shown read-only at the kubelet's paths.
 
 NodeStageVolume: ``Agent.attach(NAME@VERSION, csi:NAME@VERSION)`` (the agent logs in to the storage nodes that
-granted the version to this node, one multipath map, mounts it read-only at MOUNT_ROOT/NAME/VERSION and counts
+granted the version to this node, one multipath map when its configuration names several storage nodes, else the
+session's disk; mounts it read-only at MOUNT_ROOT/NAME/VERSION and counts
 the holder; a Slurm job or an operator holding the same version shares the one mount), then a read-only bind of
 that mount at the staging path. NodePublishVolume: a read-only bind at the pod's target path (each pod its own;
 two pods of one node share the staging and the agent's mount). NodeUnpublishVolume removes a target's bind and
