@@ -1,7 +1,7 @@
 """Commands in the host's namespaces, for a node plugin that runs in a container (the DaemonSet).
 
-The agent's work is the host's: its iSCSI sessions (iscsid), its mounts (systemd-mount, a transient unit of the
-host's systemd), its multipath maps, and the kubelet's paths, which are the host's paths. In a container with
+The agent's work is the host's: its iSCSI sessions (iscsid), its mounts (the host's mount table, which the
+host's systemd reads), its multipath maps, and the kubelet's paths, which are the host's paths. In a container with
 the host's PID namespace (``hostPID: true``, privileged), ``HostRunner`` runs every command through
 ``nsenter --target 1`` into the mount, UTS, IPC, network and PID namespaces of the host's init, so each one runs
 exactly as it does when the plugin runs on the host itself (role fabric_node's systemd service, which uses a

@@ -1,4 +1,4 @@
-"""A GPU node simulated for the agent's unit tests: the commands fabric_core.node runs (iscsiadm, systemd-mount,
+"""A GPU node simulated for the agent's unit tests: the commands fabric_core.node runs (iscsiadm, mount,
 systemctl, findmnt, ...) change and answer a small model of the node (sessions, node records, mounts, unit
 files), and the storage nodes it reaches say which targets they grant it (iscsiadm's exit 24 otherwise) and
 whether they answer at all. The output formats are the ones the core's parsers read (recorded from open-iscsi
@@ -28,7 +28,7 @@ class FakeNode(Runner):
         self.mounts: dict = {}  # mountpoint -> (source, fstype, options)
         self.files: dict = {}  # unit files and links: path -> text
         self.busy: dict = {}  # mountpoint -> ["PID COMMAND"]
-        self.transient: set = set()  # mount points mounted by systemd-mount
+        self.transient: set = set()  # mount points of runtime mounts (mount -t)
         self.loaded: dict = {}  # unit -> the unit file's text when systemd loaded it (start, show; daemon-reload)
         self.seen: list = []
         self.disks = 0
@@ -128,13 +128,18 @@ class FakeNode(Runner):
                 src, fstype, options = self.mounts[point]
                 return 0, f"{self._dev_of(src)} {fstype} {options}\n", ""
             return 0, "".join(p + "\n" for p in sorted(self.mounts)), ""
-        if a[:1] == ["systemd-mount"]:
-            device, point = a[-2], a[-1]
-            options = next(w for w in a if w.startswith("--options="))[len("--options="):]
-            fstype = next(w for w in a if w.startswith("--type="))[len("--type="):]
-            self._mount(device, point, fstype, options)
+        if a[:3] == ["mount", "--mkdir", "-t"]:  # a runtime mount: mount --mkdir -t FSTYPE -o OPTIONS DEVICE POINT
+            assert a[4] == "-o" and len(a) == 8, a
+            device, point = a[6], a[7]
+            if device not in self._devices():
+                return 32, "", f"mount: {point}: special device {device} does not exist.\n"
+            self._mount(device, point, a[3], a[5])
             self.transient.add(point)
             return 0, "", ""
+        if a[:2] == ["bash", "-c"] and a[3] == "fabric-disk":  # devices.wait_for_disk: sysfs, the session's disk
+            target, address, port = a[4], a[5], a[6]
+            disk = self.sessions.get((target, f"{address}:{port}"))
+            return (0, f"/dev/{disk}\n", "") if disk else (1, "", "")
         if a[:1] == ["cat"]:
             return (0, self.files[a[1]], "") if a[1] in self.files else (1, "", "No such file or directory\n")
         if a[:4] == ["install", "-D", "-m", "0644"]:
@@ -207,8 +212,8 @@ class FakeNode(Runner):
             return 1, "", "multipathd not running\n"
         raise AssertionError(f"unexpected command {a}")
 
-    def _devices(self):
-        return {self._by_path(t, p) for t, p in self.sessions}
+    def _devices(self):  # udev's links and the kernel's disks
+        return {self._by_path(t, p) for t, p in self.sessions} | {f"/dev/{d}" for d in self.sessions.values()}
 
     def _dev_of(self, src):
         for (t, p), disk in self.sessions.items():

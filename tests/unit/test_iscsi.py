@@ -545,3 +545,55 @@ def test_a_tagged_record_and_an_untagged_one_with_a_session_are_left_as_they_are
     running = plan_session(session_spec(portal=PORTAL, target_iqn=XFS),
                            SessionLive({"sid": 3}, parse_node_record(data("iscsi", "node_default.txt"))))
     assert "delete_record" not in [step.kind for step in running.steps]  # what its session runs on stays
+
+
+def _sysfs(root, sid: int, target: str, address: str, port: int, disks: dict) -> None:
+    """A session in a fake /sys (and its disks' nodes in a fake /dev): disks {lun: (name, size in sectors)}."""
+    session = root / "sys" / "class" / "iscsi_session" / f"session{sid}"
+    session.mkdir(parents=True)
+    (session / "targetname").write_text(target + "\n")
+    connection = root / "sys" / "class" / "iscsi_connection" / f"connection{sid}:0"
+    connection.mkdir(parents=True)
+    (connection / "persistent_address").write_text(address + "\n")
+    (connection / "persistent_port").write_text(f"{port}\n")
+    for lun, (name, size) in disks.items():
+        block = session / "device" / f"target{sid + 5}:0:0" / f"{sid + 5}:0:0:{lun}" / "block" / name
+        block.mkdir(parents=True)
+        (block / "size").write_text(f"{size}\n")
+        (root / "dev").mkdir(exist_ok=True)
+        (root / "dev" / name).write_text("")
+
+
+def test_the_kernels_disk_of_a_sessions_lun_is_read_from_sysfs_before_udev(tmp_path):
+    """devices.DISK_OF_SESSION (what a job's attach waits for): the session to that target at that portal, that
+    LUN's disk once it has a capacity, and its device node; never another portal's session of the same target,
+    another target's, or LUN 10 for LUN 0."""
+    from fabric_core.node.devices import disk_argv  # noqa: PLC0415
+
+    _sysfs(tmp_path, 1, EXT4, "10.77.0.12", 3260, {0: ("sdb", 2048)})  # the same target at another portal
+    _sysfs(tmp_path, 2, XFS, "10.77.0.11", 3260, {0: ("sdc", 2048)})  # another target at the portal
+    _sysfs(tmp_path, 3, EXT4, "10.77.0.11", 3260, {10: ("sdd", 2048), 0: ("sde", 4096)})
+    _sysfs(tmp_path, 4, CHAPT, "fd00::11", 3260, {0: ("sdf", 0)})  # scanned, its capacity not read yet
+
+    def disk(portal, target, lun=0):
+        res = subprocess.run(disk_argv(portal, target, lun, 1, root=str(tmp_path)), capture_output=True, text=True,
+                             timeout=30, check=False)
+        return res.returncode, res.stdout.strip()
+
+    assert disk(PORTAL, EXT4) == (0, "/dev/sde")
+    assert disk(PORTAL, EXT4, 10) == (0, "/dev/sdd")
+    assert disk("10.77.0.12:3260", EXT4) == (0, "/dev/sdb")
+    assert disk(PORTAL, XFS) == (0, "/dev/sdc")
+    assert disk("[fd00::11]:3260", CHAPT) == (1, "")  # no capacity yet: waited its second, then gave up
+    (tmp_path / "sys/class/iscsi_session/session4/device/target9:0:0/9:0:0:0/block/sdf/size").write_text("8\n")
+    assert disk("[fd00::11]:3260", CHAPT) == (0, "/dev/sdf")
+    assert disk(PORTAL, CHAPT)[0] == 1  # no session there
+
+
+def test_a_disk_that_never_appears_times_out_naming_the_lun_target_and_portal():
+    from fabric_core.node.devices import disk_argv, wait_for_disk  # noqa: PLC0415
+
+    runner = ScriptedRunner([step(disk_argv(PORTAL, EXT4, 0, 2), rc=1)])
+    with pytest.raises(DeviceTimeout, match=f"kernel's disk of LUN 0 of {EXT4} at {PORTAL} did not appear within 2s"):
+        wait_for_disk(runner, portal=PORTAL, target_iqn=EXT4, timeout=2)
+    runner.assert_done()

@@ -278,3 +278,26 @@ def test_unit_names_are_systemds(path, suffix, expected):
 def test_a_relative_or_unnormalized_path_has_no_unit_name(path):
     with pytest.raises(UserError, match="not an absolute, normalized path"):
         mounts.path_unit(path, "mount")
+
+
+def test_a_runtime_mount_is_mounts_own_and_a_failed_one_says_why_naming_the_device():
+    """A job's mount: `mount --mkdir` read-only with the fabric's options (`_netdev`: systemd stops it before the
+    iSCSI sessions), no unit file, no daemon-reload; one there already read-only stays; mount's refusal is an error
+    naming the device and the mount point."""
+    from support import ScriptedRunner  # noqa: PLC0415
+
+    point = "/datasets/imagenet/v3"
+    argv = ["mount", "--mkdir", "-t", "ext4", "-o", "ro,noload,nodev,nosuid,_netdev", "/dev/sdb", point]
+    runner = ScriptedRunner([{"command": argv, "rc": 0}])
+    out = mounts.ensure_runtime_mount(runner, device="/dev/sdb", mountpoint=point, fstype="ext4", current=None)
+    assert out["changed"] and out["commands"] == [f"mount /dev/sdb {point} (read-only, until reboot)"]
+    runner.assert_done()
+    kept = mounts.ensure_runtime_mount(ScriptedRunner([]), device="/dev/sdb", mountpoint=point, fstype="ext4",
+                                       current={"source": "/dev/sdb", "fstype": "ext4", "options": ["ro"]})
+    assert not kept["changed"]
+    failing = ScriptedRunner([{"command": argv, "rc": 32, "stderr": f"mount: {point}: wrong fs type, bad option\n"}])
+    with pytest.raises(UserError, match=f"mount of /dev/sdb at {point} failed: mount: .*wrong fs type"):
+        mounts.ensure_runtime_mount(failing, device="/dev/sdb", mountpoint=point, fstype="ext4", current=None)
+    with pytest.raises(UserError, match="mounted, and not read-only"):
+        mounts.ensure_runtime_mount(ScriptedRunner([]), device="/dev/sdb", mountpoint=point, fstype="ext4",
+                                    current={"source": "/dev/sdb", "fstype": "ext4", "options": ["rw"]})

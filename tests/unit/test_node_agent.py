@@ -90,6 +90,25 @@ def test_a_jobs_attachment_from_the_only_storage_node_reads_the_disk_without_a_m
     assert asked in several.seen
 
 
+def test_a_jobs_plain_disk_is_mounted_as_the_kernel_named_it_before_udev_and_a_manual_one_through_udevs_link(tmp_path):
+    """A job's attachment of a plain disk waits for the kernel's disk of its session (sysfs), not for udev's rules
+    and link, and mounts it with mount(8), no unit; a manual holder's mount unit names udev's by-path link, so that
+    attach waits for udev."""
+    node = granted(P1)
+    out = agent(tmp_path, node).attach("imagenet@v3", "job:1")
+    kernel = "/dev/" + node.sessions[(V3, P1)]
+    assert node.mounts["/datasets/imagenet/v3"][0] == kernel and out["device"].startswith("/dev/disk/by-path/")
+    assert any(a[:2] == ["bash", "-c"] and a[3] == "fabric-disk" and a[4:7] == [V3, *P1.split(":")] for a in node.seen)
+    assert not any(a[:1] == ["udevadm"] or a[:1] == ["systemd-mount"] for a in node.seen)
+    assert any(a[:2] == ["mount", "--mkdir"] and a[-2:] == [kernel, "/datasets/imagenet/v3"] for a in node.seen)
+    manual = granted(P1)
+    agent(tmp_path / "m", manual).attach("imagenet@v3", "manual")
+    assert any(a[:2] == ["udevadm", "wait"] for a in manual.seen)
+    assert not any(a[:2] == ["bash", "-c"] or a[:1] == ["mount"] for a in manual.seen)
+    unit = manual.files["/etc/systemd/system/datasets-imagenet-v3.mount"]
+    assert f"What=/dev/disk/by-path/ip-{P1}-iscsi-{V3}-lun-0" in unit
+
+
 def test_several_storage_nodes_without_multipathd_attach_from_one(tmp_path):
     node = granted(P1, P2)
     out = agent(tmp_path, node).attach("imagenet@v3", "job:1")
@@ -161,6 +180,7 @@ def test_a_manual_holder_keeps_the_version_across_reboots_and_its_leaving_makes_
     assert "# fabric-owner: fabric-node" in node.files[unit]
     assert node.files["/etc/systemd/system/remote-fs.target.wants/datasets-imagenet-v3.mount"] == unit
     assert node.records[(V3, P1)]["node.startup"] == "automatic"
+    assert f"What=/dev/disk/by-path/ip-{P1}-iscsi-{V3}-lun-0" in node.files[unit]  # udev's name, not the job's sdX
     ag.detach("imagenet@v3", "manual")
     assert unit not in node.files and node.records[(V3, P1)]["node.startup"] == "manual"
     assert "/datasets/imagenet/v3" in node.mounts  # the job still reads it

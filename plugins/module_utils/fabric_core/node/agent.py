@@ -37,7 +37,7 @@ from ..base.errors import Busy, FabricError, NotFound, UserError
 from ..base.exports import dataset_on_node, dataset_target_prefix
 from ..base.model import Step, apply_steps
 from ..base.names import validate_tag
-from ..base.rules import OPEN_ISCSI, validate_filesystem
+from ..base.rules import FILESYSTEMS, OPEN_ISCSI, validate_filesystem
 from ..base.runner import Runner
 from . import attach as hostside
 from . import iscsi, mounts, multipath
@@ -239,7 +239,9 @@ class Agent:
         att.portals = {node: res["portal"] for node, res in sessions.items()}
         att.multipath = claimed.get("wwid") or att.multipath
         att.device = device
-        att.fstype = att.fstype or self._fstype(device)
+        # a job's plain disk is mounted as the kernel named it, before udev's link (``_login``)
+        source = device if paths or persistent else first["kernel_device"] or device
+        att.fstype = att.fstype or self._fstype(source)
         step("mount")
         description = f"fabric dataset version {att.ref}"  # the publishing service's: an adopted unit stays as it is
         unit = mounts.unit_owner(unit_text)
@@ -254,9 +256,8 @@ class Agent:
         else:
             if unit is not None:  # a manual holder left: the mount stays, until reboot only
                 commands += mounts.unpersist_mount(self.runner, att.mountpoint)["commands"]
-            commands += mounts.ensure_runtime_mount(self.runner, device=device, mountpoint=att.mountpoint,
-                                                    fstype=att.fstype, description=description,
-                                                    current=mounted)["commands"]
+            commands += mounts.ensure_runtime_mount(self.runner, device=source, mountpoint=att.mountpoint,
+                                                    fstype=att.fstype, current=mounted)["commands"]
         att.persistent = persistent
         return commands
 
@@ -264,7 +265,10 @@ class Agent:
         """The file system on the version's device (a low-level probe; only ext4 and xfs are the fabric's)."""
         if self.dry_run and not self.runner.run(["test", "-e", device], check=False).ok:
             return "ext4"  # nothing logged in: what a version usually has (a real run reads it)
-        res = self.runner.run(["blkid", "-p", "-o", "value", "-s", "TYPE", device], check=False)
+        # only the fabric's types probed: a whole probe reads more of the disk, each read a round trip to the storage
+        # node (0.28 against 0.10 s on the lab); anything else, or both, reads as none of them
+        res = self.runner.run(["blkid", "-p", "-n", ",".join(FILESYSTEMS), "-o", "value", "-s", "TYPE", device],
+                              check=False)
         fstype = res.stdout.strip()
         try:
             return validate_filesystem(fstype)
@@ -286,8 +290,10 @@ class Agent:
         live = {s["portal"] for s in found if s["target"] == target}
 
         def attempt(node, sessions=None):
+            # a job's plain disk (neither a map's path nor a mount unit's link) needs nothing of udev's: its kernel
+            # disk is mounted as soon as the login's SCSI scan added it (udev's rules cost 1-1.4 s on the lab)
             return hostside.login(self.runner, portal=node.portal, target_iqn=target, chap=chap, startup=startup,
-                                  map_path=paths, settings=settings, sessions=sessions)
+                                  map_path=paths, settings=settings, sessions=sessions, udev=persistent or paths)
 
         def one(node):
             if node.portal not in live and not self.runner.dry_run and not self._answers(node.portal):

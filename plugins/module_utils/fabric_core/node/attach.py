@@ -55,17 +55,20 @@ def switch_link(runner, link: str, target: str | None) -> bool:
 
 
 def login(runner: Runner, *, portal: str, target_iqn: str, chap: Chap | None, startup: str = "automatic",
-          map_path: bool = False, settings: dict | None = None, sessions: list | None = None) -> dict:
+          map_path: bool = False, settings: dict | None = None, sessions: list | None = None,
+          udev: bool = True) -> dict:
     """The host's session to a target at a portal, with its own CHAP credentials written to the node record (never
     on a command line); a session already there stays, its record gets the current secrets and ``startup``
     (``iscsi.ensure_session``). ``map_path``: a path of a multipath map (MULTIPATH_REPLACEMENT_TIMEOUT).
-    ``sessions``: the host's sessions, when the caller just read them (``iscsi.read_sessions``)."""
+    ``sessions``: the host's sessions, when the caller just read them (``iscsi.read_sessions``). ``udev=False``:
+    a caller that mounts the kernel's disk (``kernel_device``) does not wait for udev's link
+    (``iscsi.ensure_session``)."""
     wanted = dict(settings or {})
     if map_path:
         wanted["node.session.timeo.replacement_timeout"] = MULTIPATH_REPLACEMENT_TIMEOUT
     return iscsi.ensure_session(runner, portal=portal, target_iqn=target_iqn,
                                 chap=chap.fields(OPEN_ISCSI, compact=True) if chap else None, startup=startup,
-                                settings=wanted or None, sessions=sessions)
+                                settings=wanted or None, sessions=sessions, udev=udev)
 
 
 def device(runner: Runner, mountpoint: str, session: dict, paths: bool,

@@ -45,6 +45,7 @@ from ..base.errors import EXIT_USER, MASK, Busy, CommandBounded, CommandError, F
 from ..base.model import Step, apply_steps
 from ..base.names import TPG_TAG, validate_iqn
 from ..base.rules import OPEN_ISCSI, parse_chap
+from .devices import DeviceTimeout, wait_for_device, wait_for_disk  # noqa: F401 - DeviceTimeout: re-exported
 
 ISCSIADM = "iscsiadm"
 DEFAULT_PORT = 3260
@@ -158,10 +159,6 @@ class PortalUnreachable(LoginFailed):
     """No iSCSI connection to the portal (down, wrong address, firewall, no target listening)."""
 
     reason = "unreachable"
-
-
-class DeviceTimeout(FabricError):
-    """Logged in, but the LUN's block device did not appear."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -414,24 +411,6 @@ def desired_settings(chap: dict | None, startup: str, extra: dict | None = None)
     return wanted
 
 
-def wait_for_device(runner, path: str, *, timeout: float = 60.0, interval: float = 0.5, sleep=time.sleep,
-                    clock=time.monotonic) -> str:
-    """Wait for a by-path link (``udevadm wait``: that one device made and initialised by udev, not the whole event
-    queue as `udevadm settle` waits for; then a bounded poll); return the kernel device (/dev/sdX)."""
-    runner.run(["udevadm", "wait", f"--timeout={int(max(timeout, 1))}", path], check=False)
-    deadline = clock() + timeout
-    while True:
-        res = runner.run(["readlink", "-e", path], check=False)
-        if res.rc == 0 and res.stdout.strip():
-            return res.stdout.strip()
-        if clock() >= deadline:
-            raise DeviceTimeout(
-                f"logged in, but {path} did not appear within {timeout:g}s",
-                "check on the storage node that the export maps this LUN number to this initiator's ACL "
-                "(MappedLUN), and `dmesg` on this host for SCSI errors")
-        sleep(interval)
-
-
 # --------------------------------------------------------------------------------------------
 # sessions: declared state + live state -> a pure plan; one applier runs it
 
@@ -610,9 +589,9 @@ def plan_session(spec: SessionSpec, live: SessionLive, *, unmounting: tuple = ()
 
 
 def apply_session(runner, spec: SessionSpec, live: SessionLive, plan: SessionPlan, *, device_timeout: float = 60.0,
-                  sleep=time.sleep) -> dict:
+                  sleep=time.sleep, udev: bool = True) -> dict:
     """Run a plan: refuse its first conflict before any change, run its steps in order through the one applier,
-    then wait for the LUN's device. Returns the result of ``ensure_session``."""
+    then wait for the LUN's device (``ensure_session``'s ``udev``). Returns the result of ``ensure_session``."""
     if plan.conflicts:
         raise plan.conflicts[0]
     commands: list[str] = []
@@ -641,8 +620,12 @@ def apply_session(runner, spec: SessionSpec, live: SessionLive, plan: SessionPla
     if runner.dry_run and live.session is None:
         result["device"] = spec.device  # where it will appear; nothing was logged in
         return result
-    result["kernel_device"] = wait_for_device(runner, spec.device, timeout=device_timeout, sleep=sleep)
     result["device"] = spec.device
+    if not udev:
+        result["kernel_device"] = wait_for_disk(runner, portal=spec.portal, target_iqn=spec.target_iqn, lun=spec.lun,
+                                                timeout=device_timeout)
+        return result
+    result["kernel_device"] = wait_for_device(runner, spec.device, timeout=device_timeout, sleep=sleep)
     if live.session is None:
         result["session"] = find_session(read_sessions(runner), spec.target_iqn, spec.portal)
     return result
@@ -651,12 +634,16 @@ def apply_session(runner, spec: SessionSpec, live: SessionLive, plan: SessionPla
 def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = None, startup: str = "automatic",
                    state: str = "logged_in", lun: int = 0, settings: dict | None = None,
                    device_timeout: float = 60.0, sleep=time.sleep, unmounting: tuple = (),
-                   paths_left: bool = False, sessions: list | None = None) -> dict:
+                   paths_left: bool = False, sessions: list | None = None, udev: bool = True) -> dict:
     """Converge one target's node record and session on this host: read, plan, apply.
 
     logged_in: make the node record if it is missing (from the target name given: the portal is not
     asked), set node.startup, CHAP and ``settings`` where they differ (the secrets into the record
-    file, from stdin), log in if there is no session, then wait for /dev/disk/by-path/...-lun-LUN.
+    file, from stdin), log in if there is no session, then wait for /dev/disk/by-path/...-lun-LUN (udev's link:
+    ``devices.wait_for_device``). ``udev=False``: wait only for the kernel's disk of the session's LUN
+    (``devices.wait_for_disk``), for a caller that uses ``kernel_device`` itself before udev's rules ran; the
+    session a login made is not read again then (``session`` stays None), and ``device`` names a link udev may not
+    have made yet.
     A login refused by the target (exit 24: not in its ACL, or wrong CHAP) is ``AuthorizationFailed``;
     an unreachable portal or unknown target is ``PortalUnreachable``.
     logged_out: log out (refused while the disk is mounted) and delete the node record. In a dry
@@ -671,7 +658,7 @@ def ensure_session(runner, *, portal: str, target_iqn: str, chap: dict | None = 
                         settings=settings)
     live = read_session(runner, spec, sessions)
     plan = plan_session(spec, live, unmounting=unmounting if runner.dry_run else (), paths_left=paths_left)
-    return apply_session(runner, spec, live, plan, device_timeout=device_timeout, sleep=sleep)
+    return apply_session(runner, spec, live, plan, device_timeout=device_timeout, sleep=sleep, udev=udev)
 
 
 def refresh_record(runner, *, portal: str, target_iqn: str, chap: dict | None) -> dict:
