@@ -66,7 +66,7 @@ class Export:
     @property
     def current_link(self) -> str | None:
         """MOUNT_ROOT/NAME/current of a dataset version (None for checkpoints)."""
-        return posixpath.join(posixpath.dirname(self.mountpoint), "current") if self.kind == "ds" else None
+        return current_link_of(self.mountpoint) if self.kind == "ds" else None
 
     def target_iqn(self, iqn_base: str) -> str:
         return f"{iqn_base}:{self.target_name}"
@@ -96,6 +96,12 @@ def dataset_export(dataset_root: str, mount_root: str, name: str, version: str, 
 def dataset_target_prefix(iqn_base: str) -> str:
     """The common start of every dataset version's target IQN (``IQN_BASE:ds.``)."""
     return f"{iqn_base}:ds."
+
+
+def current_link_of(mountpoint: str) -> str:
+    """The ``current`` link of a dataset: MOUNT_ROOT/NAME/current, beside each version's mount point
+    MOUNT_ROOT/NAME/VERSION (``Export.current_link``, and the GPU node's agent)."""
+    return posixpath.join(posixpath.dirname(mountpoint), "current")
 
 
 def dataset_on_node(iqn_base: str, mount_root: str, name: str, version: str) -> tuple[str, str]:

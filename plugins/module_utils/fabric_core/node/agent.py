@@ -34,7 +34,7 @@ from dataclasses import replace
 
 from ..base import lock
 from ..base.errors import Busy, FabricError, NotFound, UserError
-from ..base.exports import dataset_on_node, dataset_target_prefix
+from ..base.exports import current_link_of, dataset_on_node, dataset_target_prefix
 from ..base.model import Step, apply_steps
 from ..base.names import validate_tag
 from ..base.rules import FILESYSTEMS, OPEN_ISCSI, validate_filesystem
@@ -186,7 +186,7 @@ class Agent:
                 raise
             att.state = "attached"
             self._save(att)
-            link = posixpath.join(posixpath.dirname(mountpoint), "current")
+            link = current_link_of(mountpoint)
             switched = hostside.switch_link(self.runner, link, version) if current else False
             now = version if current else hostside.read_link(self.runner, link)
         return {**self._describe(att), "changed": bool(commands) or added or switched, "commands": commands,
@@ -588,14 +588,13 @@ class Agent:
         """MOUNT_ROOT/NAME/current: read (``version`` ""), pointed at VERSION (attached or mounted here), or removed
         (None). {link, current, switched, changed}."""
         if version is None or version == "":
-            parse_version_ref(f"{name}@v1")  # the name's rule
-            link = posixpath.join(self.config.mount_root, name, "current")
+            mountpoint = self.version(f"{name}@v1")[3]  # the name's rule; the link is beside any version's mount
         else:
             _n, _v, _t, mountpoint = self.version(f"{name}@{version}")
-            link = posixpath.join(posixpath.dirname(mountpoint), "current")
             if not self.dry_run and self.store.load(f"{name}@{version}") is None and \
                     mounts.current_mount(self.runner, mountpoint) is None:  # a dry run's attach was only planned
                 raise NotFound(f"{name}@{version} is not attached on this node", "attach it first")
+        link = current_link_of(mountpoint)
         if version == "":
             now = hostside.read_link(self.runner, link)
             return {"link": link, "current": now, "switched": False, "changed": False}
