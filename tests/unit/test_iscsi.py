@@ -12,9 +12,9 @@ import pytest
 # isort: off
 from support import ScriptedRunner, data  # first: it puts module_utils on sys.path
 from fabric_core.base.errors import Busy, CommandError, InvalidName, UserError
+from fabric_core.node.devices import DeviceTimeout
 from fabric_core.node.iscsi import (
     AuthorizationFailed,
-    DeviceTimeout,
     PortalUnreachable,
     SessionLive,
     by_path,

@@ -45,7 +45,7 @@ from ..base.errors import EXIT_USER, MASK, Busy, CommandBounded, CommandError, F
 from ..base.model import Step, apply_steps
 from ..base.names import TPG_TAG, validate_iqn
 from ..base.rules import OPEN_ISCSI, parse_chap
-from .devices import DeviceTimeout, wait_for_device, wait_for_disk  # noqa: F401 - DeviceTimeout: re-exported
+from .devices import wait_for_device, wait_for_disk
 
 ISCSIADM = "iscsiadm"
 DEFAULT_PORT = 3260
