@@ -368,6 +368,30 @@ def test_ensure_pool_creates_when_missing():
     assert out["after"]["vdevs"] == FULL.to_dict()["vdevs"] and out["health"] == "ONLINE"
 
 
+def test_a_create_that_found_a_disks_link_gone_runs_once_more_after_udev_settled_and_only_then():
+    """The kernel retries a vdev's missing link for 1 s (zfs_vdev_open_timeout_ms); udev remakes the links after zpool
+    partitions a disk, slower than that on a busy node: `zpool create` then fails with ENOENT, nothing created. It
+    runs once more after `udevadm settle`, says so in a warning; a second failure, or any other, is the error."""
+    forced = PoolLayout(vdevs=FULL.vdevs, force=True)
+    argv = zpool.create_argv(POOL, forced, 12, {"autotrim": "on"}, {})
+    gone = {"command": argv, "rc": 1, "stderr": f"cannot create '{POOL}': no such pool or dataset\n"}
+    settle = {"command": ["udevadm", "settle", "--timeout=120"]}
+    runner = ScriptedRunner([MISSING, gone, settle, step(argv, "create_full.txt"),
+                             step(STATUS_ARGV, "status_full.json")])
+    out = zpool.ensure_pool(runner, name=POOL, layout=forced, disks=ALL_DISKS, properties={"autotrim": "on"})
+    runner.assert_done()
+    assert out["created"] and out["commands"] == [argv] and out["health"] == "ONLINE"
+    assert any("link gone" in w and "no such pool or dataset" in w for w in out["warnings"])
+    twice = ScriptedRunner([MISSING, gone, settle, gone])
+    with pytest.raises(CommandError, match="no such pool or dataset"):
+        zpool.ensure_pool(twice, name=POOL, layout=forced, disks=ALL_DISKS, properties={"autotrim": "on"})
+    twice.assert_done()
+    other = ScriptedRunner([MISSING, {**gone, "stderr": "cannot create 'tank': pool already exists\n"}])
+    with pytest.raises(CommandError, match="already exists"):
+        zpool.ensure_pool(other, name=POOL, layout=forced, disks=ALL_DISKS, properties={"autotrim": "on"})
+    other.assert_done()
+
+
 def _existing(status="status_full.json", managed=None):
     # z23_rec of the second session (zfs23b/): its root's fabric:managed read with `zfs get -j -p`
     # (get_root_managed_s.json) beside the pool reads of the same session

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...base.errors import FabricError, NotFound, UnsafeOperation, UserError
-from ...base.model import PoolLayout, Step, Vdev, apply_steps
+from ...base.errors import CommandError, FabricError, NotFound, UnsafeOperation, UserError
+from ...base.model import Applied, PoolLayout, Step, Vdev, apply_steps
 from ...base.names import validate_pool_name
 from ...base.rules import MANAGED_PROP
 from ...base.runner import Runner
@@ -403,13 +403,42 @@ def _plan_existing(spec: PoolSpec, live: LivePool) -> PoolPlan:
                     reshapes=bool(to_add or diff.expansions))
 
 
+# What `zpool create`/`zpool add` print when the kernel could not open a vdev it was just given (ENOENT): the disk's
+# links under /dev/disk/by-id are removed and made again by udev after zpool writes its partition table, and the
+# kernel retries a missing path for zfs_vdev_open_timeout_ms (1 s by default) only. On a busy node udev can take
+# longer (the lab's storage1, emulated, under two labs' load: "cannot create 'tank': no such pool or dataset").
+VDEV_LINK_GONE = "no such pool or dataset"
+
+
+def _apply(runner: Runner, steps: list) -> Applied:
+    """``apply_steps``, with a pool's create or add run once more after `udevadm settle` when the kernel found a
+    vdev's link gone (``VDEV_LINK_GONE``): nothing was created or added then, and the disks' labels are written
+    again by the second run."""
+    done = Applied()
+    for step in steps:
+        try:
+            part = apply_steps(runner, [step])
+        except CommandError as err:
+            if step.argv[:2] not in (["zpool", "create"], ["zpool", "add"]) or VDEV_LINK_GONE not in err.stderr:
+                raise
+            runner.run(["udevadm", "settle", "--timeout=120"], check=False)
+            part = apply_steps(runner, [step])
+            part.warnings.append(f"{step.description}: the kernel found a disk's link gone while udev made it again "
+                                 f"(`{err.stderr.strip()}`); run again once udev had settled")
+        done.commands += part.commands
+        done.prepared = part.prepared or done.prepared
+        done.warnings += part.warnings
+    return done
+
+
 def apply_pool(runner: Runner, spec: PoolSpec, plan: PoolPlan) -> dict:
-    """Run the plan's steps (model.apply_steps) and report; a real run that changed the layout reads it back.
+    """Run the plan's steps (model.apply_steps; a create or add once more when a vdev's link was gone, ``_apply``)
+    and report; a real run that changed the layout reads it back.
 
     Returns {changed, created, added, expanded, commands, prepared, before, after, warnings, health,
     properties_changed, steps} (and fs_properties_changed when the root dataset's properties were planned).
     """
-    done = apply_steps(runner, plan.steps)
+    done = _apply(runner, plan.steps)
     result: dict = {"changed": bool(plan.steps), "created": plan.created, "added": plan.added,
                     "expanded": plan.expanded, "commands": done.commands, "prepared": done.prepared,
                     "before": plan.before, "after": plan.after, "warnings": [*plan.warnings, *done.warnings],
