@@ -200,11 +200,20 @@ def mask_udev_rules_script() -> str:
     return _mask_script("/etc/udev/rules.d", STORAGE_ONLY_UDEV_RULES, "udevadm control --reload")
 
 
+# How long a guest's systemd waits for a device a unit needs (its DefaultDeviceTimeoutSec, 90 s by default, set on the
+# kernel command line: systemd.default_device_timeout_sec=). An emulated GPU node reaches network-online.target 80 s
+# or more after systemd starts under the suite's load, and its mount units' iSCSI disks come after the logins that
+# follow: at 90 s a fabric mount unit gave up on its disk at boot (test_reboot.py, 2026-11-29) a few seconds before
+# the disk came. Real machines boot in seconds; the lab's guests wait as long as its boot can take.
+DEVICE_TIMEOUT_S = 300
+
+
 def kernel_cmdline(vm: VM, ssh_pubkey: str) -> str:
     """Kernel command line; fabric.* words are read by fabric-lab-seed in the guest."""
     key = base64.b64encode(ssh_pubkey.strip().encode() + b"\n").decode()
     return " ".join([
         "root=LABEL=root", "rw", "console=ttyS0", "quiet", "loglevel=4",
+        f"systemd.default_device_timeout_sec={DEVICE_TIMEOUT_S}",
         f"fabric.hostname={vm.name}", f"fabric.mac={vm.mac}", f"fabric.addr={vm.cidr}",
         f"fabric.sshkey={key}",
         *([f"systemd.mask={unit}" for unit in STORAGE_ONLY_UNITS] if vm.role == "gpu" else []),

@@ -68,6 +68,7 @@ def test_qemu_argv_storage_node():
     assert len(set(buses)) == 10 and "sata1.3" in buses and "sata1.4" not in buses
     append = argv[argv.index("-append") + 1]
     assert "root=LABEL=root" in append and "fabric.hostname=storage1" in append
+    assert f"systemd.default_device_timeout_sec={topology.DEVICE_TIMEOUT_S}" in append.split()
     assert " " not in append.split("fabric.sshkey=")[1]
 
 
