@@ -227,8 +227,11 @@ class Agent:
         # configurations), one with several storage nodes, or one read through a map already, goes through a map.
         paths = self.config.multipath and (persistent or len(self.config.storage_nodes) > 1 or bool(att.multipath)) \
             and multipath.active(self.runner)
+        # a job's plain disk (neither a map's path nor a mount unit's link) needs nothing of udev's: its kernel disk
+        # is mounted as soon as the login's SCSI scan added it (udev's rules cost 1-1.4 s on the lab)
+        plain = not (persistent or paths)
         step("login")
-        sessions, commands = self._login(att.target, persistent=persistent, paths=paths)
+        sessions, commands = self._login(att.target, persistent=persistent, paths=paths, udev=not plain)
         first = next(iter(sessions.values()))
         # read once: neither the claim nor the file system's probe changes what is mounted there
         mounted = mounts.current_mount(self.runner, att.mountpoint)
@@ -239,8 +242,7 @@ class Agent:
         att.portals = {node: res["portal"] for node, res in sessions.items()}
         att.multipath = claimed.get("wwid") or att.multipath
         att.device = device
-        # a job's plain disk is mounted as the kernel named it, before udev's link (``_login``)
-        source = device if paths or persistent else first["kernel_device"] or device
+        source = (first["kernel_device"] or device) if plain else device
         att.fstype = att.fstype or self._fstype(source)
         step("mount")
         description = f"fabric dataset version {att.ref}"  # the publishing service's: an adopted unit stays as it is
@@ -276,9 +278,10 @@ class Agent:
             raise UserError(f"{device} has no file system the fabric mounts ({fstype or 'none found'})",
                             "check the version on the storage node (`fabricctl verify NAME@VERSION`)") from None
 
-    def _login(self, target: str, *, persistent: bool, paths: bool) -> tuple[dict, list[str]]:
+    def _login(self, target: str, *, persistent: bool, paths: bool, udev: bool = True) -> tuple[dict, list[str]]:
         """Sessions to the target: with ``paths`` at every storage node that lets this host in (at once), else at
-        the first one (one with a session already first). Returns ({node: ensure_session result}, commands);
+        the first one (one with a session already first); ``udev``: wait for udev's link of the disk, else for the
+        kernel's disk only (``attach.login``). Returns ({node: ensure_session result}, commands);
         raises NotGranted / StorageUnreachable / the login's error when none let it in, after removing the node
         records its failed logins left."""
         nodes = list(self.config.storage_nodes)
@@ -290,10 +293,8 @@ class Agent:
         live = {s["portal"] for s in found if s["target"] == target}
 
         def attempt(node, sessions=None):
-            # a job's plain disk (neither a map's path nor a mount unit's link) needs nothing of udev's: its kernel
-            # disk is mounted as soon as the login's SCSI scan added it (udev's rules cost 1-1.4 s on the lab)
             return hostside.login(self.runner, portal=node.portal, target_iqn=target, chap=chap, startup=startup,
-                                  map_path=paths, settings=settings, sessions=sessions, udev=persistent or paths)
+                                  map_path=paths, settings=settings, sessions=sessions, udev=udev)
 
         def one(node):
             if node.portal not in live and not self.runner.dry_run and not self._answers(node.portal):
